@@ -186,14 +186,21 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::shared_ptr<detail::FileBytes
     info.name = name;
     info.dtype = *dtype;
     info.file = path;
-    uint64_t numel = 1;
+    // The product of the non-zero dims must fit in int64: then every prefix and suffix product (numel,
+    // strides), computed in int64 by views and kernels, fits as well, even for empty tensors.
+    uint64_t numel = 1, nonzero = 1;
+    bool overflow = false;
     for (auto const& d : sa) {
       uint64_t v = 0;
       if (!as_size(d, v) || v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         return malformed(where + ": shape is not a list of non-negative integers");
-      if (__builtin_mul_overflow(numel, v, &numel)) return malformed(where + ": element count overflows");
+      if (v != 0) overflow |= __builtin_mul_overflow(nonzero, v, &nonzero);
+      numel *= (v == 0 ? 0 : 1);
       info.shape.push_back(static_cast<int64_t>(v));
     }
+    if (overflow || nonzero > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return malformed(where + ": element count overflows");
+    if (numel != 0) numel = nonzero;
     uint64_t nbytes = 0;
     if (info.dtype == DType::kF4E2m1x2) {
       // File shape is logical (one entry per e2m1 value); Tessera's is packed (one entry per byte).

@@ -125,7 +125,10 @@ BOOST_AUTO_TEST_CASE(malformed_entries) {
   expect_malformed(one(entry("w", "F32", "2", 0, 8)), "shape is not a list");
   expect_malformed(one(entry("w", "F32", "[1,1,1,1,1,1,1,1,1]", 0, 4)), "rank 9 exceeds");
   expect_malformed(one(entry("w", "F32", "[4294967296,4294967296]", 0, 8)), "element count overflows");
-  expect_malformed(one(entry("w", "F32", "[2305843009213693952,4]", 0, 8)), "byte size overflows");
+  expect_malformed(one(entry("w", "F32", "[2305843009213693952,4]", 0, 8)), "element count overflows");
+  expect_malformed(one(entry("w", "F32", "[1152921504606846976,4]", 0, 8)), "byte size overflows");
+  // Empty, but a stride (suffix product) would overflow int64.
+  expect_malformed(one(entry("w", "F32", "[0,4294967296,4294967296]", 0, 0)), "element count overflows");
   expect_malformed(one("\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}"), "not a list [begin, end]");
   expect_malformed(one("\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,\"8\"]}"),
                    "data_offsets are not non-negative integers");
@@ -147,7 +150,7 @@ BOOST_AUTO_TEST_CASE(malformed_entries) {
 
 BOOST_AUTO_TEST_CASE(edge_cases_accepted) {
   // Empty tensors occupy no bytes and may share offsets; huge dims times zero are fine.
-  std::string h = "{" + entry("e", "F32", "[0,4294967296]", 4, 4) + "," + entry("f", "F32", "[1]", 0, 4) + "," +
+  std::string h = "{" + entry("e", "F32", "[0,4294967296,2]", 4, 4) + "," + entry("f", "F32", "[1]", 0, 4) + "," +
                   entry("g", "BF16", "[0]", 4, 4) + "}";
   auto r = SafetensorsFile::from_bytes(image(h, 4), "t.safetensors");
   BOOST_REQUIRE_MESSAGE(r.ok(), r.status().to_string());
