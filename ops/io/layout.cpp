@@ -5,6 +5,7 @@
 #include "tessera/io/layout.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 namespace tessera::io {
@@ -263,6 +264,21 @@ Result<LayoutReport> detect_layout(std::vector<TensorInfo> const& ts) {
                : exl3         ? WeightLayout::kExl3
                : native       ? WeightLayout::kNativeFp8
                               : WeightLayout::kDense;
+  return rep;
+}
+
+Result<LayoutReport> detect_layout(Checkpoint const& ck) {
+  auto rep = detect_layout(ck.tensors());
+  if (!rep) return rep;
+  for (auto& g : rep->exl3_groups) {
+    if (g.codebook == Exl3Codebook::k3Inst) continue;
+    bool const mcg = g.codebook == Exl3Codebook::kMcg;
+    auto v = ck.view(g.prefix + (mcg ? ".mcg" : ".mul1"));
+    if (!v) return v.status();
+    int32_t value = 0;
+    std::memcpy(&value, v->data, 4);
+    g.marker_value_ok = static_cast<uint32_t>(value) == (mcg ? 0xCBAC1FEDu : 0x83DCD12Du);
+  }
   return rep;
 }
 

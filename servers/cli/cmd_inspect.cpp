@@ -179,6 +179,7 @@ int print_json(std::string const& path, io::Checkpoint const& ck, ConfigInfo con
       go["legacy_signs"] = g.legacy_signs;
       go["bias"] = g.has_bias;
       go["bits_with_scales"] = g.bits_with_scales;
+      go["marker_value_ok"] = g.marker_value_ok;
       groups.push_back(std::move(go));
     }
     doc["exl3_groups"] = std::move(groups);
@@ -226,10 +227,11 @@ int print_text(std::string const& path, io::Checkpoint const& ck, ConfigInfo con
   if (!rep->exl3_groups.empty()) {
     std::printf("exl3 groups: %zu\n", rep->exl3_groups.size());
     for (auto const& g : rep->exl3_groups)
-      std::printf("  %-*s k=%-6lld n=%-6lld K=%-4g %-6s bpw(with scales)=%.4f%s%s%s\n", static_cast<int>(w),
+      std::printf("  %-*s k=%-6lld n=%-6lld K=%-4g %-6s bpw(with scales)=%.4f%s%s%s%s\n", static_cast<int>(w),
                   g.prefix.c_str(), static_cast<long long>(g.in_features), static_cast<long long>(g.out_features),
                   g.bits, io::to_string(g.codebook), g.bits_with_scales, g.has_bias ? " bias" : "",
-                  g.legacy_signs ? " legacy-signs" : "", g.half_rate_unverified ? " half-rate-unverified" : "");
+                  g.legacy_signs ? " legacy-signs" : "", g.half_rate_unverified ? " half-rate-unverified" : "",
+                  g.marker_value_ok ? "" : " unsupported-marker-value");
   }
   std::printf("totals: %zu tensors, %s\n", rep->num_tensors, human_bytes(static_cast<double>(rep->total_bytes)).c_str());
   std::string dd;
@@ -265,7 +267,7 @@ int cmd_inspect(std::vector<std::string> const& args) {
     return 1;
   }
   ConfigInfo ci = read_config(ck->directory());
-  auto rep = io::detect_layout(ck->tensors());
+  auto rep = io::detect_layout(*ck);
   return ap.has("json") ? print_json(path, *ck, ci, rep) : print_text(path, *ck, ci, rep);
 }
 

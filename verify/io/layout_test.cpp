@@ -92,6 +92,21 @@ BOOST_AUTO_TEST_CASE(golden_exl3_matches_manifest) {
     ++files_checked;
   }
   BOOST_TEST(files_checked == 4);
+  // The golden markers carry the spec's values; a changed value is flagged.
+  auto ck = Checkpoint::open(dir + "exl3_golden_128x128.safetensors").value_or_throw();
+  auto rep = detect_layout(ck).value_or_throw();
+  for (auto const& g : rep.exl3_groups) BOOST_TEST(g.marker_value_ok, g.prefix);
+  fs::path tmp = fs::temp_directory_path() / ("tessera_marker_" + std::to_string(::getpid()) + ".safetensors");
+  SafetensorsWriter w;
+  for (char const* part : {"trellis", "suh", "svh"}) BOOST_REQUIRE(w.add(std::string("m.") + part, ck.load(std::string("mul1_K2.") + part).value_or_throw()).ok());
+  Tensor marker = Tensor::zeros(DType::kI32, {});
+  marker.data_as<int32_t>()[0] = 12345;
+  BOOST_REQUIRE(w.add("m.mul1", marker).ok());
+  BOOST_REQUIRE(w.write(tmp.string()).ok());
+  auto odd = detect_layout(Checkpoint::open(tmp.string()).value_or_throw()).value_or_throw();
+  fs::remove(tmp);
+  BOOST_REQUIRE(odd.exl3_groups.size() == 1u);
+  BOOST_TEST(!odd.exl3_groups[0].marker_value_ok);
 }
 
 BOOST_AUTO_TEST_CASE(golden_tiny_is_dense) {

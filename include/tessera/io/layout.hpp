@@ -57,6 +57,9 @@ struct Exl3Group {
   Exl3Codebook codebook = Exl3Codebook::k3Inst;
   bool legacy_signs = false;       // su/sv instead of suh/svh
   bool has_bias = false;
+  /// The marker's stored value is the one of spec/exl3.md §1.1 (0xCBAC1FED mcg, 0x83DCD12D mul1); set by
+  /// the Checkpoint overload of detect_layout, which reads it (true for 3INST and for the TensorInfo form).
+  bool marker_value_ok = true;
   size_t trellis_bytes = 0;
   size_t overhead_bytes = 0;       // scales, marker, bias
   double bits_with_scales = 0;     // (trellis + overhead)·8 / (k·n)
@@ -84,5 +87,7 @@ struct LayoutReport {
 /// an incomplete or inconsistent group (or FP8/FP4 scales of the wrong shape) is kMalformedInput naming
 /// the tensor.
 Result<LayoutReport> detect_layout(std::vector<TensorInfo> const& tensors);
+/// The same, plus the codebook-marker values read from the checkpoint (`Exl3Group::marker_value_ok`).
+Result<LayoutReport> detect_layout(Checkpoint const& checkpoint);
 
 }  // namespace tessera::io
