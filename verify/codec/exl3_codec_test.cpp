@@ -149,6 +149,7 @@ BOOST_AUTO_TEST_CASE(tile_permutation) {
   int pos[16][16];
   bool seen[256] = {};
   for (int p = 0; p < 256; ++p) {
+    BOOST_TEST(x3::tile_pos(x3::tile_row(p), x3::tile_col(p)) == p);
     pos[x3::tile_row(p)][x3::tile_col(p)] = p;
     seen[x3::tile_row(p) * 16 + x3::tile_col(p)] = true;
   }

@@ -148,6 +148,13 @@ TESSERA_HOST_DEVICE constexpr int tile_col(int p) {
   return (l >> 2) + 8 * (j >> 2);
 }
 
+/// Stream position of tile element (r, c): the inverse of (tile_row, tile_col).
+TESSERA_HOST_DEVICE constexpr int tile_pos(int r, int c) {
+  int const lane = 4 * (c & 7) + ((r & 7) >> 1);
+  int const j = (r & 1) | ((r >> 3) << 1) | ((c >> 3) << 2);
+  return 8 * lane + j;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Hadamard-128 (§4.1, §4.3)
 
