@@ -63,9 +63,17 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_make_synthetic(std::vector<std::string> const& args);
+int cmd_inspect(std::vector<std::string> const& args);
+int cmd_generate(std::vector<std::string> const& args);
+int cmd_verify_golden(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
+    {"inspect", "show a checkpoint: config, tensors, weight layout, EXL3 bits per weight", cmd_inspect},
+    {"make-synthetic", "write a seeded random DeepSeek-V4.1 checkpoint (tiny or v41-flash dimensions)", cmd_make_synthetic},
+    {"generate", "greedy token ids from a DeepSeek-V4.1 model folder on the CPU", cmd_generate},
+    {"verify golden", "golden parity gate of a model folder against golden.safetensors", cmd_verify_golden},
     // [commands]
 };
 

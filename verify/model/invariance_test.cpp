@@ -103,14 +103,14 @@ BOOST_AUTO_TEST_CASE(bad_input_errors_name_the_problem) {
   // A spec whose tensors are misshapen or missing: the error names the tensor.
   auto spec = tiny_golden_spec();
   spec.q_lora_rank = 48;
-  auto e1 = Dsv41Model::create(spec, verify::tiny_files("fp32"), {});
+  auto e1 = Dsv41Model::create(spec, verify::tiny_weights("fp32"), {});
   BOOST_TEST(!e1.ok());
   BOOST_TEST(e1.status().message().find("model.layers.0.attn.wq_a.weight") != std::string::npos, e1.status().message());
   BOOST_TEST(e1.status().message().find("[32, 64]") != std::string::npos);
   spec = tiny_golden_spec();
   spec.num_layers = 8;
   spec.compress_ratios.push_back(1);
-  auto e2 = Dsv41Model::create(spec, verify::tiny_files("fp32"), {});
+  auto e2 = Dsv41Model::create(spec, verify::tiny_weights("fp32"), {});
   BOOST_TEST(!e2.ok());
   BOOST_TEST(e2.status().message().find("model.layers.7.hc_attn_fn") != std::string::npos, e2.status().message());
 }

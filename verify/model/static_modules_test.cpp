@@ -14,6 +14,29 @@ using tessera::model::SequenceStep;
 
 BOOST_AUTO_TEST_SUITE(dsv41_static)
 
+BOOST_AUTO_TEST_CASE(spec_from_golden_config_is_the_tiny_spec) {
+  for (std::string v : {"fp32", "bf16"}) {
+    auto cfg = load_config(verify::tiny_dir(v)).value_or_throw();
+    ModelSpec a = spec_from_config(cfg).value_or_throw(), b = tiny_golden_spec();
+    BOOST_TEST(a.vocab_size == b.vocab_size);
+    BOOST_TEST(a.hidden_size == b.hidden_size);
+    BOOST_TEST(a.num_layers == b.num_layers);
+    BOOST_TEST(a.compress_ratios == b.compress_ratios);
+    BOOST_TEST(a.kv_source_layers == b.kv_source_layers);
+    BOOST_TEST(a.index_source_layers == b.index_source_layers);
+    BOOST_TEST(a.candidate_source_layer == b.candidate_source_layer);
+    BOOST_TEST((a.candidate_topk_blocks == b.candidate_topk_blocks && a.candidate_block_size == b.candidate_block_size));
+    BOOST_TEST((a.index_n_heads == b.index_n_heads && a.index_head_dim == b.index_head_dim && a.index_topk == b.index_topk));
+    BOOST_TEST((a.o_groups == b.o_groups && a.o_lora_rank == b.o_lora_rank && a.q_lora_rank == b.q_lora_rank));
+    BOOST_TEST((a.rope_dim == b.rope_dim && a.sliding_window == b.sliding_window));
+    BOOST_TEST((a.swiglu_limit == b.swiglu_limit && a.routed_scale == b.routed_scale && a.top_k == b.top_k));
+    BOOST_TEST((a.engram_layers == b.engram_layers && a.engram_num_embeddings == b.engram_num_embeddings));
+    BOOST_TEST((a.yarn == b.yarn && a.yarn_factor == b.yarn_factor && a.yarn_original_max_pos == b.yarn_original_max_pos));
+    BOOST_TEST((a.rope_theta == b.rope_theta && a.compress_rope_theta == b.compress_rope_theta));
+    BOOST_TEST((a.hc_sinkhorn_iters == b.hc_sinkhorn_iters && a.rms_eps == b.rms_eps && a.hc_eps == b.hc_eps));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(rope_tables_bitwise) {
   for (std::string v : {"fp32", "bf16"}) {
     auto& m = verify::tiny_model(v);
