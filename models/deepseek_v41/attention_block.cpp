@@ -40,8 +40,15 @@ void rope_rows(ExecContext& ctx, std::vector<float>& x, int64_t rows, int64_t he
                std::vector<int64_t> const& pos, std::vector<float> const& inv_freq, bool inverse, DType md) {
   throw_if_error(ops::rope(ctx, {rows, heads, hd, rd, inverse, md}, {v2(x, rows, heads * hd), pos1(pos), cv1(inv_freq)}));
 }
-void quant_rows(ExecContext& ctx, std::vector<float>& x, int64_t rows, int64_t dim, ops::QatKind kind, DType md) {
-  throw_if_error(ops::fake_quant(ctx, {rows, dim, kind, md}, {v2(x, rows, dim)}));
+/// Quantises rows in place; with `ulps` > 0 records rows that met a rounding boundary.
+void quant_rows(ExecContext& ctx, std::vector<float>& x, int64_t rows, int64_t dim, ops::QatKind kind, DType md,
+                int ulps = 0, std::vector<QuantBoundary>* events = nullptr, QuantBoundary::Site site = {},
+                int32_t layer = 0, std::vector<int64_t> const* pos = nullptr) {
+  std::vector<uint8_t> near(ulps > 0 ? rows : 0);
+  throw_if_error(ops::fake_quant(ctx, {rows, dim, kind, md, ulps},
+                                 {v2(x, rows, dim), TensorView<uint8_t, 1>(near.data(), {static_cast<int64_t>(near.size())})}));
+  for (int64_t r = 0; r < static_cast<int64_t>(near.size()); ++r)
+    if (near[r]) events->push_back({site, layer, (*pos)[r]});
 }
 void append(std::vector<float>& dst, std::vector<float> const& src) { dst.insert(dst.end(), src.begin(), src.end()); }
 
@@ -68,7 +75,10 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   linear(ctx, xa.data(), S, w.wkv, kv.data(), md);
   norm_rows(ctx, kv, S, hd, w.kv_norm, s.rms_eps, md);
   rope_rows(ctx, kv, S, 1, hd, R, c.pos, table, false, md);
-  quant_rows(ctx, kv, S, hd, ops::QatKind::kFp8Block32, md);
+  int const bu = opts_.boundary_ulps;
+  auto* bev = &st.boundaries_;
+  int32_t const li = static_cast<int32_t>(l);
+  quant_rows(ctx, kv, S, hd, ops::QatKind::kFp8Block32, md, bu, bev, QuantBoundary::Site::kWindowKv, li, &c.pos);
 
   if (ratio > 0) {
     // Compressor (§2.5.3): latents of the groups completing in this chunk, pre-RoPE.
@@ -114,7 +124,8 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
           linear(ctx, lat.data(), groups, w.i_wk, k.data(), md);
           norm_rows(ctx, k, groups, di, w.i_k_norm, s.rms_eps, md);
           rope_rows(ctx, k, groups, 1, di, R, lat_pos, compress_inv_freq_, false, md);
-          quant_rows(ctx, k, groups, di, ops::QatKind::kFp4Block32Ue8m0, md);
+          quant_rows(ctx, k, groups, di, ops::QatKind::kFp4Block32Ue8m0, md, bu, bev, QuantBoundary::Site::kIndexKey, li,
+                     &lat_pos);
           append(ls.index_k, k);
         }
         c.idx_src = l;
@@ -126,7 +137,8 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
         std::vector<float> qi(S * Hi * di), wts(S * Hi), scores(S * T);
         linear(ctx, q_res.data(), S, w.i_wq_b, qi.data(), md);
         rope_rows(ctx, qi, S, Hi, di, R, c.pos, compress_inv_freq_, false, md);
-        quant_rows(ctx, qi, S, Hi * di, ops::QatKind::kFp4Block32Ue8m0, md);
+        quant_rows(ctx, qi, S, Hi * di, ops::QatKind::kFp4Block32Ue8m0, md, bu, bev, QuantBoundary::Site::kIndexQuery, li,
+                   &c.pos);
         linear(ctx, xa.data(), S, w.i_weights_proj, wts.data(), md);
         float hs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Hi)));
         for (float& x : wts) x = x * hs;
@@ -143,7 +155,11 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
               {cv2(scores, S, T), pos1(c.pos), TensorView<uint8_t, 2>(c.cand.data(), {S, T}),
                TensorView<uint8_t, 1>(ties.data(), {S})}));
           c.has_cand = true;
-          for (uint8_t t : ties) st.ties_.candidate += t;
+          for (int64_t r = 0; r < S; ++r)
+            if (ties[r]) {
+              ++st.ties_.candidate;
+              st.ties_.events.push_back({CutoffTie::Site::kCandidateBlocks, static_cast<int32_t>(l), c.pos[r]});
+            }
           if (tap_) {
             std::vector<float> cf(c.cand.begin(), c.cand.end());
             tap(pfx + "indexer.candidates", {1, S, T}, cf);
@@ -161,7 +177,11 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
         throw_if_error(ops::index_topk(ctx, {S, T, K},
                                        {v2(scores, S, T), mask, TensorView<int32_t, 2>(sel.data(), {S, K}),
                                         TensorView<uint8_t, 1>(ties.data(), {S})}));
-        for (uint8_t t : ties) st.ties_.indexer += t;
+        for (int64_t r = 0; r < S; ++r)
+          if (ties[r]) {
+            ++st.ties_.indexer;
+            st.ties_.events.push_back({CutoffTie::Site::kIndexer, static_cast<int32_t>(l), c.pos[r]});
+          }
         c.has_topk = true;
         c.topk.assign(S, {});
         for (int64_t r = 0; r < S; ++r) {
@@ -181,7 +201,8 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
     // Compressed KV cache: RoPE at each group's first position, FP4 with e4m3 scales (§2.5.3).
     if (groups > 0) {
       rope_rows(ctx, lat, groups, 1, hd, R, lat_pos, compress_inv_freq_, false, md);
-      quant_rows(ctx, lat, groups, hd, ops::QatKind::kFp4Block16E4m3, md);
+      quant_rows(ctx, lat, groups, hd, ops::QatKind::kFp4Block16E4m3, md, bu, bev, QuantBoundary::Site::kCompressedKv, li,
+                 &lat_pos);
       append(ls.ckv, lat);
       ls.entry_count += groups;
     }

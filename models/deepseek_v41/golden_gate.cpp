@@ -116,15 +116,33 @@ Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& gold
     }
     if (!pr.notes.empty()) pr.failures += static_cast<int>(pr.notes.size());
 
-    // (b) Teacher-forced: one forward over prompt + gen[0..n−2], logits of the last n rows.
+    // (b) Teacher-forced: one forward over prompt + gen[0..n−2], logits of the last n rows; quantiser
+    // decisions within 2 ulps of a rounding boundary are recorded to explain divergences.
     {
+      struct Restore { Dsv41Model& m; ~Restore() { m.set_boundary_ulps(0); } } restore{model};
+      model.set_boundary_ulps(2);
       auto st = model.new_sequence();
       std::vector<int32_t> toks = p.prompt;
       toks.insert(toks.end(), p.gen.begin(), p.gen.end() - 1);
       std::vector<float> lg(static_cast<size_t>(n * V));
       SequenceStep step{st.get(), toks, n, lg.data()};
       TESSERA_TRY(model.forward({&step, 1}));
-      pr.cutoff_ties = static_cast<Dsv41State*>(st.get())->ties().total();
+      TieCounts const& tc = static_cast<Dsv41State*>(st.get())->ties();
+      for (auto const& b : static_cast<Dsv41State*>(st.get())->quant_boundaries()) {
+        static char const* const kSite[] = {"window-kv fp8", "compressed-kv fp4", "index-key fp4", "index-query fp4"};
+        pr.boundary_list += fmt("%sL%d@%lld %s", pr.boundary_list.empty() ? "" : ", ", b.layer,
+                                static_cast<long long>(b.position), kSite[static_cast<int>(b.site)]);
+        if (pr.first_boundary_position < 0 || b.position < pr.first_boundary_position) pr.first_boundary_position = b.position;
+      }
+      pr.cutoff_ties = tc.total();
+      for (auto [site, label] : {std::pair{CutoffTie::Site::kIndexer, "indexer"},
+                                 std::pair{CutoffTie::Site::kCandidateBlocks, "candidate blocks"},
+                                 std::pair{CutoffTie::Site::kRouter, "router"}}) {
+        std::string part;
+        for (auto const& e : tc.events)
+          if (e.site == site) part += fmt(" L%d@%lld", e.layer, static_cast<long long>(e.position));
+        if (!part.empty()) pr.tie_list += (pr.tie_list.empty() ? "" : "; ") + std::string(label) + part;
+      }
       for (int64_t k = 0; k < n; ++k) {
         float const* a = &lg[k * V];
         float const* s = &p.step[k * V];
@@ -179,6 +197,9 @@ Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& gold
             pr.index, static_cast<long long>(pr.length), pr.exact, pr.steps, pr.near_ties,
             pr.greedy_first_divergence < 0 ? "equal" : ("diverges at step " + std::to_string(pr.greedy_first_divergence)).c_str(),
             pr.max_abs_err, pr.max_abs_err_full, static_cast<long long>(pr.cutoff_ties)));
+    if (!pr.tie_list.empty()) say("  cutoff ties (layer@position): " + pr.tie_list);
+    if (!pr.boundary_list.empty())
+      say("  quantiser inputs within 2 ulps of a rounding boundary (layer@position): " + pr.boundary_list);
     for (auto const& nline : pr.notes) say("  " + nline);
     rep.exact += pr.exact;
     rep.total += pr.steps;

@@ -232,7 +232,11 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
       throw_if_error(ops::moe_route(ctx, {S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob},
                                     {cv2(xa, S, D), cv2(lw.gate), cv1(lw.gate_bias), v2(rw, S, K),
                                      TensorView<int32_t, 2>(rid.data(), {S, K}), TensorView<uint8_t, 1>(rtie.data(), {S})}));
-      for (uint8_t t : rtie) st.ties_.router += t;
+      for (int64_t r = 0; r < S; ++r)
+        if (rtie[r]) {
+          ++st.ties_.router;
+          st.ties_.events.push_back({CutoffTie::Site::kRouter, static_cast<int32_t>(l), c.pos[r]});
+        }
       if (tap_) {
         tap(pfx + "ffn.gate.out0", {S, K}, rw);
         std::vector<float> idf(rid.begin(), rid.end());

@@ -112,6 +112,14 @@ BOOST_AUTO_TEST_CASE(prompt4_fp32_modules) {
   SequenceStep step{st.get(), toks, static_cast<int64_t>(toks.size()), lg.data()};
   BOOST_REQUIRE(m.forward({&step, 1}).ok());
   m.set_debug_tap({});
+  // This forward meets exact indexer cutoff ties (layer 1, positions 46 and 47: the golden counted the same
+  // two in its one-shot run); the dumps' top-k sets below match at those rows with the lower-index rule.
+  auto const& ties = static_cast<Dsv41State*>(st.get())->ties();
+  BOOST_TEST(ties.total() == 2);
+  for (auto const& e : ties.events) {
+    BOOST_TEST((e.site == CutoffTie::Site::kIndexer && e.layer == 1));
+    BOOST_TEST((e.position == 46 || e.position == 47));
+  }
   int compared = 0;
   for (auto const& [name, sv] : taps) {
     std::string key = "debug." + name;

@@ -102,6 +102,21 @@ BOOST_AUTO_TEST_CASE(fp4_block32_ue8m0_vs_bruteforce) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(near_boundary_report) {
+  // Block of 32 with amax 448 (scale 1): 2.375 is the e4m3 midpoint between 2.25 and 2.5.
+  std::vector<float> x(64, 0.5f);
+  x[0] = 448.f; x[1] = std::nextafter(2.375f, 0.f);          // 1 ulp below a midpoint: flagged
+  x[32] = 448.f; x[33] = 2.3f;                                // nothing near a boundary... except
+  for (int i = 34; i < 64; ++i) x[i] = 0.25f * (i % 7) + 0.1f; // values well inside their cells
+  std::vector<uint8_t> near(2, 9);
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::fake_quant(ctx, {2, 32, ops::QatKind::kFp8Block32, DType::kF32, 2},
+                                {TensorView<float, 2>(x.data(), {2, 32}), TensorView<uint8_t, 1>(near.data(), {2})}).ok());
+  BOOST_TEST(near[0] == 1);
+  BOOST_TEST(near[1] == 0);
+  BOOST_TEST(x[1] == 2.25f);  // and the quantisation itself still happened
+}
+
 BOOST_AUTO_TEST_CASE(width_not_multiple_of_block_passes_through) {
   auto x = verify::randn(48, verify::test_seed(14));
   auto y = quant(x, 48, ops::QatKind::kFp8Block32);

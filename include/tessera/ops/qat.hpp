@@ -16,11 +16,13 @@ struct FakeQuantDesc {
   int64_t rows = 0, dim = 0;
   QatKind kind = QatKind::kFp8Block32;
   DType md = DType::kF32;
+  int boundary_ulps = 0;  // > 0: report rows with an input within this many ulps of a rounding boundary
   friend bool operator==(FakeQuantDesc const&, FakeQuantDesc const&) = default;
 };
 
 struct FakeQuantArgs {
-  TensorView<float, 2> x;  // [rows, dim], quantised in place
+  TensorView<float, 2> x;              // [rows, dim], quantised in place
+  TensorView<uint8_t, 1> near_boundary; // [rows], written when desc.boundary_ulps > 0
 };
 
 template <Backend B> struct FakeQuant;

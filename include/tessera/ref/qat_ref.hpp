@@ -43,6 +43,26 @@ inline void qat_block_apply(float* x, int64_t b, QatKind kind, DType md) {
   }
 }
 
+/// True if moving any single input of the block by up to `ulps` fp32 ulps (either way) changes any output
+/// of the block: its input sits on a rounding boundary of an element code or of the block scale, within
+/// the reach of summation-order noise. Such a decision cannot be reproduced across engines (spec §5.3-4
+/// lists the top-k ties; these are their quantiser counterparts).
+inline bool qat_block_near_boundary(float const* x, int64_t b, QatKind kind, DType md, int ulps) {
+  float base[32], pert[32];
+  std::copy(x, x + b, base);
+  qat_block_apply(base, b, kind, md);
+  for (int64_t i = 0; i < b; ++i)
+    for (float dir : {INFINITY, -INFINITY}) {
+      std::copy(x, x + b, pert);
+      for (int u = 0; u < ulps; ++u) pert[i] = std::nextafter(pert[i], dir);
+      qat_block_apply(pert, b, kind, md);
+      // An output depends only on its code and the block scale, so any change is a boundary crossing.
+      for (int64_t j = 0; j < b; ++j)
+        if (pert[j] != base[j]) return true;
+    }
+  return false;
+}
+
 /// Fake-quantises one row of n values in place.
 inline void qat_row(float* x, int64_t n, QatKind kind, DType md) {
   int64_t b = qat_block(kind);

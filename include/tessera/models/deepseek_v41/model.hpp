@@ -23,10 +23,27 @@
 
 namespace tessera::model::dsv41 {
 
+/// One exact top-k cutoff tie: the k-th and (k+1)-th finite values were equal, so the selection was
+/// decided by the tie rule (lower index wins, ref/indexer_ref.hpp).
+struct CutoffTie {
+  enum class Site : uint8_t { kIndexer, kCandidateBlocks, kRouter } site;
+  int32_t layer = 0;
+  int64_t position = 0;  // absolute position of the query / token
+};
+
 /// Exact top-k cutoff ties met while computing a sequence (each counted once per row and call site).
 struct TieCounts {
   int64_t indexer = 0, candidate = 0, router = 0;
+  std::vector<CutoffTie> events;  // every tie, in the order met
   int64_t total() const { return indexer + candidate + router; }
+};
+
+/// A quantiser decision within `boundary_ulps` of a rounding boundary (ModelOptions::boundary_ulps):
+/// summation-order noise of another engine can flip it (the fp32 counterpart of a top-k tie).
+struct QuantBoundary {
+  enum class Site : uint8_t { kWindowKv, kCompressedKv, kIndexKey, kIndexQuery } site;
+  int32_t layer = 0;
+  int64_t position = 0;  // token position (window KV, index query) or group position (compressed, keys)
 };
 
 /// Per-layer decode state.
@@ -44,6 +61,7 @@ class Dsv41State final : public SequenceState {
   int64_t length() const override { return length_; }
   size_t memory_bytes() const override;
   TieCounts const& ties() const { return ties_; }
+  std::vector<QuantBoundary> const& quant_boundaries() const { return boundaries_; }
 
  private:
   friend class Dsv41Model;
@@ -51,6 +69,7 @@ class Dsv41State final : public SequenceState {
   std::vector<LayerState> layers_;
   std::vector<int64_t> history_;    // compressed token id per position (Engram look-back)
   TieCounts ties_;
+  std::vector<QuantBoundary> boundaries_;
 };
 
 /// Optional observer of intermediate tensors, named like the golden's `debug.*` keys without the
@@ -61,6 +80,7 @@ using DebugTap = std::function<void(std::string const& name, std::vector<int64_t
 struct ModelOptions {
   Numerics numerics = Numerics::kFp32;
   ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
+  int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
 };
 
 class Dsv41Model final : public LanguageModel {
@@ -80,6 +100,7 @@ class Dsv41Model final : public LanguageModel {
   ModelSpec const& spec() const { return spec_; }
   EngramTables const& engram() const { return engram_; }
   Numerics numerics() const { return opts_.numerics; }
+  void set_boundary_ulps(int ulps) { opts_.boundary_ulps = ulps; }
   std::vector<float> const& main_inv_freq() const { return main_inv_freq_; }
   std::vector<float> const& compress_inv_freq() const { return compress_inv_freq_; }
   void set_debug_tap(DebugTap tap) { tap_ = std::move(tap); }
