@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "tessera/core/thread_pool.hpp"
+
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -71,6 +73,20 @@ BOOST_AUTO_TEST_CASE(batched_equals_alone_bitwise) {
   BOOST_REQUIRE(m.forward(batch).ok());
   for (size_t i = 0; i < seqs.size(); ++i)
     BOOST_TEST((std::memcmp(out[i].data(), alone[i].data(), alone[i].size() * sizeof(float)) == 0), "sequence " << i);
+}
+
+BOOST_AUTO_TEST_CASE(thread_count_does_not_change_a_bit) {
+  // One thread vs three: every element is one fixed-order computation whatever task computes it.
+  ThreadPool one(1), three(3);
+  std::vector<std::vector<float>> out;
+  for (ThreadPool* p : {&one, &three}) {
+    ModelOptions o;
+    o.numerics = Numerics::kBf16;
+    o.pool = p;
+    auto m = load_model(verify::tiny_dir("bf16"), o).value_or_throw();
+    out.push_back(run_chunked(*m, prompt_tokens("bf16", 6, 70), 0));
+  }
+  BOOST_TEST((std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0));
 }
 
 BOOST_AUTO_TEST_CASE(clone_continues_identically) {

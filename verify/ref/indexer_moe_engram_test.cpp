@@ -12,6 +12,7 @@
 #include "tessera/ops/engram.hpp"
 #include "tessera/ops/indexer.hpp"
 #include "tessera/ops/moe.hpp"
+#include "tessera/ref/engram_ref.hpp"
 #include "verify/common/random.hpp"
 
 using namespace tessera;
@@ -243,6 +244,21 @@ BOOST_AUTO_TEST_CASE(hash_gather_gate_vs_direct) {
         BOOST_TEST(std::fabs(out[(r * n + k) * D + i] - e) <= 1e-5 * (1 + std::fabs(e)));
       }
     }
+}
+
+BOOST_AUTO_TEST_CASE(lookback_blocks_at_start_and_dead_positions) {
+  // Compressed ids by position; position 3 is DEAD (a pad). pad_c = 1.
+  std::vector<int64_t> hist = {10, 11, 12, ref::kEngramDead, 14, 15, 16};
+  auto h = [&](int64_t p) { return hist[static_cast<size_t>(p)]; };
+  int64_t tok[4];
+  ref::engram_lookback(h, 1, 4, 1, tok);  // t = 1: shifts 2, 3 fall before the start
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{11, 10, 1, 1}));
+  ref::engram_lookback(h, 5, 4, 1, tok);  // shift 2 reaches the DEAD position: it and every longer one pad
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{15, 14, 1, 1}));
+  ref::engram_lookback(h, 3, 4, 1, tok);  // the DEAD position itself blocks everything
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{1, 1, 1, 1}));
+  ref::engram_lookback(h, 6, 4, 1, tok);
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{16, 15, 14, 1}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
