@@ -3,6 +3,7 @@
 /// greedy decoding (first index of the max) with the CPU DeepSeek-V4.1 model; prints the generated ids,
 /// comma-separated, on one line. The dtype defaults to the checkpoint's (bf16 if lm_head is stored bf16).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@ Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string 
   if (!flag.empty()) return invalid_argument("--dtype must be fp32 or bf16, got '" + flag + "'");
   model::dsv41::CheckpointSource src;
   std::string f = dir + "/model.safetensors";
-  TESSERA_TRY(src.open(f));
+  TESSERA_TRY(src.open(std::filesystem::exists(f) ? f : dir));
   auto dt = src.dtype("lm_head.weight");
   if (!dt) dt = src.dtype("head.weight");
   return dt && *dt == DType::kBf16 ? Numerics::kBf16 : Numerics::kFp32;
