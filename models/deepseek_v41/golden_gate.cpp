@@ -199,7 +199,8 @@ Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& gold
             pr.max_abs_err, pr.max_abs_err_full, static_cast<long long>(pr.cutoff_ties)));
     if (!pr.tie_list.empty()) say("  cutoff ties (layer@position): " + pr.tie_list);
     if (!pr.boundary_list.empty())
-      say("  quantiser inputs within 2 ulps of a rounding boundary (layer@position): " + pr.boundary_list);
+      say("  quantiser inputs within 2 ulps (of the block absmax) of a rounding boundary (layer@position): " +
+          pr.boundary_list);
     for (auto const& nline : pr.notes) say("  " + nline);
     rep.exact += pr.exact;
     rep.total += pr.steps;

@@ -103,11 +103,12 @@ BOOST_AUTO_TEST_CASE(fp4_block32_ue8m0_vs_bruteforce) {
 }
 
 BOOST_AUTO_TEST_CASE(near_boundary_report) {
-  // Block of 32 with amax 448 (scale 1): 2.375 is the e4m3 midpoint between 2.25 and 2.5.
+  // Blocks of 32 with amax 384 (scale 1): 2.375 is the e4m3 midpoint between 2.25 and 2.5. The reach
+  // is 2 ulps of the block's amax (2·2^-15 = 6.1e-5 here).
   std::vector<float> x(64, 0.5f);
-  x[0] = 448.f; x[1] = std::nextafter(2.375f, 0.f);          // 1 ulp below a midpoint: flagged
-  x[32] = 448.f; x[33] = 2.3f;                                // nothing near a boundary... except
-  for (int i = 34; i < 64; ++i) x[i] = 0.25f * (i % 7) + 0.1f; // values well inside their cells
+  x[0] = 384.f; x[1] = 2.375f - 2e-5f;                        // within reach of a midpoint: flagged
+  x[32] = 384.f; x[33] = 2.3f;                                // every value well inside its cell
+  for (int i = 34; i < 64; ++i) x[i] = 0.25f * (i % 7) + 0.1f;
   std::vector<uint8_t> near(2, 9);
   ExecContext ctx;
   BOOST_REQUIRE(ops::fake_quant(ctx, {2, 32, ops::QatKind::kFp8Block32, DType::kF32, 2},

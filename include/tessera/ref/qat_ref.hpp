@@ -43,18 +43,21 @@ inline void qat_block_apply(float* x, int64_t b, QatKind kind, DType md) {
   }
 }
 
-/// True if moving any single input of the block by up to `ulps` fp32 ulps (either way) changes any output
-/// of the block: its input sits on a rounding boundary of an element code or of the block scale, within
-/// the reach of summation-order noise. Such a decision cannot be reproduced across engines (spec §5.3-4
-/// lists the top-k ties; these are their quantiser counterparts).
+/// True if moving any single input of the block by up to `ulps` ulps of the block's largest magnitude
+/// (either way) changes any output of the block: an input sits on a rounding boundary of an element code
+/// or of the block scale within the reach of summation-order noise (the inputs come out of norms, dot
+/// products and rotations whose absolute error scales with the block's magnitude, not the element's).
+/// Such a decision cannot be reproduced across engines: the quantiser counterpart of a top-k tie.
 inline bool qat_block_near_boundary(float const* x, int64_t b, QatKind kind, DType md, int ulps) {
-  float base[32], pert[32];
+  float base[32], pert[32], amax = 0.f;
+  for (int64_t i = 0; i < b; ++i) amax = std::max(amax, std::fabs(x[i]));
+  float delta = static_cast<float>(ulps) * (std::nextafter(amax, INFINITY) - amax);
   std::copy(x, x + b, base);
   qat_block_apply(base, b, kind, md);
   for (int64_t i = 0; i < b; ++i)
-    for (float dir : {INFINITY, -INFINITY}) {
+    for (float dir : {1.f, -1.f}) {
       std::copy(x, x + b, pert);
-      for (int u = 0; u < ulps; ++u) pert[i] = std::nextafter(pert[i], dir);
+      pert[i] = x[i] + dir * delta;
       qat_block_apply(pert, b, kind, md);
       // An output depends only on its code and the block scale, so any change is a boundary crossing.
       for (int64_t j = 0; j < b; ++j)

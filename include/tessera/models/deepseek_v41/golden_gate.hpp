@@ -34,7 +34,7 @@ struct GoldenPromptReport {
   double max_abs_err_full = 0;               // vs full_logits (the golden's one-shot path)
   int64_t cutoff_ties = 0;                   // exact top-k cutoff ties met in the teacher-forced pass
   std::string tie_list;                      // "indexer L1@12 …; candidate L4@40 …; router …"
-  std::string boundary_list;                 // quantiser decisions within 2 ulps of a boundary
+  std::string boundary_list;                 // quantiser decisions within 2 ulps (block absmax) of a boundary
   int64_t first_boundary_position = -1;      // earliest such position (−1: none)
   std::vector<std::string> notes;            // one line per disagreement
 };
