@@ -63,9 +63,11 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_serve(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
+    {"serve", "run the OpenAI-compatible HTTP server", cmd_serve},
     // [commands]
 };
 
