@@ -70,13 +70,12 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest req) {
       ++stats_.requests_refused;
       return Status(StatusCode::kOutOfMemory, "the server is shutting down");
     }
-    int queued;
-    { std::lock_guard sl(stats_mu_); queued = stats_.queue_length; }
-    if (queued + static_cast<int>(incoming_.size()) >= options_.max_queue) {
+    if (queued_.load() >= options_.max_queue) {
       std::lock_guard sl(stats_mu_);
       ++stats_.requests_refused;
       return Status(StatusCode::kOutOfMemory, "the request queue is full");
     }
+    ++queued_;
     incoming_.emplace_back(h, std::move(req));
   }
   cv_.notify_all();
@@ -136,6 +135,7 @@ void Engine::expire_waiting() {
       ++it;
       continue;
     }
+    --queued_;
     it = waiting_.erase(it);
   }
 }
@@ -209,6 +209,7 @@ void Engine::admit() {
     }
     slots_[i] = std::move(s);
     waiting_.pop_front();
+    --queued_;
   }
 }
 
@@ -336,10 +337,10 @@ void Engine::run() {
     }
   }
   for (size_t i = 0; i < slots_.size(); ++i) if (slots_[i]) finish_slot(i, FinishReason::kCancelled, "server stopped");
-  for (auto& [h, r] : waiting_) h->finish(FinishReason::kCancelled, "server stopped");
+  for (auto& [h, r] : waiting_) { h->finish(FinishReason::kCancelled, "server stopped"); --queued_; }
   waiting_.clear();
   std::lock_guard lk(mu_);
-  for (auto& [h, r] : incoming_) h->finish(FinishReason::kCancelled, "server stopped");
+  for (auto& [h, r] : incoming_) { h->finish(FinishReason::kCancelled, "server stopped"); --queued_; }
   incoming_.clear();
 }
 

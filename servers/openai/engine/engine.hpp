@@ -114,6 +114,7 @@ class Engine {
   std::deque<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> incoming_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
+  std::atomic<int> queued_{0};  // submitted, not yet admitted or finished
 
   // Engine-thread state (read by stats() under stats_mu_ snapshots).
   std::deque<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> waiting_;

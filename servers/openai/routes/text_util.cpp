@@ -114,8 +114,29 @@ static void dumps(boost::json::value const& v, std::string& out) {
         out += buf;
         return;
       }
-      auto r = std::to_chars(buf, buf + sizeof buf, d);
-      out.append(buf, r.ptr);
+      // Python repr: the shortest round-trip digits, fixed notation for exponents in [-4, 16), else
+      // d[.ddd]e±XX with at least two exponent digits.
+      auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+      std::string sci(buf, r.ptr);
+      size_t e = sci.find('e');
+      int exp10 = std::stoi(sci.substr(e + 1));
+      std::string sign = sci[0] == '-' ? "-" : "";
+      std::string digits;
+      for (size_t k = sign.size(); k < e; ++k) if (sci[k] != '.') digits += sci[k];
+      if (exp10 >= -4 && exp10 < 16) {
+        std::string fixed;
+        if (exp10 < 0) fixed = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+        else if (static_cast<int>(digits.size()) <= exp10 + 1) fixed = digits + std::string(exp10 + 1 - digits.size(), '0') + ".0";
+        else fixed = digits.substr(0, exp10 + 1) + "." + digits.substr(exp10 + 1);
+        out += sign + fixed;
+      } else {
+        char eb[16];
+        std::snprintf(eb, sizeof eb, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+        out += sign;
+        out += digits[0];
+        if (digits.size() > 1) { out += '.'; out.append(digits, 1, std::string::npos); }
+        out += eb;
+      }
       return;
     }
     case boost::json::kind::string: {
