@@ -60,6 +60,7 @@ Result<std::unique_ptr<StubBundle>> make_stub(ServeConfig const& cfg) {
   sc.vocab_size = b->codec->vocab_size();
   sc.eos_token_ids = {*b->codec->special_id("<｜end▁of▁sentence｜>")};
   sc.assistant_token = *b->codec->special_id("<｜Assistant｜>");
+  sc.reply_prefix_tokens = {*b->codec->special_id("<think>"), *b->codec->special_id("</think>")};
   for (int t = 32; t < 127; ++t) sc.allowed_tokens.push_back(t);
   sc.allowed_tokens.push_back('\n');
   sc.eos_bias = 0.0f;  // EOS is the argmax about once in 97 positions

@@ -55,7 +55,12 @@ void StubModel::row(std::vector<int32_t> const& tokens, size_t end, uint64_t h, 
       for (auto const& sc : cfg_.scripts) {
         auto it = std::search(tokens.begin(), tokens.begin() + static_cast<long>(a - 1), sc.trigger.begin(), sc.trigger.end());
         if (sc.trigger.empty() || it == tokens.begin() + static_cast<long>(a - 1)) continue;
-        size_t k = end - a;
+        size_t first = a;  // first reply position
+        if (first < end && std::find(cfg_.reply_prefix_tokens.begin(), cfg_.reply_prefix_tokens.end(), tokens[first]) !=
+                               cfg_.reply_prefix_tokens.end())
+          ++first;
+        if (end < first) break;
+        size_t k = end - first;
         int32_t want = k < sc.reply.size() ? sc.reply[k] : cfg_.eos_token_ids.at(0);
         std::fill(out, out + cfg_.vocab_size, -30.0f);
         out[want] = 30.0f;

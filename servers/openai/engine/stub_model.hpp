@@ -27,6 +27,7 @@ struct StubModelConfig {
   std::vector<int32_t> allowed_tokens;  // tokens with random logits (empty = all); others get -30
   float eos_bias = -1.0f;               // added to EOS logits: lower → longer replies
   int32_t assistant_token = -1;         // marker that opens a reply (scripts count from it)
+  std::vector<int32_t> reply_prefix_tokens;  // one of these right after the marker is still prompt (<think>)
   size_t bytes_per_token = 4096;        // what state_bytes_for prices a position at
   uint64_t seed = 0x7e55e7a;
   int64_t step_delay_us = 0;            // simulated compute per forward call (benchmarks)

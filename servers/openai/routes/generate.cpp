@@ -143,7 +143,8 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   std::vector<int32_t> reply_ids;
   json::array lp_content;  // chat logprobs entries / completions tokens
   json::array cl_tokens, cl_lps, cl_tops, cl_offsets;
-  int64_t generated = 0, reasoning_tokens = 0;
+  int64_t generated = 0, reasoning_tokens = 0, text_offset = 0;
+  auto const& eos_ids = model_.engine->info().eos_token_ids;
   bool stopped_by_string = false;
   double ttft = -1;
   auto last_write = Clock::now();
@@ -173,7 +174,8 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     cl_tokens.push_back(json::string(tok));
     cl_lps.push_back(ev.logprob);
     cl_tops.push_back(std::move(top));
-    cl_offsets.push_back(static_cast<int64_t>(text.size()));
+    cl_offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(tok.size());
     return json::value(nullptr);
   };
 
@@ -244,6 +246,7 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     d.content = model_.codec->decode(prompt);
     Utf8Stream u;
     d.content = u.push(d.content) + u.flush();
+    text_offset = static_cast<int64_t>(d.content.size());
     merge_delta(d);
     if (!stream_delta(d, nullptr, nullptr)) return std::nullopt;
   }
@@ -253,6 +256,9 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   for (;;) {
     events.clear();
     bool got = h->wait(events, std::chrono::milliseconds(100));
+    // finish is set after the last event is pushed: once it is seen, one more drain gets every event.
+    FinishReason fr = h->finish_reason();
+    if (fr != FinishReason::kNone) h->wait(events, std::chrono::milliseconds(0));
     if (conn.client_gone()) { client_lost = true; break; }
     if (!got) {
       if (stream && std::chrono::duration<double>(Clock::now() - last_write).count() >= options_.keepalive_s) {
@@ -270,13 +276,14 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
       reply_ids.push_back(ev.token);
       ids.push_back(ev.token);
       if (r.logprobs) { auto e = logprob_entry(ev); if (chat) { lps.push_back(e); lp_content.push_back(e); } }
-      std::string piece = stops.push(utf8.push(model_.codec->token_bytes(ev.token)));
+      // EOS only reaches the reply under ignore_eos; it adds no text (special tokens are skipped).
+      bool is_eos = std::find(eos_ids.begin(), eos_ids.end(), ev.token) != eos_ids.end();
+      std::string piece = stops.push(utf8.push(is_eos ? std::string() : model_.codec->token_bytes(ev.token)));
       size_t before = d.reasoning.size();
       apply_text(piece, d);
       if (d.reasoning.size() > before) ++reasoning_tokens;
       if (stops.stopped()) { stopped_by_string = true; h->cancel(); }
     }
-    FinishReason fr = h->finish_reason();
     bool done = fr != FinishReason::kNone || stopped_by_string;
     if (done) {
       std::string tail = stopped_by_string ? "" : stops.push(utf8.flush()) + stops.flush();
