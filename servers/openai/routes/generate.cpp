@@ -202,7 +202,7 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     if (!stream) return true;
     bool has_text = !d.reasoning.empty() || !d.content.empty();
     if (!has_text && d.tools.empty() && (!lps || lps->empty()) && (!ids || ids->empty())) return true;
-    if (has_text || d.tools.empty()) {
+    if (has_text || d.tools.empty() || (lps && !lps->empty())) {
       json::object choice{{"index", 0}};
       if (chat) {
         json::object delta;

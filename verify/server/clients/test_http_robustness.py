@@ -263,6 +263,17 @@ def test_slow_server_disconnect_capacity_timeout(srv):
         assert slow.proc.wait(timeout=10) == 0
 
 
+def test_keepalive_comments_during_prefill(srv):
+    # 3 ms per prompt token: a ~100-token prefill takes ~0.3 s, with a keep-alive comment every 50 ms.
+    with harness.Server(EXE, "--stub-token-delay-us", "3000", "--keepalive", "0.05") as slow:
+        c, r = open_stream(slow.port, {"messages": msgs("k" * 60), "max_tokens": 2})
+        raw = r.read().decode()
+        c.close()
+        first_data = raw.index("data: ", raw.index("data: ") + 1)  # after the role chunk
+        assert raw[:first_data].count(": keep-alive\n\n") >= 2, raw[:400]
+        assert harness.sse_events(raw.encode())[-1] == "[DONE]"
+
+
 def test_metrics_and_health(srv):
     s, h, b = srv.request("GET", "/metrics")
     text = b.decode()
