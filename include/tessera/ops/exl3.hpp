@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+/// EXL3 op family (spec/exl3.md §2–§4, §5.2): y = ((((x·suh) H_k) W') H_n)·svh (+ bias), with W' decoded
+/// from the 16×16-tile trellis code.
+///   Exl3Dequant       trellis → W' fp16 [k, n] (bit-exact, ExLlamaV3's `reconstruct`)
+///   Exl3Gemm          x [m, k] fp16 → y [m, n] fp16 or fp32; xh and the epilogue bit-exact, the
+///                     accumulation in fp32 (order is implementation-defined, spec §4.4)
+///   Exl3GroupedGemm   MoE: many experts' layers (same k, n, K, codebook) in one launch; assignment a
+///                     multiplies token row token_idx[a] by expert e (rows of e are a in
+///                     [expert_offsets[e], expert_offsets[e+1])) and scales its fp32 output by weight[a]
+/// Row invariance: a row's result never depends on the number of rows or on the other rows.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+#include "tessera/codec/exl3.hpp"
+#include "tessera/core/context.hpp"
+#include "tessera/core/dtype.hpp"
+#include "tessera/core/status.hpp"
+#include "tessera/core/tensor.hpp"
+
+namespace tessera::ops {
+
+/// Shape of one EXL3 layer; everything that selects a kernel variant besides the row count.
+struct Exl3LayerDesc {
+  int64_t k = 0, n = 0;                              // in_features, out_features (multiples of 128)
+  int k2 = 8;                                         // 2 · bits (even: K = 1..8; odd: MUL1 half rates)
+  exl3::Codebook codebook = exl3::Codebook::kMul1;
+  friend bool operator==(Exl3LayerDesc const&, Exl3LayerDesc const&) = default;
+};
+inline std::ostream& operator<<(std::ostream& os, Exl3LayerDesc const& d) {
+  static char const* const kCb[] = {"3inst", "mcg", "mul1"};
+  return os << kCb[static_cast<int>(d.codebook)] << " K" << d.k2 / 2 << (d.k2 % 2 ? ".5" : "") << " " << d.k
+            << "x" << d.n;
+}
+/// Validates the layer shape (k, n multiples of 128, K in range); names the offending field.
+Status check_exl3_layer(Exl3LayerDesc const& d);
+
+struct Exl3DequantArgs {
+  TensorView<int16_t const, 3> trellis;  // [k/16, n/16, 8·k2]
+  TensorView<Fp16, 2> w;                  // [k, n] out: W'
+};
+
+struct Exl3GemmDesc {
+  Exl3LayerDesc layer;
+  int64_t num_rows = 0;                   // m
+  DType out_type = DType::kF16;           // kF16 or kF32
+  bool has_bias = false;
+  friend bool operator==(Exl3GemmDesc const&, Exl3GemmDesc const&) = default;
+};
+inline std::ostream& operator<<(std::ostream& os, Exl3GemmDesc const& d) {
+  return os << d.layer << " m=" << d.num_rows << (d.out_type == DType::kF32 ? " f32" : " f16")
+            << (d.has_bias ? " +bias" : "");
+}
+
+struct Exl3GemmArgs {
+  TensorView<Fp16 const, 2> x;            // [m, k]
+  TensorView<int16_t const, 3> trellis;   // [k/16, n/16, 8·k2]
+  TensorView<Fp16 const, 1> suh;          // [k]
+  TensorView<Fp16 const, 1> svh;          // [n]
+  TensorView<Fp16 const, 1> bias;         // [n], or empty
+  TensorView<Fp16, 2> y_f16;              // [m, n] when out_type == kF16
+  TensorView<float, 2> y_f32;             // [m, n] when out_type == kF32
+};
+
+struct Exl3GroupedGemmDesc {
+  Exl3LayerDesc layer;                    // shared by every expert of the launch
+  int64_t num_experts = 0;                // E
+  int64_t num_tokens = 0;                 // T, rows of x
+  int64_t num_assignments = 0;            // A = rows of y (T · top_k, grouped by expert)
+  friend bool operator==(Exl3GroupedGemmDesc const&, Exl3GroupedGemmDesc const&) = default;
+};
+
+/// Pointer arrays live in the memory of the backend that runs the op (device memory for CUDA).
+struct Exl3GroupedGemmArgs {
+  TensorView<Fp16 const, 2> x;            // [T, k]
+  int16_t const* const* trellis = nullptr;  // [E] → [k/16, n/16, 8·k2]
+  Fp16 const* const* suh = nullptr;       // [E] → [k]
+  Fp16 const* const* svh = nullptr;       // [E] → [n]
+  int32_t const* expert_offsets = nullptr;  // [E + 1], assignments of expert e: [off[e], off[e+1])
+  int32_t const* token_idx = nullptr;     // [A] row of x of each assignment
+  float const* route_weight = nullptr;    // [A] routing weight (nullptr = 1)
+  TensorView<float, 2> y;                 // [A, n] fp32: route_weight[a] · epilogue_f32(row)
+};
+
+template <Backend B> struct Exl3Dequant;
+template <Backend B> struct Exl3Gemm;
+template <Backend B> struct Exl3GroupedGemm;
+
+template <> struct Exl3Dequant<Backend::kCpu> {
+  static Status check(Exl3LayerDesc const&);
+  static Status run(Exl3LayerDesc const&, Exl3DequantArgs const&, ExecContext&);
+};
+template <> struct Exl3Gemm<Backend::kCpu> {
+  static Status check(Exl3GemmDesc const&);
+  static Status run(Exl3GemmDesc const&, Exl3GemmArgs const&, ExecContext&);
+};
+template <> struct Exl3GroupedGemm<Backend::kCpu> {
+  static Status check(Exl3GroupedGemmDesc const&);
+  static Status run(Exl3GroupedGemmDesc const&, Exl3GroupedGemmArgs const&, ExecContext&);
+};
+
+// CUDA backend: defined in kernels/exl3/exl3_cuda.cu (only in builds with CUDA).
+template <> struct Exl3Dequant<Backend::kCuda> {
+  static Status check(Exl3LayerDesc const&, DeviceInfo const&);
+  static Status run(Exl3LayerDesc const&, Exl3DequantArgs const&, ExecContext&);
+};
+template <> struct Exl3Gemm<Backend::kCuda> {
+  static Status check(Exl3GemmDesc const&, DeviceInfo const&);
+  /// Device scratch: fp16 xh [m, k] + fp32 acc [m, n] (+ fp16 W' [k, n] for the reconstruct path).
+  static size_t workspace_bytes(Exl3GemmDesc const&);
+  static Status run(Exl3GemmDesc const&, Exl3GemmArgs const&, ExecContext&);
+};
+template <> struct Exl3GroupedGemm<Backend::kCuda> {
+  static Status check(Exl3GroupedGemmDesc const&, DeviceInfo const&);
+  static size_t workspace_bytes(Exl3GroupedGemmDesc const&);
+  static Status run(Exl3GroupedGemmDesc const&, Exl3GroupedGemmArgs const&, ExecContext&);
+};
+
+/// Whether `k2` has compiled CUDA instantiations (integer K = 1..8; half rates are CPU-only).
+constexpr bool exl3_cuda_supports_k2(int k2) { return k2 % 2 == 0 && k2 >= 2 && k2 <= 16; }
+
+}  // namespace tessera::ops
