@@ -2,7 +2,7 @@
 /// Engine invariants with the stub model: replies equal an independent token-by-token reference loop
 /// (full-history logits + argmax / keyed sampling), whatever the batching, the prefill chunk budget or
 /// prefix-cache hits; admission refuses what can never fit, queues what must wait; cancellation and
-/// completion free every slot; the sampler is keyed and follows its transform order.
+/// completion free every slot; logprobs are the log-softmax of the model's logits.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "servers/openai/engine/engine.hpp"
-#include "servers/openai/engine/sampler.hpp"
+#include "tessera/ops/sampling.hpp"
 #include "servers/openai/engine/stub_model.hpp"
 #include "verify/common/random.hpp"
 
@@ -57,6 +57,29 @@ Reply collect(std::shared_ptr<RequestHandle> const& h) {
   return r;
 }
 
+// One keyed draw of ops::sample for a row (the sampler itself is tested in verify/sampling).
+int32_t keyed_sample(std::vector<float> const& logits, SamplingParams const& sp, int64_t position,
+                     std::vector<int32_t> const& reply) {
+  ops::SamplingRowParams p;
+  p.temperature = sp.temperature;
+  p.top_p = sp.top_p;
+  p.top_k = sp.top_k;
+  p.min_p = sp.min_p;
+  p.seed = sp.seed;
+  p.position = position;
+  int64_t off[2] = {0, static_cast<int64_t>(reply.size())};
+  int32_t token = -1;
+  ops::SampleArgs a;
+  a.logits = TensorView<float const, 2>(logits.data(), {1, static_cast<int64_t>(logits.size())});
+  a.params = TensorView<ops::SamplingRowParams const, 1>(&p, {1});
+  a.output_offsets = TensorView<int64_t const, 1>(off, {2});
+  a.output_tokens = TensorView<int32_t const, 1>(reply.data(), {off[1]});
+  a.tokens = TensorView<int32_t, 1>(&token, {1});
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::sample(ctx, ops::SampleDesc{1, static_cast<int64_t>(logits.size()), 0}, a).ok());
+  return token;
+}
+
 // The reference: feed the whole history every step, take argmax (or the keyed sample).
 Reply reference(StubModel const& m, std::vector<int32_t> prompt, int64_t max_tokens, SamplingParams const& sp) {
   Reply r;
@@ -66,7 +89,7 @@ Reply reference(StubModel const& m, std::vector<int32_t> prompt, int64_t max_tok
     m.logits_for(hist, logits.data());
     int32_t t;
     if (sp.temperature == 0) t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    else t = sample_token(logits, sp, k, std::span<int32_t const>(hist.data() + prompt.size(), hist.size() - prompt.size()), nullptr);
+    else t = keyed_sample(logits, sp, static_cast<int64_t>(hist.size()), r.tokens);
     if (t == m.info().eos_token_ids[0]) { r.finish = FinishReason::kStop; return r; }
     r.tokens.push_back(t);
     hist.push_back(t);
@@ -244,68 +267,36 @@ BOOST_AUTO_TEST_CASE(queue_timeout_and_drain) {
   wait_idle(e);
 }
 
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_AUTO_TEST_SUITE(sampler)
-
-BOOST_AUTO_TEST_CASE(greedy_and_keyed) {
-  auto base = verify::randn(500, verify::test_seed(21));
-  SamplingParams p;
-  p.temperature = 0;
-  auto l = base;
-  int32_t am = static_cast<int32_t>(std::max_element(base.begin(), base.end()) - base.begin());
-  BOOST_TEST(sample_token(l, p, 0, {}, nullptr) == am);
-  p.temperature = 1;
-  p.top_k = 1;
-  l = base;
-  BOOST_TEST(sample_token(l, p, 3, {}, nullptr) == am);
-  p.top_k = 0;
-  p.seed = 99;
-  for (int64_t pos = 0; pos < 20; ++pos) {
-    auto l1 = base, l2 = base;
-    BOOST_TEST(sample_token(l1, p, pos, {}, nullptr) == sample_token(l2, p, pos, {}, nullptr));
+BOOST_AUTO_TEST_CASE(engine_logprobs_are_log_softmax_of_the_model) {
+  StubModel model(stub_config());
+  Engine e(model, {});
+  std::mt19937_64 g(verify::test_seed(15));
+  GenerationRequest rq;
+  rq.prompt = random_prompt(g, 30);
+  rq.max_tokens = 6;
+  rq.ignore_eos = true;
+  rq.sampling.temperature = 0;
+  rq.top_logprobs = 3;
+  auto h = *e.submit(rq);
+  std::vector<TokenEvent> ev;
+  for (int i = 0; i < 200 && h->finish_reason() == FinishReason::kNone; ++i) h->wait(ev, std::chrono::milliseconds(20));
+  h->wait(ev, std::chrono::milliseconds(0));
+  BOOST_REQUIRE(ev.size() == 6u);
+  std::vector<int32_t> hist = rq.prompt;
+  std::vector<float> logits(model.info().vocab_size);
+  for (auto const& x : ev) {
+    model.logits_for(hist, logits.data());
+    double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+    for (float l : logits) sum += std::exp(l - mx);
+    double lse = mx + std::log(sum);
+    BOOST_TEST(std::fabs(x.logprob - (logits[x.token] - lse)) < 1e-4);
+    BOOST_REQUIRE(x.top.size() == 3u);
+    BOOST_TEST(x.top[0].token == x.token);  // greedy: the chosen token is the best
+    BOOST_TEST(x.top[0].logprob >= x.top[1].logprob);
+    BOOST_TEST(x.top[1].logprob >= x.top[2].logprob);
+    hist.push_back(x.token);
   }
-  std::vector<uint8_t> allowed(500, 0);
-  allowed[7] = allowed[300] = 1;
-  for (int64_t pos = 0; pos < 20; ++pos) {
-    l = base;
-    int32_t t = sample_token(l, p, pos, {}, &allowed);
-    BOOST_TEST((t == 7 || t == 300));
-  }
-}
-
-BOOST_AUTO_TEST_CASE(frequencies_follow_softmax) {
-  // Three tokens with probabilities 0.5 / 0.3 / 0.2; 4000 keyed draws; each frequency within 4σ.
-  std::vector<float> base = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
-  SamplingParams p;
-  p.seed = verify::test_seed(22);
-  int counts[3] = {0, 0, 0};
-  int const n = 4000;
-  for (int64_t pos = 0; pos < n; ++pos) { auto l = base; ++counts[sample_token(l, p, pos, {}, nullptr)]; }
-  double const want[3] = {0.5, 0.3, 0.2};
-  for (int i = 0; i < 3; ++i) {
-    double sigma = std::sqrt(want[i] * (1 - want[i]) / n);
-    BOOST_TEST(std::fabs(counts[i] / double(n) - want[i]) < 4 * sigma, "token " << i << ": " << counts[i]);
-  }
-  // top_p 0.6 keeps tokens 0 and 1 only (0.5 < 0.6 ≤ 0.8); min_p 0.7 keeps token 0 only.
-  p.top_p = 0.6f;
-  for (int64_t pos = 0; pos < 200; ++pos) { auto l = base; BOOST_TEST(sample_token(l, p, pos, {}, nullptr) != 2); }
-  p.top_p = 1;
-  p.min_p = 0.7f;
-  for (int64_t pos = 0; pos < 200; ++pos) { auto l = base; BOOST_TEST(sample_token(l, p, pos, {}, nullptr) == 0); }
-}
-
-BOOST_AUTO_TEST_CASE(logprobs_are_log_softmax) {
-  std::vector<float> l = {1.0f, 2.0f, 3.0f, 3.0f};
-  float lp;
-  std::vector<TopLogprob> top;
-  token_logprobs(l, 1, 3, lp, top);
-  double lse = std::log(std::exp(1.0) + std::exp(2.0) + 2 * std::exp(3.0));
-  BOOST_TEST(std::fabs(lp - (2.0 - lse)) < 1e-6);
-  BOOST_REQUIRE(top.size() == 3u);
-  BOOST_TEST(top[0].token == 2);  // ties: lower id first
-  BOOST_TEST(top[1].token == 3);
-  BOOST_TEST(top[2].token == 1);
+  wait_idle(e);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "servers/openai/engine/sampler.hpp"
+#include "tessera/ops/sampling.hpp"
 
 namespace tessera::server {
 
@@ -274,23 +274,9 @@ bool Engine::step() {
       continue;
     }
     if (s.pos == n) prefill_tokens += 1;
-    std::span<float> logits(s.logits.data(), static_cast<size_t>(vocab_));
     TokenEvent ev;
-    if (s.req.top_logprobs >= 0) {
-      // Log-probabilities are of the model's distribution, taken before penalties and masks.
-      std::vector<float> raw(logits.begin(), logits.end());
-      ev.token = -1;
-      std::vector<uint8_t> allowed;
-      if (s.req.constraint) { allowed.assign(vocab_, 1); s.req.constraint->mask(allowed); }
-      ev.token = sample_token(logits, s.req.sampling, static_cast<int64_t>(s.reply.size()), s.reply,
-                              s.req.constraint ? &allowed : nullptr);
-      token_logprobs(raw, ev.token, s.req.top_logprobs, ev.logprob, ev.top);
-    } else {
-      std::vector<uint8_t> allowed;
-      if (s.req.constraint) { allowed.assign(vocab_, 1); s.req.constraint->mask(allowed); }
-      ev.token = sample_token(logits, s.req.sampling, static_cast<int64_t>(s.reply.size()), s.reply,
-                              s.req.constraint ? &allowed : nullptr);
-    }
+    Status ss = sample_row(s, ev);
+    if (!ss.ok()) { finish_slot(i, FinishReason::kError, ss.message()); continue; }
     if (s.reply.empty()) s.handle->set_ttft(seconds_since(s.handle->submitted_));
     bool is_eos = std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), ev.token) != info_.eos_token_ids.end();
     bool is_stop_id = std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), ev.token) != s.req.stop_token_ids.end();
@@ -313,6 +299,63 @@ bool Engine::step() {
   stats_.prefill_tokens_total += static_cast<uint64_t>(prefill_tokens);
   ++stats_.steps_total;
   return true;
+}
+
+Status Engine::sample_row(Slot& s, TokenEvent& ev) {
+  // One row of ops::sample: penalties over the prompt (repetition) and the reply, the constraint's mask,
+  // the keyed draw at the token's absolute position (stream key 0: the reply is a function of seed,
+  // prompt and position only), raw log-softmax logprobs.
+  ops::SamplingRowParams p;
+  SamplingParams const& q = s.req.sampling;
+  p.temperature = q.temperature;
+  p.top_k = q.top_k;
+  p.top_p = q.top_p;
+  p.min_p = q.min_p;
+  p.presence_penalty = q.presence_penalty;
+  p.frequency_penalty = q.frequency_penalty;
+  p.repetition_penalty = q.repetition_penalty;
+  p.seed = q.seed;
+  p.stream_key = 0;
+  p.position = s.pos;
+  int64_t const words = (vocab_ + 31) / 32;
+  std::vector<uint32_t> mask;
+  if (s.req.constraint) {
+    std::vector<uint8_t> allowed(static_cast<size_t>(vocab_), 1);
+    s.req.constraint->mask(allowed);
+    mask.assign(static_cast<size_t>(words), 0u);
+    for (int64_t v = 0; v < vocab_; ++v) if (allowed[v]) mask[v / 32] |= 1u << (v % 32);
+  }
+  int32_t const k = std::max<int32_t>(s.req.top_logprobs, 0);
+  int64_t prompt_off[2] = {0, static_cast<int64_t>(s.req.prompt.size())};
+  int64_t reply_off[2] = {0, static_cast<int64_t>(s.reply.size())};
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<int32_t> top_ids(static_cast<size_t>(k));
+  std::vector<float> top_lps(static_cast<size_t>(k));
+  ops::SampleDesc d{1, vocab_, k, ops::LogprobMode::kRaw};
+  ops::SampleArgs a;
+  a.logits = TensorView<float const, 2>(s.logits.data(), {1, vocab_});
+  a.params = TensorView<ops::SamplingRowParams const, 1>(&p, {1});
+  if (!mask.empty()) a.mask = TensorView<uint32_t const, 2>(mask.data(), {1, words});
+  if (q.repetition_penalty != 1.0f) {
+    a.prompt_offsets = TensorView<int64_t const, 1>(prompt_off, {2});
+    a.prompt_tokens = TensorView<int32_t const, 1>(s.req.prompt.data(), {prompt_off[1]});
+  }
+  a.output_offsets = TensorView<int64_t const, 1>(reply_off, {2});
+  a.output_tokens = TensorView<int32_t const, 1>(s.reply.data(), {reply_off[1]});
+  a.tokens = TensorView<int32_t, 1>(&token, {1});
+  a.logprobs = TensorView<float, 1>(&logprob, {1});
+  if (k > 0) {
+    a.top_ids = TensorView<int32_t, 2>(top_ids.data(), {1, k});
+    a.top_logprobs = TensorView<float, 2>(top_lps.data(), {1, k});
+  }
+  ExecContext ctx;
+  ctx.backend = Backend::kCpu;
+  TESSERA_TRY(ops::sample(ctx, d, a));
+  ev.token = token;
+  ev.logprob = logprob;
+  for (int32_t j = 0; j < k; ++j) ev.top.push_back({top_ids[j], top_lps[j]});
+  return {};
 }
 
 void Engine::run() {

@@ -97,6 +97,7 @@ class Engine {
   void expire_waiting();
   void admit();
   bool step();
+  Status sample_row(Slot& s, TokenEvent& ev);
   void finish_slot(size_t i, FinishReason r, std::string error = {});
   void cache_insert(Slot& s);
   CacheEntry* cache_lookup(std::vector<int32_t> const& prompt);
