@@ -31,6 +31,8 @@ PY
 )
 [ "$meson_ok" = yes ] || pip_install 'meson>=1.4'
 command -v ninja >/dev/null 2>&1 || pip_install ninja
+# The official OpenAI Python SDK: the server's conformance and load tests drive `tessera serve` with it.
+python3 -c "import openai" 2>/dev/null || pip_install openai
 for req in ${TESSERA_PY_REQUIREMENTS:-}; do
   python3 -c "import ${req%%=*}" 2>/dev/null || pip_install "$req"
 done

@@ -65,11 +65,13 @@ static int cmd_version(std::vector<std::string> const&) {
 // [declarations]
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
+int cmd_serve(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
     {"inspect", "show a checkpoint: config, tensors, weight layout, EXL3 bits per weight", cmd_inspect},
     {"make-synthetic", "write a seeded random DeepSeek-V4.1 checkpoint (tiny or v41-flash dimensions)", cmd_make_synthetic},
+    {"serve", "run the OpenAI-compatible HTTP server", cmd_serve},
     // [commands]
 };
 
