@@ -63,9 +63,13 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_verify_exl3(std::vector<std::string> const& args);
+int cmd_quantize(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
+    {"verify exl3", "EXL3 test ladder on the golden fixtures (spec/exl3.md §7.4)", cmd_verify_exl3},
+    {"quantize", "quantize a bf16/fp32/FP8 checkpoint to EXL3 (--bits AVG, per-tensor K)", cmd_quantize},
     // [commands]
 };
 
