@@ -30,8 +30,9 @@ std::string param(std::string const& k, bool str, std::string const& v) {
 
 /// Streaming parse of `chunks`; also checks the delta invariants (deltas concatenate to the message, one
 /// header per call with empty arguments, fragments concatenate to the final arguments).
-chat::ParsedMessage stream(std::vector<std::string> const& chunks, bool thinking) {
-  chat::OutputParser p({.thinking = thinking});
+chat::ParsedMessage stream(std::vector<std::string> const& chunks, bool thinking,
+                           std::vector<std::string> const& stop = {}) {
+  chat::OutputParser p({.thinking = thinking, .stop = stop});
   std::string reasoning, content;
   std::vector<std::string> names, args;
   auto take = [&](chat::ParseDelta const& d) {
@@ -64,7 +65,7 @@ chat::ParsedMessage stream(std::vector<std::string> const& chunks, bool thinking
 }
 
 bool same(chat::ParsedMessage const& a, chat::ParsedMessage const& b) {
-  if (a.reasoning != b.reasoning || a.content != b.content || a.saw_eos != b.saw_eos ||
+  if (a.reasoning != b.reasoning || a.content != b.content || a.saw_eos != b.saw_eos || a.stop_index != b.stop_index ||
       a.tool_calls.size() != b.tool_calls.size())
     return false;
   for (size_t i = 0; i < a.tool_calls.size(); ++i)
@@ -75,11 +76,12 @@ bool same(chat::ParsedMessage const& a, chat::ParsedMessage const& b) {
 }
 
 /// Whole, every two-chunk split, byte by byte and UTF-8 character by character all give the same message.
-chat::ParsedMessage check_split_invariance(std::string const& text, bool thinking) {
-  auto whole = stream({text}, thinking);
+chat::ParsedMessage check_split_invariance(std::string const& text, bool thinking,
+                                           std::vector<std::string> const& stop = {}) {
+  auto whole = stream({text}, thinking, stop);
   bool all_same = true;
   for (size_t cut = 0; cut <= text.size(); ++cut)
-    all_same = all_same && same(whole, stream({text.substr(0, cut), text.substr(cut)}, thinking));
+    all_same = all_same && same(whole, stream({text.substr(0, cut), text.substr(cut)}, thinking, stop));
   std::vector<std::string> bytes, chars;
   for (char c : text) bytes.emplace_back(1, c);
   for (size_t i = 0; i < text.size();) {
@@ -88,7 +90,7 @@ chat::ParsedMessage check_split_invariance(std::string const& text, bool thinkin
     chars.push_back(text.substr(i, j - i));
     i = j;
   }
-  all_same = all_same && same(whole, stream(bytes, thinking)) && same(whole, stream(chars, thinking));
+  all_same = all_same && same(whole, stream(bytes, thinking, stop)) && same(whole, stream(chars, thinking, stop));
   BOOST_TEST(all_same, "split invariance for: " << text);
   return whole;
 }
@@ -253,6 +255,30 @@ BOOST_AUTO_TEST_CASE(tolerant_rules) {
   BOOST_TEST(p.message().content == "x");
 }
 
+BOOST_AUTO_TEST_CASE(stop_strings) {
+  // A stop string ends the reply in reasoning or content; partial matches are held back; the earliest wins.
+  auto a = check_split_invariance("let me see STOP more</think>x" + kEos, true, {"STOP"});
+  BOOST_TEST(a.reasoning == "let me see ");
+  BOOST_TEST(a.content.empty());
+  BOOST_TEST(a.stop_index == 0);
+  auto b = check_split_invariance("r</think>one\ntwo\n\nthree" + kEos, true, {"\n\n", "two"});
+  BOOST_TEST(b.content == "one\n");
+  BOOST_TEST(b.stop_index == 1);
+  auto c = check_split_invariance("no stop here" + kEos, false, {"stop!", ""});
+  BOOST_TEST(c.content == "no stop here");
+  BOOST_TEST(c.stop_index == -1);
+  BOOST_TEST(c.saw_eos);
+  // A stop string that is a prefix of a DSML marker still stops (the longer marker does not complete).
+  auto d = check_split_invariance("ab\n\nc" + kEos, false, {"\n\n"});
+  BOOST_TEST(d.content == "ab");
+  BOOST_TEST(d.stop_index == 0);
+  chat::OutputParser p({.thinking = false, .stop = {"END"}});
+  BOOST_TEST(p.feed("abcEN").content == "abc");
+  BOOST_TEST(p.feed("D tail").content.empty());
+  BOOST_TEST(p.finished());
+  BOOST_TEST(p.message().stop_index == 0);
+}
+
 BOOST_AUTO_TEST_CASE(fuzz_dsml_parser) {
   // Mutations of well-formed completions plus random fragments; fixed count, seeded.
   std::mt19937_64 g(tessera::verify::test_seed(4242));
@@ -277,7 +303,9 @@ BOOST_AUTO_TEST_CASE(fuzz_dsml_parser) {
       }
     }
     bool thinking = g() % 2;
-    auto whole = stream({s}, thinking);
+    std::vector<std::string> stop;
+    if (g() % 4 == 0) stop.push_back(frags[g() % frags.size()]);
+    auto whole = stream({s}, thinking, stop);
     // Random chunking must give the same result.
     std::vector<std::string> chunks;
     for (size_t i = 0; i < s.size();) {
@@ -285,7 +313,7 @@ BOOST_AUTO_TEST_CASE(fuzz_dsml_parser) {
       chunks.push_back(s.substr(i, n));
       i += n;
     }
-    auto chunked = stream(chunks, thinking);
+    auto chunked = stream(chunks, thinking, stop);
     BOOST_TEST(same(whole, chunked), "iteration " << it << " thinking " << thinking << " input [" << esc(s)
                                                   << "]\n whole:   " << describe(whole)
                                                   << "\n chunked: " << describe(chunked));

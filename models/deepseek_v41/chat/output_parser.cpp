@@ -9,14 +9,17 @@
 /// (removed). Call states follow §3.1's grammar, skipping white space between tags; arguments stream as
 /// JSON: `{` or `, ` + dumps(key) + `: ` before a value, the value JSON-escaped between quotes for
 /// string="true" and raw for string="false", and `}` (or `{}`) when the invoke closes. A call's header
-/// delta (its name) is emitted once the name's closing quote arrives.
+/// delta (its name) is emitted once the name's closing quote arrives. Stop strings are extra text-state
+/// markers that end the reply.
+#include <span>
+
 #include "tessera/models/deepseek_v41/chat.hpp"
 
 namespace tessera::models::deepseek_v41::chat {
 
 namespace {
 
-enum class Act { kThinkEnd, kThinkStart, kCallsOpen, kOrphanInvoke, kEos, kStrip };
+enum class Act { kThinkEnd, kThinkStart, kCallsOpen, kOrphanInvoke, kEos, kStrip, kStop };
 
 struct Marker {
   std::string_view text;
@@ -46,12 +49,13 @@ struct ScanResult {
 };
 
 /// Earliest full marker match; stops early at a position where a longer marker could still complete.
-template <size_t N>
-ScanResult scan(std::string_view buf, Marker const (&markers)[N], bool final) {
+/// `first` flags the bytes a marker can start with.
+ScanResult scan(std::string_view buf, std::span<Marker const> markers, std::array<bool, 256> const& first,
+                bool final) {
   size_t const n = buf.size();
   for (size_t i = 0; i < n; ++i) {
     char c = buf[i];
-    if (c != '<' && c != '\n' && c != '\xEF') continue;
+    if (!first[static_cast<unsigned char>(c)]) continue;
     Marker const* best = nullptr;
     bool pending = false;
     for (auto const& m : markers) {
@@ -101,7 +105,11 @@ void skip_ws(std::string& buf) {
 }  // namespace
 
 OutputParser::OutputParser(Options options)
-    : options_(options), state_(options.thinking ? State::kReasoning : State::kContent) {}
+    : options_(std::move(options)), state_(options_.thinking ? State::kReasoning : State::kContent) {
+  std::erase_if(options_.stop, [](std::string const& s) { return s.empty(); });
+  for (auto const& m : kTextMarkers) first_byte_[static_cast<unsigned char>(m.text[0])] = true;
+  for (auto const& s : options_.stop) first_byte_[static_cast<unsigned char>(s[0])] = true;
+}
 
 void OutputParser::emit_text(ParseDelta& d, std::string_view s) {
   if (s.empty()) return;
@@ -163,7 +171,14 @@ bool OutputParser::step_text(ParseDelta& d, bool final) {
     if (wait) return false;
     junctions_.clear();
   }
-  ScanResult r = scan(buf_, kTextMarkers, final);
+  std::vector<Marker> with_stops;
+  std::span<Marker const> markers = kTextMarkers;
+  if (!options_.stop.empty()) {
+    with_stops.assign(std::begin(kTextMarkers), std::end(kTextMarkers));
+    for (auto const& st : options_.stop) with_stops.push_back({st, Act::kStop});
+    markers = with_stops;
+  }
+  ScanResult r = scan(buf_, markers, first_byte_, final);
   emit_text(d, std::string_view(buf_).substr(0, r.plain_end));
   buf_.erase(0, r.plain_end);
   if (!r.marker) return false;   // all plain text consumed, or waiting on a possible marker
@@ -193,6 +208,12 @@ bool OutputParser::step_text(ParseDelta& d, bool final) {
     case Act::kStrip:
       buf_.erase(0, len);
       return true;
+    case Act::kStop:
+      for (size_t i = 0; i < options_.stop.size(); ++i)
+        if (options_.stop[i].data() == r.marker->text.data()) msg_.stop_index = static_cast<int>(i);
+      buf_.clear();
+      state_ = State::kDone;
+      return false;
   }
   return false;
 }

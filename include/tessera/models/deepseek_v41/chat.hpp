@@ -19,6 +19,7 @@
 ///   for each decoded chunk: auto d = p.feed(chunk);  …  auto last = p.finish();
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -168,6 +169,7 @@ struct ParsedMessage {
   std::string content;
   std::vector<ParsedToolCall> tool_calls;
   bool saw_eos = false;
+  int stop_index = -1;     // OutputParser: index of the Options::stop string that ended the reply, else -1
 };
 
 /// The reference parser (`parse_message_from_completion_text`, strict, §3.2) on the whole completion text
@@ -200,7 +202,9 @@ struct ParseDelta {
 class OutputParser {
  public:
   struct Options {
-    bool thinking = true;   // the reply starts inside reasoning (the prompt ended with `<think>`)
+    bool thinking = true;            // the reply starts inside reasoning (the prompt ended with `<think>`)
+    std::vector<std::string> stop;   // OpenAI `stop` strings: matched in reasoning and content, held back
+                                     // while partial; a match ends the reply (message().stop_index)
   };
   explicit OutputParser(Options options);
   /// Consumes `text`; returns what became definite. Text that may be the start of a marker is held back.
@@ -225,6 +229,7 @@ class OutputParser {
   State state_;
   std::string buf_;        // unconsumed input
   bool gap_ = false;       // input was consumed without being emitted since the last text emission
+  std::array<bool, 256> first_byte_{};   // bytes that can start a text-state marker or stop string
   std::vector<std::string> junctions_;   // after a gap: rests of markup spellings whose start ends the text
   std::string field_;      // tool name / parameter key being read
   bool param_is_string_ = true;
