@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Vocabulary trie, token masks and the per-request matcher.
+///
+/// Mask of a state S: token t is allowed iff stepping S through bytes(t) leaves a live stack. The trie
+/// (DFS preorder) shares prefixes: a walk steps the state once per trie node and skips a whole subtree
+/// as soon as no stack survives. Two caches make the common steps cheap:
+///   * full: serialized S → mask (states repeat: every step inside one string value, structural
+///     positions of repeated array elements, the reasoning text, …);
+///   * leaf: when S is one stack whose top is a string / free text, the tokens that stay inside the
+///     leaf depend only on the top frame: cache (inside mask, trie nodes where the leaf closes); only the
+///     subtrees below the closing nodes are walked against the real stack below.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <queue>
+
+#include "models/common/grammar/grammar_impl.hpp"
+
+namespace tessera::model {
+
+using namespace grammar_detail;
+
+// ---- vocabulary ------------------------------------------------------------------------------------
+
+GrammarVocabulary::~GrammarVocabulary() = default;
+
+bool GrammarVocabulary::is_eos(int32_t id) const { return id >= 0 && id < size() && (flags_[id] & 1); }
+bool GrammarVocabulary::is_excluded(int32_t id) const { return id < 0 || id >= size() || (flags_[id] & 3); }
+
+Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::vector<std::string> token_bytes,
+                                                                         std::vector<int32_t> eos_ids,
+                                                                         std::vector<int32_t> excluded_ids) {
+  int64_t const n = static_cast<int64_t>(token_bytes.size());
+  if (n == 0 || n > (int64_t{1} << 31) - 1) return invalid_argument("grammar vocabulary: size out of range");
+  std::shared_ptr<GrammarVocabulary> v(new GrammarVocabulary());
+  v->flags_.assign(n, 0);
+  for (int32_t id : eos_ids) {
+    if (id < 0 || id >= n) return invalid_argument("grammar vocabulary: eos id " + std::to_string(id) + " out of range");
+    v->flags_[id] |= 1;
+  }
+  for (int32_t id : excluded_ids) {
+    if (id < 0 || id >= n) return invalid_argument("grammar vocabulary: excluded id " + std::to_string(id) + " out of range");
+    v->flags_[id] |= 2;
+  }
+  v->bytes_ = std::move(token_bytes);
+  v->eos_ = std::move(eos_ids);
+  // Trie in DFS preorder from the sorted byte strings: token i adds nodes for the bytes past its longest
+  // common prefix with token i−1.
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < n; ++i)
+    if (!(v->flags_[i] & 3) && !v->bytes_[i].empty()) ids.push_back(i);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    int const c = v->bytes_[a].compare(v->bytes_[b]);
+    return c != 0 ? c < 0 : a < b;
+  });
+  auto trie = std::make_unique<Trie>();
+  std::vector<uint32_t> path;  // node index per depth of the current path
+  std::vector<std::vector<int32_t>> toks;
+  std::string const* prev = nullptr;
+  for (int32_t id : ids) {
+    std::string const& s = v->bytes_[id];
+    if (s.size() > 65535) return invalid_argument("grammar vocabulary: token " + std::to_string(id) + " too long");
+    size_t l = 0;
+    if (prev) while (l < s.size() && l < prev->size() && s[l] == (*prev)[l]) ++l;
+    if (prev && l == s.size() && l == prev->size()) { toks[path[l - 1]].push_back(id); continue; }
+    path.resize(l);
+    for (size_t d = l; d < s.size(); ++d) {
+      path.push_back(static_cast<uint32_t>(trie->byte.size()));
+      trie->byte.push_back(static_cast<uint8_t>(s[d]));
+      trie->depth.push_back(static_cast<uint16_t>(d + 1));
+      toks.emplace_back();
+    }
+    toks[path.back()].push_back(id);
+    prev = &s;
+  }
+  size_t const nn = trie->byte.size();
+  trie->end.assign(nn, static_cast<uint32_t>(nn));
+  std::vector<uint32_t> open;  // nodes whose subtree is still open
+  for (uint32_t i = 0; i < nn; ++i) {
+    while (!open.empty() && trie->depth[open.back()] >= trie->depth[i]) { trie->end[open.back()] = i; open.pop_back(); }
+    open.push_back(i);
+  }
+  trie->tok_off.assign(nn + 1, 0);
+  for (size_t i = 0; i < nn; ++i) trie->tok_off[i + 1] = trie->tok_off[i] + static_cast<uint32_t>(toks[i].size());
+  for (auto& t : toks) trie->tok.insert(trie->tok.end(), t.begin(), t.end());
+  v->trie_ = std::move(trie);
+  return std::shared_ptr<GrammarVocabulary const>(std::move(v));
+}
+
+bool byte_level_decode(std::string_view token, std::string* out) {
+  // GPT-2 bytes_to_unicode: bytes 33–126, 161–172, 174–255 map to themselves; the other 68 bytes map to
+  // U+0100 + k in byte order.
+  static uint16_t const* table = [] {
+    static uint16_t inv[512];
+    std::fill(std::begin(inv), std::end(inv), 0xFFFF);
+    int k = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool const self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      int const cp = self ? b : 256 + k++;
+      inv[cp] = static_cast<uint16_t>(b);
+    }
+    return inv;
+  }();
+  out->clear();
+  for (size_t i = 0; i < token.size();) {
+    unsigned char const c = token[i];
+    uint32_t cp;
+    if (c < 0x80) { cp = c; i += 1; }
+    else if ((c & 0xE0) == 0xC0 && i + 1 < token.size()) { cp = ((c & 0x1F) << 6) | (token[i + 1] & 0x3F); i += 2; }
+    else return false;
+    if (cp >= 512 || table[cp] == 0xFFFF) return false;
+    out->push_back(static_cast<char>(table[cp]));
+  }
+  return true;
+}
+
+// ---- grammar ---------------------------------------------------------------------------------------
+
+Grammar::~Grammar() = default;
+
+struct GrammarBuilder {
+  static std::shared_ptr<Grammar const> make(std::unique_ptr<GrammarDef> d, std::shared_ptr<GrammarVocabulary const> v) {
+    std::shared_ptr<Grammar> g(new Grammar());
+    g->vocab_ = std::move(v);
+    g->def_ = std::move(d);
+    g->cache_ = std::make_unique<MaskCache>();
+    return g;
+  }
+};
+
+namespace grammar_detail {
+
+Result<std::shared_ptr<Grammar const>> make_grammar(std::unique_ptr<GrammarDef> def,
+                                                    std::shared_ptr<GrammarVocabulary const> vocab) {
+  return GrammarBuilder::make(std::move(def), std::move(vocab));
+}
+
+namespace {
+
+void set_tokens(Trie const& t, uint32_t node, uint32_t* words) {
+  for (uint32_t k = t.tok_off[node]; k < t.tok_off[node + 1]; ++k) {
+    uint32_t const id = static_cast<uint32_t>(t.tok[k]);
+    words[id >> 5] |= 1u << (id & 31);
+  }
+}
+
+/// Walks trie nodes [begin, end) (a run of complete subtrees whose roots have depth base+1) from `start`.
+void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t begin, uint32_t end, int base,
+          uint32_t* words) {
+  thread_local std::vector<StateSet> levels;
+  if (levels.size() < 2) levels.resize(2);
+  levels[0] = start;
+  uint32_t i = begin;
+  while (i < end) {
+    int const d = t.depth[i] - base;
+    if (static_cast<int>(levels.size()) <= d) levels.resize(d + 1);
+    step_set(g, levels[d - 1], t.byte[i], levels[d]);
+    if (levels[d].empty()) { i = t.end[i]; continue; }
+    set_tokens(t, i, words);
+    ++i;
+  }
+}
+
+std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top) {
+  MaskCache& c = gr.cache();
+  std::string const key(reinterpret_cast<char const*>(&top), sizeof top);
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    if (auto it = c.leaf.find(key); it != c.leaf.end()) return it->second;
+  }
+  GrammarDef const& g = gr.def();
+  Trie const& t = gr.vocab().trie();
+  auto e = std::make_shared<LeafEntry>();
+  e->inside.assign(gr.vocab().mask_words(), 0);
+  std::vector<Frame> fr(2, top);
+  for (uint32_t i = 0; i < t.num_nodes();) {
+    int const d = t.depth[i];
+    if (static_cast<int>(fr.size()) <= d) fr.resize(d + 1);
+    fr[d] = fr[d - 1];
+    int const r = step_leaf(g, fr[d], t.byte[i]);
+    if (r < 0) { i = t.end[i]; continue; }
+    if (r == 1) { e->exits.push_back(i); i = t.end[i]; continue; }
+    set_tokens(t, i, e->inside.data());
+    ++i;
+  }
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (c.leaf.size() >= MaskCache::kMaxLeaf) c.leaf.clear();
+  c.leaf.emplace(key, e);
+  return e;
+}
+
+}  // namespace
+
+void compute_mask(Grammar const& gr, StateSet const& s, uint32_t* words) {
+  GrammarDef const& g = gr.def();
+  Trie const& t = gr.vocab().trie();
+  int64_t const nw = gr.vocab().mask_words();
+  MaskCache& c = gr.cache();
+  std::string const key = s.key();
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    if (auto it = c.full.find(key); it != c.full.end()) {
+      std::memcpy(words, it->second->data(), nw * sizeof(uint32_t));
+      return;
+    }
+  }
+  auto m = std::make_shared<std::vector<uint32_t>>(nw, 0u);
+  uint32_t* w = m->data();
+  bool leaf_path = false;
+  if (s.size() == 1 && s.off[1] > 0) {
+    Frame const& top = s.frames[s.off[1] - 1];
+    if (is_leaf(g.nodes[top.node].kind)) {
+      leaf_path = true;
+      auto const e = leaf_entry(gr, top);
+      std::memcpy(w, e->inside.data(), nw * sizeof(uint32_t));
+      if (!e->exits.empty()) {
+        Stack after(s.frames.begin(), s.frames.begin() + s.off[1]);
+        finish_top(g, after);
+        StateSet as;
+        as.add(after.data(), after.size());
+        for (uint32_t x : e->exits) {
+          set_tokens(t, x, w);
+          walk(g, t, as, x + 1, t.end[x], t.depth[x], w);
+        }
+      }
+    }
+  }
+  if (!leaf_path) walk(g, t, s, 0, static_cast<uint32_t>(t.num_nodes()), 0, w);
+  if (can_finish(g, s))
+    for (int32_t id : gr.vocab().eos_ids()) w[id >> 5] |= 1u << (id & 31);
+  std::memcpy(words, w, nw * sizeof(uint32_t));
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (c.full.size() >= MaskCache::kMaxFull) c.full.clear();
+  c.full.emplace(key, std::move(m));
+}
+
+}  // namespace grammar_detail
+
+// ---- matcher ---------------------------------------------------------------------------------------
+
+struct GrammarMatcher::State {
+  StateSet set;
+  bool terminated = false;
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<Grammar const> g) : g_(std::move(g)) {
+  auto s = std::make_unique<State>();
+  s->set = initial_state(g_->def());
+  history_.push_back(std::move(s));
+}
+GrammarMatcher::GrammarMatcher(GrammarMatcher const& o) : g_(o.g_) {
+  for (auto const& s : o.history_) history_.push_back(std::make_unique<State>(*s));
+}
+GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher const& o) {
+  if (this != &o) { GrammarMatcher t(o); *this = std::move(t); }
+  return *this;
+}
+GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
+GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
+GrammarMatcher::~GrammarMatcher() = default;
+
+int64_t GrammarMatcher::mask_words() const { return g_->vocab().mask_words(); }
+size_t GrammarMatcher::num_steps() const { return history_.size() - 1; }
+bool GrammarMatcher::is_terminated() const { return history_.back()->terminated; }
+bool GrammarMatcher::is_complete() const {
+  State const& s = *history_.back();
+  return !s.terminated && can_finish(g_->def(), s.set);
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+  State const& cur = *history_.back();
+  if (cur.terminated) return false;
+  auto next = std::make_unique<State>();
+  StateSet a = cur.set, b;
+  for (char ch : bytes) {
+    step_set(g_->def(), a, static_cast<uint8_t>(ch), b);
+    if (b.empty()) return false;
+    std::swap(a, b);
+  }
+  next->set = std::move(a);
+  history_.push_back(std::move(next));
+  return true;
+}
+
+bool GrammarMatcher::accept_token(int32_t id) {
+  GrammarVocabulary const& v = g_->vocab();
+  if (id < 0 || id >= v.size()) return false;
+  State const& cur = *history_.back();
+  if (cur.terminated) return false;
+  if (v.is_eos(id)) {
+    if (!can_finish(g_->def(), cur.set)) return false;
+    auto next = std::make_unique<State>(cur);
+    next->terminated = true;
+    history_.push_back(std::move(next));
+    return true;
+  }
+  if (v.is_excluded(id) || v.token_bytes(id).empty()) return false;
+  return accept_bytes(v.token_bytes(id));
+}
+
+void GrammarMatcher::fill_mask(uint32_t* words) const {
+  State const& cur = *history_.back();
+  if (cur.terminated) { std::fill(words, words + mask_words(), 0u); return; }
+  compute_mask(*g_, cur.set, words);
+}
+
+std::vector<uint32_t> GrammarMatcher::mask() const {
+  std::vector<uint32_t> m(mask_words());
+  fill_mask(m.data());
+  return m;
+}
+
+std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states) const {
+  State const& cur = *history_.back();
+  if (cur.terminated) return std::nullopt;
+  GrammarDef const& g = g_->def();
+  // Best-first search over byte extensions, cost = bytes so far + 16 · (frames of the shallowest stack):
+  // every open frame needs at least one more byte, so shallow states are expanded first.
+  struct Item { StateSet set; int32_t parent; uint8_t byte; int32_t len; };
+  auto height = [](StateSet const& st) {
+    uint32_t h = UINT32_MAX;
+    for (size_t i = 0; i < st.size(); ++i) h = std::min(h, st.off[i + 1] - st.off[i]);
+    return static_cast<int64_t>(h);
+  };
+  std::vector<Item> items{{cur.set, -1, 0, 0}};
+  std::unordered_map<std::string, int32_t> seen{{cur.set.key(), 0}};
+  using Entry = std::pair<int64_t, int32_t>;  // (cost, item), smallest first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> open;
+  open.push({16 * height(cur.set), 0});
+  StateSet next;
+  while (!open.empty()) {
+    int32_t const head = open.top().second;
+    open.pop();
+    if (can_finish(g, items[head].set)) {
+      std::string out;
+      for (int32_t i = head; items[i].parent >= 0; i = items[i].parent) out.push_back(static_cast<char>(items[i].byte));
+      return std::string(out.rbegin(), out.rend());
+    }
+    for (int b = 0; b < 256; ++b) {
+      step_set(g, items[head].set, static_cast<uint8_t>(b), next);
+      if (next.empty()) continue;
+      if (!seen.emplace(next.key(), static_cast<int32_t>(items.size())).second) continue;
+      if (items.size() >= max_states) return std::nullopt;
+      int32_t const len = items[head].len + 1;
+      open.push({len + 16 * height(next), static_cast<int32_t>(items.size())});
+      items.push_back({next, head, static_cast<uint8_t>(b), len});
+    }
+  }
+  return std::nullopt;
+}
+
+bool GrammarMatcher::rollback(size_t n) {
+  if (n > num_steps()) return false;
+  history_.resize(history_.size() - n);
+  return true;
+}
+
+}  // namespace tessera::model
