@@ -148,8 +148,14 @@ struct LeafEntry {
 struct MaskCache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<std::vector<uint32_t> const>> full;
-  std::unordered_map<std::string, std::shared_ptr<LeafEntry const>> leaf;
-  static constexpr size_t kMaxFull = 4096, kMaxLeaf = 1024;
+  static constexpr size_t kMaxFull = 4096;
+};
+/// Leaf entries live with the vocabulary, keyed by the leaf's signature (kind, bounds, terminator,
+/// forbidden strings, frame state without the node id), so every grammar on that vocabulary shares them.
+struct LeafCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<LeafEntry const>> map;
+  static constexpr size_t kMaxLeaf = 1024;  // 16 KiB masks on a 129k vocabulary: ≤ 16 MiB
 };
 
 /// Wraps a finalized definition into a Grammar with empty caches.

@@ -23,6 +23,7 @@ using namespace grammar_detail;
 // ---- vocabulary ------------------------------------------------------------------------------------
 
 GrammarVocabulary::~GrammarVocabulary() = default;
+size_t GrammarVocabulary::trie_nodes() const { return trie_->num_nodes(); }
 
 bool GrammarVocabulary::is_eos(int32_t id) const { return id >= 0 && id < size() && (flags_[id] & 1); }
 bool GrammarVocabulary::is_excluded(int32_t id) const { return id < 0 || id >= size() || (flags_[id] & 3); }
@@ -84,6 +85,7 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::v
   for (size_t i = 0; i < nn; ++i) trie->tok_off[i + 1] = trie->tok_off[i] + static_cast<uint32_t>(toks[i].size());
   for (auto& t : toks) trie->tok.insert(trie->tok.end(), t.begin(), t.end());
   v->trie_ = std::move(trie);
+  v->leaf_cache_ = std::make_unique<LeafCache>();
   return std::shared_ptr<GrammarVocabulary const>(std::move(v));
 }
 
@@ -145,30 +147,82 @@ void set_tokens(Trie const& t, uint32_t node, uint32_t* words) {
 }
 
 /// Walks trie nodes [begin, end) (a run of complete subtrees whose roots have depth base+1) from `start`.
+/// A level whose state is one stack topped by a leaf (string / free text) steps only that top frame
+/// (32 bytes) until the leaf finishes; the stack is rebuilt only then.
+struct Level {
+  StateSet set;
+  Frame top;         // leaf mode: the current top frame
+  int owner = 0;     // leaf mode: the level whose `set` holds the stack below the top
+  bool leaf = false;
+};
+
+void enter_leaf_mode(GrammarDef const& g, std::vector<Level>& lv, int d) {
+  Level& l = lv[d];
+  l.leaf = false;
+  if (l.set.size() == 1 && l.set.off[1] > 0) {
+    Frame const& top = l.set.frames[l.set.off[1] - 1];
+    if (is_leaf(g.nodes[top.node].kind)) { l.leaf = true; l.top = top; l.owner = d; }
+  }
+}
+
 void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t begin, uint32_t end, int base,
           uint32_t* words) {
-  thread_local std::vector<StateSet> levels;
-  if (levels.size() < 2) levels.resize(2);
-  levels[0] = start;
+  thread_local std::vector<Level> lv;
+  thread_local Stack scratch;
+  if (lv.size() < 2) lv.resize(2);
+  lv[0].set = start;
+  enter_leaf_mode(g, lv, 0);
   uint32_t i = begin;
   while (i < end) {
     int const d = t.depth[i] - base;
-    if (static_cast<int>(levels.size()) <= d) levels.resize(d + 1);
-    step_set(g, levels[d - 1], t.byte[i], levels[d]);
-    if (levels[d].empty()) { i = t.end[i]; continue; }
+    if (static_cast<int>(lv.size()) <= d) lv.resize(d + 1);
+    Level& parent = lv[d - 1];
+    Level& cur = lv[d];
+    if (parent.leaf) {
+      Frame f = parent.top;
+      int const r = step_leaf(g, f, t.byte[i]);
+      if (r < 0) { i = t.end[i]; continue; }
+      if (r == 0) {
+        cur.leaf = true; cur.top = f; cur.owner = parent.owner;
+      } else {
+        StateSet const& os = lv[parent.owner].set;
+        scratch.assign(os.frames.begin(), os.frames.begin() + os.off[1]);
+        scratch.back() = f;
+        finish_top(g, scratch);
+        cur.set.clear();
+        cur.set.add(scratch.data(), scratch.size());
+        enter_leaf_mode(g, lv, d);
+      }
+    } else {
+      step_set(g, parent.set, t.byte[i], cur.set);
+      if (cur.set.empty()) { i = t.end[i]; continue; }
+      enter_leaf_mode(g, lv, d);
+    }
     set_tokens(t, i, words);
     ++i;
   }
 }
 
+std::string leaf_signature(GrammarDef const& g, Frame top) {
+  Node const& n = g.nodes[top.node];
+  top.node = 0;
+  std::string k(1, static_cast<char>(n.kind));
+  k.append(reinterpret_cast<char const*>(&n.min), sizeof n.min);
+  k.append(reinterpret_cast<char const*>(&n.max), sizeof n.max);
+  k.append(reinterpret_cast<char const*>(&top), sizeof top);
+  k.append(n.lit);
+  for (auto const& f : n.forbidden) { k.push_back('\0'); k.append(f); }
+  return k;
+}
+
 std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top) {
-  MaskCache& c = gr.cache();
-  std::string const key(reinterpret_cast<char const*>(&top), sizeof top);
+  GrammarDef const& g = gr.def();
+  LeafCache& c = gr.vocab().leaf_cache();
+  std::string const key = leaf_signature(g, top);
   {
     std::lock_guard<std::mutex> lk(c.mu);
-    if (auto it = c.leaf.find(key); it != c.leaf.end()) return it->second;
+    if (auto it = c.map.find(key); it != c.map.end()) return it->second;
   }
-  GrammarDef const& g = gr.def();
   Trie const& t = gr.vocab().trie();
   auto e = std::make_shared<LeafEntry>();
   e->inside.assign(gr.vocab().mask_words(), 0);
@@ -184,8 +238,8 @@ std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top)
     ++i;
   }
   std::lock_guard<std::mutex> lk(c.mu);
-  if (c.leaf.size() >= MaskCache::kMaxLeaf) c.leaf.clear();
-  c.leaf.emplace(key, e);
+  if (c.map.size() >= LeafCache::kMaxLeaf) c.map.clear();
+  c.map.emplace(key, e);
   return e;
 }
 

@@ -38,6 +38,7 @@ namespace grammar_detail {
 struct Trie;
 struct GrammarDef;
 struct MaskCache;
+struct LeafCache;
 }  // namespace grammar_detail
 
 /// Token id → raw bytes, as a byte trie. Built once per tokenizer and shared by every grammar.
@@ -58,6 +59,9 @@ class GrammarVocabulary {
   bool is_excluded(int32_t id) const;
   std::vector<int32_t> const& eos_ids() const { return eos_; }
   grammar_detail::Trie const& trie() const { return *trie_; }
+  grammar_detail::LeafCache& leaf_cache() const { return *leaf_cache_; }
+  /// Nodes of the byte trie (shared prefixes of the allowed tokens).
+  size_t trie_nodes() const;
   ~GrammarVocabulary();
 
  private:
@@ -66,6 +70,7 @@ class GrammarVocabulary {
   std::vector<int32_t> eos_;
   std::vector<uint8_t> flags_;  // bit 0 eos, bit 1 excluded
   std::unique_ptr<grammar_detail::Trie> trie_;
+  std::unique_ptr<grammar_detail::LeafCache> leaf_cache_;
 };
 
 struct GrammarOptions {
