@@ -261,3 +261,68 @@ BOOST_AUTO_TEST_CASE(vocabulary_and_byte_level_decoding) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(grammar_real_vocab)
+
+/// The DeepSeek vocabulary (129,280 ids): walks over a schema and the DSML grammar, checking the mask
+/// bit of 3,000 random tokens plus every allowed token against accept_token at each step.
+BOOST_AUTO_TEST_CASE(deepseek_vocabulary_masks_agree_with_accept) {
+  auto tv = verify::deepseek_vocab();
+  BOOST_TEST_REQUIRE(!tv.bytes.empty(), "golden/tokenizer/deepseek-v3-tokenizer.json is missing");
+  auto const vocab = GrammarVocabulary::build(tv.bytes, {tv.eos}, tv.excluded).value_or_throw();
+  std::vector<std::shared_ptr<Grammar const>> grammars;
+  grammars.push_back(Grammar::from_json_schema(
+      R"({"type":"object","properties":{"title":{"type":"string","maxLength":30},"n":{"type":"number"},
+          "xs":{"type":"array","items":{"type":"integer","minimum":-5,"maximum":500}}},"required":["title","n","xs"]})",
+      vocab).value_or_throw());
+  std::vector<model::ToolSpec> tools = {
+      {"get_weather", R"({"type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"}},"required":["location"]})"}};
+  grammars.push_back(Grammar::tool_calls(tools, vocab, GrammarOptions{.thinking_prefix = true}).value_or_throw());
+  std::mt19937_64 rng(verify::test_seed(4242));
+  for (auto const& g : grammars) {
+    GrammarMatcher m(g);
+    std::string text, target;
+    bool have_target = false;
+    for (int step = 0; step < 200; ++step) {
+      auto const mask = m.mask();
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id)
+        if ((mask[id >> 5] >> (id & 31)) & 1) allowed.push_back(id);
+      BOOST_REQUIRE_MESSAGE(!allowed.empty(), "dead end after " << text);
+      std::vector<int32_t> probe = allowed;
+      for (int k = 0; k < 3000; ++k) probe.push_back(static_cast<int32_t>(rng() % vocab->size()));
+      for (int32_t id : probe) {
+        bool const acc = m.accept_token(id);
+        if (acc) BOOST_REQUIRE(m.rollback(1));
+        BOOST_TEST(acc == (((mask[id >> 5] >> (id & 31)) & 1) != 0), "token " << id << " after " << text);
+      }
+      if (step == 25) {
+        auto c = m.shortest_completion();
+        BOOST_REQUIRE(c.has_value());
+        target = *c;
+        have_target = true;
+      }
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (have_target) {
+        pick = -1;
+        for (int32_t id : allowed) {
+          if (vocab->is_eos(id)) { if (target.empty()) pick = id; continue; }
+          std::string const& b = vocab->token_bytes(id);
+          if (!target.empty() && target.compare(0, b.size(), b) == 0 &&
+              (pick < 0 || vocab->is_eos(pick) || b.size() > vocab->token_bytes(pick).size()))
+            pick = id;
+        }
+        BOOST_REQUIRE(pick >= 0);
+      } else if (vocab->is_eos(pick)) {
+        continue;
+      }
+      BOOST_REQUIRE(m.accept_token(pick));
+      if (vocab->is_eos(pick)) break;
+      text += vocab->token_bytes(pick);
+      if (have_target) target.erase(0, vocab->token_bytes(pick).size());
+    }
+    BOOST_TEST(m.is_terminated(), "walk did not finish: " << text);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
