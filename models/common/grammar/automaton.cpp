@@ -656,6 +656,10 @@ int step_leaf(GrammarDef const& g, Frame& f, uint8_t b) {
   return n.kind == NodeKind::kString ? step_string(g, n, f, b) : step_text(g, n, f, b);
 }
 
+int step_leaf_as(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
+  return n.kind == NodeKind::kString ? step_string(g, n, f, b) : step_text(g, n, f, b);
+}
+
 void finish_top(GrammarDef const& g, Stack& s) {
   s.pop_back();
   notify(g, s);

@@ -126,6 +126,8 @@ bool can_finish(GrammarDef const& g, StateSet const& s);
 /// finished, −1 = rejected.
 bool is_leaf(NodeKind k);
 int step_leaf(GrammarDef const& g, Frame& f, uint8_t b);
+/// The same step with the node's fields given explicitly (count-free leaf tables use an unbounded copy).
+int step_leaf_as(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
 /// Pops the finished top frame of a stack and notifies the frames below (a leaf just finished).
 void finish_top(GrammarDef const& g, Stack& s);
 
@@ -144,6 +146,11 @@ struct Trie {
 struct LeafEntry {
   std::vector<uint32_t> inside;  // tokens that stay inside the leaf
   std::vector<uint32_t> exits;   // trie nodes at which the leaf finishes
+  // Count-free entries of length-bounded JSON strings: characters each inside token adds (sorted by
+  // characters, descending) and characters before each exit; the live count filters them per step.
+  bool counted = false;
+  std::vector<std::pair<uint32_t, int32_t>> inside_chars;
+  std::vector<uint32_t> exit_chars;
 };
 struct MaskCache {
   std::mutex mu;

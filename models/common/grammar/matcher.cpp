@@ -215,28 +215,48 @@ std::string leaf_signature(GrammarDef const& g, Frame top) {
   return k;
 }
 
+bool count_free(Node const& n) {
+  return n.kind == NodeKind::kString && (n.min > 0 || n.max != kUnbounded);
+}
+
 std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top) {
   GrammarDef const& g = gr.def();
+  Node const& node = g.nodes[top.node];
+  bool const counted = count_free(node);
+  // Count-free form: bounds lifted (counting kept on), count zeroed; the caller applies the bounds.
+  Node nb = node;
+  Frame t0 = top;
+  if (counted) { nb.min = 0; nb.max = kUnbounded - 1; t0.count = 0; }
   LeafCache& c = gr.vocab().leaf_cache();
-  std::string const key = leaf_signature(g, top);
+  std::string key = leaf_signature(g, t0);
+  if (counted) key += "#counted";
   {
     std::lock_guard<std::mutex> lk(c.mu);
     if (auto it = c.map.find(key); it != c.map.end()) return it->second;
   }
   Trie const& t = gr.vocab().trie();
   auto e = std::make_shared<LeafEntry>();
+  e->counted = counted;
   e->inside.assign(gr.vocab().mask_words(), 0);
-  std::vector<Frame> fr(2, top);
+  std::vector<Frame> fr(2, t0);
   for (uint32_t i = 0; i < t.num_nodes();) {
     int const d = t.depth[i];
     if (static_cast<int>(fr.size()) <= d) fr.resize(d + 1);
     fr[d] = fr[d - 1];
-    int const r = step_leaf(g, fr[d], t.byte[i]);
+    int const r = step_leaf_as(g, nb, fr[d], t.byte[i]);
     if (r < 0) { i = t.end[i]; continue; }
-    if (r == 1) { e->exits.push_back(i); i = t.end[i]; continue; }
+    if (r == 1) {
+      e->exits.push_back(i);
+      if (counted) e->exit_chars.push_back(fr[d].count);
+      i = t.end[i];
+      continue;
+    }
     set_tokens(t, i, e->inside.data());
+    if (counted)
+      for (uint32_t k = t.tok_off[i]; k < t.tok_off[i + 1]; ++k) e->inside_chars.push_back({fr[d].count, t.tok[k]});
     ++i;
   }
+  std::sort(e->inside_chars.begin(), e->inside_chars.end(), std::greater<>());
   std::lock_guard<std::mutex> lk(c.mu);
   if (c.map.size() >= LeafCache::kMaxLeaf) c.map.clear();
   c.map.emplace(key, e);
@@ -267,12 +287,26 @@ void compute_mask(Grammar const& gr, StateSet const& s, uint32_t* words) {
       leaf_path = true;
       auto const e = leaf_entry(gr, top);
       std::memcpy(w, e->inside.data(), nw * sizeof(uint32_t));
+      Node const& n = g.nodes[top.node];
+      int64_t const count = top.count;
+      int64_t const room = n.max == kUnbounded ? INT64_MAX : n.max - count;  // characters still allowed
+      if (e->counted)
+        for (auto const& [chars, id] : e->inside_chars) {
+          if (static_cast<int64_t>(chars) <= room) break;
+          w[id >> 5] &= ~(1u << (id & 31));
+        }
       if (!e->exits.empty()) {
         Stack after(s.frames.begin(), s.frames.begin() + s.off[1]);
+        if (e->counted) after.back().count = static_cast<uint32_t>(std::max<int64_t>(count, n.min));
         finish_top(g, after);
         StateSet as;
         as.add(after.data(), after.size());
-        for (uint32_t x : e->exits) {
+        for (size_t k = 0; k < e->exits.size(); ++k) {
+          uint32_t const x = e->exits[k];
+          if (e->counted) {
+            int64_t const chars = e->exit_chars[k];
+            if (chars > room || count + chars < n.min) continue;
+          }
           set_tokens(t, x, w);
           walk(g, t, as, x + 1, t.end[x], t.depth[x], w);
         }
