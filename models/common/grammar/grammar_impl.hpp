@@ -126,6 +126,12 @@ bool can_finish(GrammarDef const& g, StateSet const& s);
 /// finished, −1 = rejected.
 bool is_leaf(NodeKind k);
 int step_leaf(GrammarDef const& g, Frame& f, uint8_t b);
+/// Leaf and number steps (leaves.cpp): 0 consumed, 1 consumed and finished, 2 finished before b (numbers
+/// end on the first byte that cannot continue them), −1 rejected.
+int leaf_number_step(Node const& n, Frame& f, uint8_t b);
+bool leaf_number_accepting(Node const& n, Frame const& f);
+int leaf_string_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
+int leaf_text_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
 /// The same step with the node's fields given explicitly (count-free leaf tables use an unbounded copy).
 int step_leaf_as(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
 /// Pops the finished top frame of a stack and notifies the frames below (a leaf just finished).
