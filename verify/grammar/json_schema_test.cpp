@@ -211,8 +211,37 @@ BOOST_AUTO_TEST_CASE(rollback_restores_masks) {
     BOOST_TEST(m.mask() == masks[m.num_steps()]);
   }
   BOOST_TEST(!m.rollback(m.num_steps() + 1));
+  GrammarMatcher trimmed = m;
+  size_t const steps = trimmed.num_steps();
+  trimmed.trim_history(2);
+  BOOST_TEST(trimmed.num_steps() == std::min<size_t>(steps, 2));
+  BOOST_TEST(trimmed.mask() == masks[steps]);
+  BOOST_TEST(!trimmed.rollback(3));
   BOOST_REQUIRE(m.rollback(m.num_steps()));
   BOOST_TEST(m.mask() == masks[0]);
+}
+
+BOOST_AUTO_TEST_CASE(draft_masks_match_serial_masks) {
+  auto const g = compile(kSchemas[0]);
+  auto const& vocab = *small_vocab();
+  std::vector<int32_t> ids;
+  std::string const text = "{\"name\":\"ab\",\"age\":12,\"tags\":[]}";
+  for (char ch : text) ids.push_back(static_cast<unsigned char>(ch));  // byte tokens are ids 0..255
+  GrammarMatcher serial(g);
+  std::vector<std::vector<uint32_t>> want;
+  for (int32_t id : ids) { want.push_back(serial.mask()); BOOST_REQUIRE(serial.accept_token(id)); }
+  want.push_back(serial.mask());
+  GrammarMatcher m(g);
+  BOOST_REQUIRE(m.accept_token(ids[0]));
+  std::vector<int32_t> const draft = {'"', 'n', '!', 'm', 'e'};  // "n!" starts no declared key
+  std::vector<uint32_t> masks((draft.size() + 1) * vocab.mask_words(), 0xdeadbeefu);
+  size_t const n = m.fill_draft_masks(draft, masks.data());
+  BOOST_TEST(n == 2u);
+  for (size_t r = 0; r <= n; ++r)
+    BOOST_TEST(std::equal(want[r + 1].begin(), want[r + 1].end(), masks.begin() + r * vocab.mask_words()));
+  BOOST_TEST(masks[(n + 1) * vocab.mask_words()] == 0xdeadbeefu);
+  BOOST_TEST(m.num_steps() == 1u);
+  BOOST_TEST(m.mask() == want[1]);
 }
 
 BOOST_AUTO_TEST_CASE(invalid_schemas_give_clear_errors) {

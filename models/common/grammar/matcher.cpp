@@ -437,6 +437,25 @@ std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states
   return std::nullopt;
 }
 
+size_t GrammarMatcher::fill_draft_masks(std::span<int32_t const> draft, uint32_t* masks) {
+  int64_t const nw = mask_words();
+  size_t n = 0;
+  fill_mask(masks);
+  for (; n < draft.size(); ++n) {
+    uint32_t const id = static_cast<uint32_t>(draft[n]);
+    bool const bit = draft[n] >= 0 && draft[n] < g_->vocab().size() && ((masks[n * nw + (id >> 5)] >> (id & 31)) & 1);
+    if (!bit || !accept_token(draft[n])) break;
+    fill_mask(masks + (n + 1) * nw);
+  }
+  rollback(n);
+  return n;
+}
+
+void GrammarMatcher::trim_history(size_t keep) {
+  if (history_.size() <= keep + 1) return;
+  history_.erase(history_.begin(), history_.end() - static_cast<std::ptrdiff_t>(keep + 1));
+}
+
 bool GrammarMatcher::rollback(size_t n) {
   if (n > num_steps()) return false;
   history_.resize(history_.size() - n);

@@ -74,7 +74,8 @@ class GrammarVocabulary {
 };
 
 struct GrammarOptions {
-  int max_whitespace = 2;       // JSON whitespace bytes allowed per gap (0 = compact)
+  int max_whitespace = 8;       // JSON whitespace bytes allowed per gap (0 = compact; 8 fits 2-space
+                                // pretty printing three levels deep)
   int max_depth = 40;           // frames on one stack (nesting bound)
   bool thinking_prefix = false; // free text (no `｜DSML｜`) up to and including "</think>" first
 };
@@ -152,9 +153,17 @@ class GrammarMatcher {
   /// shallow stacks, at most `max_states` distinct states); nullopt if none was found within the budget. Lets a caller
   /// close a constrained reply that runs out of tokens, and lets tests steer walks to an end.
   std::optional<std::string> shortest_completion(size_t max_states = 200000) const;
+  /// Speculative decoding: writes the masks of the current position and of the positions after each
+  /// draft token, stopping at the first draft token the grammar rejects; the matcher is left unchanged.
+  /// \param masks [draft.size() + 1, mask_words()] words; rows past the return value are untouched
+  /// \return the number of leading draft tokens the grammar accepts (rows 0..return value are written)
+  size_t fill_draft_masks(std::span<int32_t const> draft, uint32_t* masks);
   /// Undoes the last n accepted steps (tokens or accept_bytes calls); false if fewer were accepted.
   bool rollback(size_t n);
   size_t num_steps() const;
+  /// Forgets all but the last `keep` steps (rollback can then undo at most `keep`); bounds the memory
+  /// of long generations once drafts older than `keep` tokens can no longer be rejected.
+  void trim_history(size_t keep);
 
  private:
   struct State;
