@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Token-mask cost of the grammar matcher on the real DeepSeek vocabulary (129,280 ids, ByteLevel-decoded
-/// from golden/tokenizer/deepseek-v3-tokenizer.json): for several JSON schemas, json_object and a DSML
-/// tool grammar, decode with random token weights (a stand-in for a model), time fill_mask at every step
-/// on one core, and print median / p99 / max microseconds per token. "cold" = a fresh Grammar (empty
-/// state cache), "warm" = the same Grammar again; vocab_caches "first_use" = the vocabulary's shared leaf
-/// cache was empty too (the first requests after start-up), "warm" = it was filled by earlier grammars.
-/// One JSON object per line.
+/// Token-mask cost of the grammar matcher on the real DeepSeek vocabulary (129,280 ids,
+/// ByteLevel-decoded from golden/tokenizer/deepseek-v3-tokenizer.json): for several JSON schemas,
+/// json_object and a DSML tool grammar, decode with random token weights (a stand-in for a model),
+/// time fill_mask at every step on one core, and print median / p99 / max microseconds per token.
+/// "cold" = a fresh Grammar (empty state cache), "warm" = the same Grammar again; vocab_caches
+/// "first_use" = the vocabulary's shared leaf cache was empty too (the first requests after
+/// start-up), "warm" = it was filled by earlier grammars. One JSON object per line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,8 +35,8 @@ struct Stats {
 };
 
 /// Generates up to `max_tokens` tokens (then steers to completion) and times every mask.
-void run(std::string const& name, std::shared_ptr<model::Grammar const> const& g, int walks, int explore,
-         uint64_t seed, Stats& st, int* tokens_out, int* bad_out) {
+void run(std::string const& name, std::shared_ptr<model::Grammar const> const& g, int walks,
+         int explore, uint64_t seed, Stats& st, int* tokens_out, int* bad_out) {
   auto const& v = g->vocab();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> U(0.0, 1.0);
@@ -52,7 +52,10 @@ void run(std::string const& name, std::shared_ptr<model::Grammar const> const& g
       ++*tokens_out;
       if (step >= explore && !have_target) {
         auto c = m.shortest_completion();
-        if (!c) { ++*bad_out; break; }
+        if (!c) {
+          ++*bad_out;
+          break;
+        }
         target = *c;
         have_target = true;
       }
@@ -63,18 +66,29 @@ void run(std::string const& name, std::shared_ptr<model::Grammar const> const& g
         if (!((mask[id >> 5] >> (id & 31)) & 1)) continue;
         double x = U(rng);
         if (have_target) {
-          if (v.is_eos(id)) x = target.empty() ? 2.0 : -1.0;
+          if (v.is_eos(id))
+            x = target.empty() ? 2.0 : -1.0;
           else {
             std::string const& b = v.token_bytes(id);
-            x = (!target.empty() && target.compare(0, b.size(), b) == 0) ? x * double(b.size()) : -1.0;
+            x = (!target.empty() && target.compare(0, b.size(), b) == 0) ? x * double(b.size())
+                                                                         : -1.0;
           }
         } else if (v.is_eos(id)) {
           x *= 0.5;
         }
-        if (x > best_w) { best_w = x; best = id; }
+        if (x > best_w) {
+          best_w = x;
+          best = id;
+        }
       }
-      if (best < 0 || best_w < 0) { ++*bad_out; break; }
-      if (!m.accept_token(best)) { ++*bad_out; break; }
+      if (best < 0 || best_w < 0) {
+        ++*bad_out;
+        break;
+      }
+      if (!m.accept_token(best)) {
+        ++*bad_out;
+        break;
+      }
       if (v.is_eos(best)) break;
       if (have_target) target.erase(0, v.token_bytes(best).size());
     }
@@ -94,19 +108,26 @@ int main() {
   auto const t1 = Clock::now();
   auto vocab = model::GrammarVocabulary::build(tv.bytes, {tv.eos}, tv.excluded).value_or_throw();
   auto const t2 = Clock::now();
-  std::printf("{\"what\": \"vocabulary\", \"tokens\": %lld, \"trie_nodes\": %zu, \"load_ms\": %.1f, \"trie_ms\": %.1f}\n",
-              static_cast<long long>(vocab->size()), vocab->trie_nodes(),
-              std::chrono::duration<double, std::milli>(t1 - t0).count(),
-              std::chrono::duration<double, std::milli>(t2 - t1).count());
+  std::printf(
+      "{\"what\": \"vocabulary\", \"tokens\": %lld, \"trie_nodes\": %zu, \"load_ms\": %.1f, "
+      "\"trie_ms\": %.1f}\n",
+      static_cast<long long>(vocab->size()), vocab->trie_nodes(),
+      std::chrono::duration<double, std::milli>(t1 - t0).count(),
+      std::chrono::duration<double, std::milli>(t2 - t1).count());
 
-  struct Case { char const* name; char const* schema; };
+  struct Case {
+    char const* name;
+    char const* schema;
+  };
   Case const cases[] = {
-      {"person", R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},
+      {"person",
+       R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},
          "email":{"type":"string","maxLength":40},"tags":{"type":"array","items":{"type":"string"},"maxItems":4}},
          "required":["name","age","email","tags"],"additionalProperties":false})"},
       {"enum_anyof", R"({"type":"object","properties":{"unit":{"enum":["celsius","fahrenheit"]},
          "value":{"anyOf":[{"type":"number"},{"type":"null"}]},"note":{"type":"string"}},"required":["unit","value","note"]})"},
-      {"recursive", R"({"$defs":{"n":{"type":"object","properties":{"id":{"type":"integer"},"label":{"type":"string"},
+      {"recursive",
+       R"({"$defs":{"n":{"type":"object","properties":{"id":{"type":"integer"},"label":{"type":"string"},
          "kids":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":3}},"required":["id","label","kids"]}},"$ref":"#/$defs/n"})"},
       {"json_object", nullptr},
   };
@@ -124,8 +145,9 @@ int main() {
       std::shared_ptr<model::Grammar const> g;
       if (k < 4) {
         name = cases[k].name;
-        g = cases[k].schema ? model::Grammar::from_json_schema(cases[k].schema, vocab).value_or_throw()
-                            : model::Grammar::json_object(vocab).value_or_throw();
+        g = cases[k].schema
+                ? model::Grammar::from_json_schema(cases[k].schema, vocab).value_or_throw()
+                : model::Grammar::json_object(vocab).value_or_throw();
       } else {
         name = "dsml_tools_required";
         std::vector<model::ToolSpec> specs;
@@ -143,18 +165,24 @@ int main() {
       Stats warm;
       int wt = 0;
       run(name, g, 3, 120, 2000 + k, warm, &wt, &bad);  // warm: same grammar, caches filled
-      if (pass == 1) for (double x : warm.us) all.add(x);
+      if (pass == 1)
+        for (double x : warm.us) all.add(x);
       {
-        std::printf("{\"what\": \"mask\", \"vocab_caches\": \"%s\", \"grammar\": \"%s\", \"tokens_cold\": %d, \"cold_median_us\": %.1f, "
-                    "\"cold_p99_us\": %.1f, \"cold_max_us\": %.1f, \"cold_total_ms\": %.1f, \"tokens_warm\": %d, "
-                    "\"warm_median_us\": %.1f, \"warm_p99_us\": %.1f, \"warm_max_us\": %.1f, \"failures\": %d}\n",
-                    pass == 0 ? "first_use" : "warm", name.c_str(), tokens, st.pct(0.5), st.pct(0.99), st.pct(1.0), cold_ms, wt, warm.pct(0.5),
-                    warm.pct(0.99), warm.pct(1.0), bad);
+        std::printf(
+            "{\"what\": \"mask\", \"vocab_caches\": \"%s\", \"grammar\": \"%s\", \"tokens_cold\": "
+            "%d, \"cold_median_us\": %.1f, "
+            "\"cold_p99_us\": %.1f, \"cold_max_us\": %.1f, \"cold_total_ms\": %.1f, "
+            "\"tokens_warm\": %d, "
+            "\"warm_median_us\": %.1f, \"warm_p99_us\": %.1f, \"warm_max_us\": %.1f, \"failures\": "
+            "%d}\n",
+            pass == 0 ? "first_use" : "warm", name.c_str(), tokens, st.pct(0.5), st.pct(0.99),
+            st.pct(1.0), cold_ms, wt, warm.pct(0.5), warm.pct(0.99), warm.pct(1.0), bad);
       }
       if (bad) return 1;
     }
   }
-  std::printf("{\"what\": \"mask_all_warm\", \"tokens\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f}\n", all.us.size(),
-              all.pct(0.5), all.pct(0.99));
+  std::printf(
+      "{\"what\": \"mask_all_warm\", \"tokens\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f}\n",
+      all.us.size(), all.pct(0.5), all.pct(0.99));
   return 0;
 }

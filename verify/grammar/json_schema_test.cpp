@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// JSON-schema constrained decoding: random walks over many schemas always end in JSON that parses and
-/// validates (independent validator), masks agree token by token with accept_token, no dead ends,
-/// token-boundary cases (split UTF-8, escapes, multi-token spans), whitespace bounds, EOS only when
-/// complete, rollback, and clear errors for unsupported or unsatisfiable schemas.
+/// JSON-schema constrained decoding: random walks over many schemas always end in JSON that parses
+/// and validates (independent validator), masks agree token by token with accept_token, no dead
+/// ends, token-boundary cases (split UTF-8, escapes, multi-token spans), whitespace bounds, EOS
+/// only when complete, rollback, and clear errors for unsupported or unsatisfiable schemas.
 #include <boost/test/unit_test.hpp>
 
 #include <boost/json.hpp>
@@ -80,17 +80,20 @@ BOOST_AUTO_TEST_CASE(random_walks_parse_and_validate) {
       std::mt19937_64 rng(seed + si * 100 + max_ws);
       for (int w = 0; w < 12; ++w) {
         bool const check_all = w < 2;
-        auto const r = verify::random_walk(GrammarMatcher(g), vocab, rng, 5 + w * 6, 600, check_all);
-        BOOST_TEST_REQUIRE(r.finished, "schema " << si << " walk " << w << " did not finish: " << r.text);
+        auto const r =
+            verify::random_walk(GrammarMatcher(g), vocab, rng, 5 + w * 6, 600, check_all);
+        BOOST_TEST_REQUIRE(r.finished,
+                           "schema " << si << " walk " << w << " did not finish: " << r.text);
         boost::system::error_code ec;
         boost::json::value const v = boost::json::parse(r.text, ec);
         BOOST_TEST_REQUIRE(!ec, "schema " << si << ": not JSON: " << r.text);
         std::string const err = val.validate(v);
         BOOST_TEST(err.empty(), "schema " << si << ": " << err << " in " << r.text);
         if (max_ws == 0)
-          BOOST_TEST((r.text.find_first_of(" \n\t\r") == std::string::npos ||
-                      r.text.find('"') != std::string::npos),  // whitespace may only sit inside strings
-                     "schema " << si << ": whitespace with max_whitespace 0: " << r.text);
+          BOOST_TEST(
+              (r.text.find_first_of(" \n\t\r") == std::string::npos ||
+               r.text.find('"') != std::string::npos),  // whitespace may only sit inside strings
+              "schema " << si << ": whitespace with max_whitespace 0: " << r.text);
         ++total;
       }
     }
@@ -102,7 +105,8 @@ BOOST_AUTO_TEST_CASE(json_object_mode) {
   auto g = Grammar::json_object(small_vocab()).value_or_throw();
   std::mt19937_64 rng(verify::test_seed(7));
   for (int w = 0; w < 15; ++w) {
-    auto const r = verify::random_walk(GrammarMatcher(g), *small_vocab(), rng, 10 + w * 3, 800, w < 2);
+    auto const r =
+        verify::random_walk(GrammarMatcher(g), *small_vocab(), rng, 10 + w * 3, 800, w < 2);
     BOOST_TEST_REQUIRE(r.finished);
     boost::system::error_code ec;
     boost::json::value const v = boost::json::parse(r.text, ec);
@@ -115,18 +119,19 @@ BOOST_AUTO_TEST_CASE(token_boundaries_utf8_and_escapes) {
   auto const g = compile(R"({"type":"string"})");
   auto ok = [&](std::vector<std::string> const& pieces) {
     GrammarMatcher m(g);
-    for (auto const& p : pieces) if (!m.accept_bytes(p)) return false;
+    for (auto const& p : pieces)
+      if (!m.accept_bytes(p)) return false;
     return m.is_complete();
   };
-  BOOST_TEST(ok({"\"", "\xE4\xB8", "\xAD", "\""}));            // 中 split across tokens
-  BOOST_TEST(ok({"\"\xF0", "\x9F\x98", "\x80\""}));             // 😀 split in three
-  BOOST_TEST(ok({"\"", "\\", "u00", "e9", "\\n\\\"\""}));     // escapes split
-  BOOST_TEST(!ok({"\"\xC0\x80\""}));                           // overlong NUL
-  BOOST_TEST(!ok({"\"\xED\xA0\x80\""}));                       // UTF-8 surrogate
-  BOOST_TEST(!ok({"\"\\ud800\""}));                            // surrogate escape (not generated)
-  BOOST_TEST(!ok({"\"\n\""}));                                 // raw control character
-  BOOST_TEST(!ok({"\"\\x\""}));                                // bad escape
-  BOOST_TEST(!ok({"\"\xE4\xB8\""}));                           // truncated character
+  BOOST_TEST(ok({"\"", "\xE4\xB8", "\xAD", "\""}));        // 中 split across tokens
+  BOOST_TEST(ok({"\"\xF0", "\x9F\x98", "\x80\""}));        // 😀 split in three
+  BOOST_TEST(ok({"\"", "\\", "u00", "e9", "\\n\\\"\""}));  // escapes split
+  BOOST_TEST(!ok({"\"\xC0\x80\""}));                       // overlong NUL
+  BOOST_TEST(!ok({"\"\xED\xA0\x80\""}));                   // UTF-8 surrogate
+  BOOST_TEST(!ok({"\"\\ud800\""}));                        // surrogate escape (not generated)
+  BOOST_TEST(!ok({"\"\n\""}));                             // raw control character
+  BOOST_TEST(!ok({"\"\\x\""}));                            // bad escape
+  BOOST_TEST(!ok({"\"\xE4\xB8\""}));                       // truncated character
   GrammarMatcher m(g);
   BOOST_TEST(m.accept_bytes("\"ab"));
   BOOST_TEST(!m.is_complete());
@@ -136,9 +141,11 @@ BOOST_AUTO_TEST_CASE(token_boundaries_utf8_and_escapes) {
   BOOST_TEST(!((mask[eos >> 5] >> (eos & 31)) & 1));  // EOS only when complete
   BOOST_TEST(!m.accept_token(eos));
   // A token spanning the end of the string and JSON after it.
-  auto const g2 = compile(R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}})");
+  auto const g2 = compile(
+      R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}})");
   GrammarMatcher m2(g2);
-  for (char const* p : {"[{\"", "id", "\":\"", "x", "\"},{\"", "id", "\":\"", "y", "\"}", "]"}) BOOST_TEST(m2.accept_bytes(p));
+  for (char const* p : {"[{\"", "id", "\":\"", "x", "\"},{\"", "id", "\":\"", "y", "\"}", "]"})
+    BOOST_TEST(m2.accept_bytes(p));
   BOOST_TEST(m2.is_complete());
   BOOST_TEST(m2.accept_token(eos));
   BOOST_TEST(m2.is_terminated());
@@ -146,8 +153,9 @@ BOOST_AUTO_TEST_CASE(token_boundaries_utf8_and_escapes) {
 }
 
 BOOST_AUTO_TEST_CASE(whitespace_is_bounded) {
-  auto const g = compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
-                         GrammarOptions{.max_whitespace = 2});
+  auto const g =
+      compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
+              GrammarOptions{.max_whitespace = 2});
   GrammarMatcher m(g);
   BOOST_TEST(m.accept_bytes("{  "));
   BOOST_TEST(!m.accept_bytes(" "));
@@ -155,8 +163,9 @@ BOOST_AUTO_TEST_CASE(whitespace_is_bounded) {
   BOOST_TEST(m.is_complete());
   BOOST_TEST(m.accept_bytes("\n\n"));
   BOOST_TEST(!m.accept_bytes(" "));
-  auto const g0 = compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
-                          GrammarOptions{.max_whitespace = 0});
+  auto const g0 =
+      compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
+              GrammarOptions{.max_whitespace = 0});
   GrammarMatcher m0(g0);
   BOOST_TEST(!m0.accept_bytes("{ "));
   BOOST_TEST(m0.accept_bytes("{\"a\":-0}"));
@@ -229,7 +238,10 @@ BOOST_AUTO_TEST_CASE(draft_masks_match_serial_masks) {
   for (char ch : text) ids.push_back(static_cast<unsigned char>(ch));  // byte tokens are ids 0..255
   GrammarMatcher serial(g);
   std::vector<std::vector<uint32_t>> want;
-  for (int32_t id : ids) { want.push_back(serial.mask()); BOOST_REQUIRE(serial.accept_token(id)); }
+  for (int32_t id : ids) {
+    want.push_back(serial.mask());
+    BOOST_REQUIRE(serial.accept_token(id));
+  }
   want.push_back(serial.mask());
   GrammarMatcher m(g);
   BOOST_REQUIRE(m.accept_token(ids[0]));
@@ -238,17 +250,22 @@ BOOST_AUTO_TEST_CASE(draft_masks_match_serial_masks) {
   size_t const n = m.fill_draft_masks(draft, masks.data());
   BOOST_TEST(n == 2u);
   for (size_t r = 0; r <= n; ++r)
-    BOOST_TEST(std::equal(want[r + 1].begin(), want[r + 1].end(), masks.begin() + r * vocab.mask_words()));
+    BOOST_TEST(
+        std::equal(want[r + 1].begin(), want[r + 1].end(), masks.begin() + r * vocab.mask_words()));
   BOOST_TEST(masks[(n + 1) * vocab.mask_words()] == 0xdeadbeefu);
   BOOST_TEST(m.num_steps() == 1u);
   BOOST_TEST(m.mask() == want[1]);
 }
 
 BOOST_AUTO_TEST_CASE(invalid_schemas_give_clear_errors) {
-  struct Case { char const* schema; char const* needle; };
+  struct Case {
+    char const* schema;
+    char const* needle;
+  };
   Case const cases[] = {
       {R"({"type":"string","pattern":"^a+$"})", "pattern"},
-      {R"({"type":"object","properties":{"a":{}},"required":["b"]})", "\"b\" is not a declared property"},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"]})",
+       "\"b\" is not a declared property"},
       {R"({"enum":[]})", "enum"},
       {R"({"type":"array","minItems":3,"maxItems":2})", "minItems > maxItems"},
       {R"({"type":"integer","minimum":5,"maximum":4})", "admits no integer"},
@@ -271,7 +288,7 @@ BOOST_AUTO_TEST_CASE(vocabulary_and_byte_level_decoding) {
   std::string out;
   BOOST_TEST(model::byte_level_decode("\xC4\xA0the", &out));  // Ġthe
   BOOST_TEST(out == " the");
-  BOOST_TEST(model::byte_level_decode("\xC4\x8A", &out));     // Ċ
+  BOOST_TEST(model::byte_level_decode("\xC4\x8A", &out));  // Ċ
   BOOST_TEST(out == "\n");
   BOOST_TEST(!model::byte_level_decode("\xE4\xB8\xAD", &out));  // not in the 256-symbol alphabet
   auto bad = GrammarVocabulary::build({"a", "b"}, {5});
@@ -293,20 +310,24 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(grammar_real_vocab)
 
-/// The DeepSeek vocabulary (129,280 ids): walks over a schema and the DSML grammar, checking the mask
-/// bit of 3,000 random tokens plus every allowed token against accept_token at each step.
+/// The DeepSeek vocabulary (129,280 ids): walks over a schema and the DSML grammar, checking the
+/// mask bit of 3,000 random tokens plus every allowed token against accept_token at each step.
 BOOST_AUTO_TEST_CASE(deepseek_vocabulary_masks_agree_with_accept) {
   auto tv = verify::deepseek_vocab();
   BOOST_TEST_REQUIRE(!tv.bytes.empty(), "golden/tokenizer/deepseek-v3-tokenizer.json is missing");
   auto const vocab = GrammarVocabulary::build(tv.bytes, {tv.eos}, tv.excluded).value_or_throw();
   std::vector<std::shared_ptr<Grammar const>> grammars;
-  grammars.push_back(Grammar::from_json_schema(
-      R"({"type":"object","properties":{"title":{"type":"string","maxLength":30},"n":{"type":"number"},
+  grammars.push_back(
+      Grammar::from_json_schema(
+          R"({"type":"object","properties":{"title":{"type":"string","maxLength":30},"n":{"type":"number"},
           "xs":{"type":"array","items":{"type":"integer","minimum":-5,"maximum":500}}},"required":["title","n","xs"]})",
-      vocab).value_or_throw());
+          vocab)
+          .value_or_throw());
   std::vector<model::ToolSpec> tools = {
-      {"get_weather", R"({"type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"}},"required":["location"]})"}};
-  grammars.push_back(Grammar::tool_calls(tools, vocab, GrammarOptions{.thinking_prefix = true}).value_or_throw());
+      {"get_weather",
+       R"({"type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"}},"required":["location"]})"}};
+  grammars.push_back(
+      Grammar::tool_calls(tools, vocab, GrammarOptions{.thinking_prefix = true}).value_or_throw());
   std::mt19937_64 rng(verify::test_seed(4242));
   for (auto const& g : grammars) {
     GrammarMatcher m(g);
@@ -323,7 +344,8 @@ BOOST_AUTO_TEST_CASE(deepseek_vocabulary_masks_agree_with_accept) {
       for (int32_t id : probe) {
         bool const acc = m.accept_token(id);
         if (acc) BOOST_REQUIRE(m.rollback(1));
-        BOOST_TEST(acc == (((mask[id >> 5] >> (id & 31)) & 1) != 0), "token " << id << " after " << text);
+        BOOST_TEST(acc == (((mask[id >> 5] >> (id & 31)) & 1) != 0),
+                   "token " << id << " after " << text);
       }
       if (step == 25) {
         auto c = m.shortest_completion();
@@ -335,7 +357,10 @@ BOOST_AUTO_TEST_CASE(deepseek_vocabulary_masks_agree_with_accept) {
       if (have_target) {
         pick = -1;
         for (int32_t id : allowed) {
-          if (vocab->is_eos(id)) { if (target.empty()) pick = id; continue; }
+          if (vocab->is_eos(id)) {
+            if (target.empty()) pick = id;
+            continue;
+          }
           std::string const& b = vocab->token_bytes(id);
           if (!target.empty() && target.compare(0, b.size(), b) == 0 &&
               (pick < 0 || vocab->is_eos(pick) || b.size() > vocab->token_bytes(pick).size()))

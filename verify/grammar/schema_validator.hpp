@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// A small JSON-schema validator for the subset the grammar supports, written from the JSON Schema
-/// definitions independently of the grammar compiler: type, enum, const, anyOf, oneOf (exactly one),
-/// allOf, $ref (#, #/$defs/…, #/definitions/…), properties/required/additionalProperties, items,
-/// minItems/maxItems, minLength/maxLength (code points), minimum/maximum/exclusive bounds.
+/// definitions independently of the grammar compiler: type, enum, const, anyOf, oneOf (exactly
+/// one), allOf, $ref (#, #/$defs/…, #/definitions/…), properties/required/additionalProperties,
+/// items, minItems/maxItems, minLength/maxLength (code points), minimum/maximum/exclusive bounds.
 #pragma once
 
 #include <cmath>
@@ -23,9 +23,18 @@ class SchemaValidator {
   boost::json::value const& root_;
 
   static bool num(boost::json::value const& v, double* d) {
-    if (v.is_int64()) { *d = double(v.get_int64()); return true; }
-    if (v.is_uint64()) { *d = double(v.get_uint64()); return true; }
-    if (v.is_double()) { *d = v.get_double(); return true; }
+    if (v.is_int64()) {
+      *d = double(v.get_int64());
+      return true;
+    }
+    if (v.is_uint64()) {
+      *d = double(v.get_uint64());
+      return true;
+    }
+    if (v.is_double()) {
+      *d = v.get_double();
+      return true;
+    }
     return false;
   }
   static bool equal(boost::json::value const& a, boost::json::value const& b) {
@@ -36,7 +45,8 @@ class SchemaValidator {
       auto const& p = a.get_array();
       auto const& q = b.get_array();
       if (p.size() != q.size()) return false;
-      for (size_t i = 0; i < p.size(); ++i) if (!equal(p[i], q[i])) return false;
+      for (size_t i = 0; i < p.size(); ++i)
+        if (!equal(p[i], q[i])) return false;
       return true;
     }
     if (a.is_object()) {
@@ -64,7 +74,9 @@ class SchemaValidator {
     if (t == "array") return v.is_array();
     if (t == "object") return v.is_object();
     if (t == "number") return num(v, &d);
-    if (t == "integer") return num(v, &d) && std::floor(d) == d && (v.is_int64() || v.is_uint64() || std::fabs(d) < 1e15);
+    if (t == "integer")
+      return num(v, &d) && std::floor(d) == d &&
+             (v.is_int64() || v.is_uint64() || std::fabs(d) < 1e15);
     return false;
   }
   boost::json::value const* deref(std::string const& ref) const {
@@ -77,7 +89,8 @@ class SchemaValidator {
     return nullptr;
   }
 
-  std::string check(boost::json::value const& v, boost::json::value const& s, std::string const& at, int depth) const {
+  std::string check(boost::json::value const& v, boost::json::value const& s, std::string const& at,
+                    int depth) const {
     if (depth > 200) return at + ": recursion too deep";
     if (s.is_bool()) return s.get_bool() ? "" : at + ": schema false";
     auto const& o = s.as_object();
@@ -107,36 +120,49 @@ class SchemaValidator {
         if (auto e = check(v, x, at, depth + 1); !e.empty()) return e;
     if (auto const* t = o.if_contains("type")) {
       bool ok = false;
-      if (t->is_string()) ok = has_type(v, t->as_string());
-      else for (auto const& x : t->as_array()) ok = ok || has_type(v, x.as_string());
+      if (t->is_string())
+        ok = has_type(v, t->as_string());
+      else
+        for (auto const& x : t->as_array()) ok = ok || has_type(v, x.as_string());
       if (!ok) return at + ": wrong type";
     }
     double d, b;
     if (num(v, &d)) {
-      if (auto const* x = o.if_contains("minimum"); x && num(*x, &b) && d < b) return at + ": below minimum";
-      if (auto const* x = o.if_contains("maximum"); x && num(*x, &b) && d > b) return at + ": above maximum";
-      if (auto const* x = o.if_contains("exclusiveMinimum"); x && num(*x, &b) && d <= b) return at + ": not above exclusiveMinimum";
-      if (auto const* x = o.if_contains("exclusiveMaximum"); x && num(*x, &b) && d >= b) return at + ": not below exclusiveMaximum";
+      if (auto const* x = o.if_contains("minimum"); x && num(*x, &b) && d < b)
+        return at + ": below minimum";
+      if (auto const* x = o.if_contains("maximum"); x && num(*x, &b) && d > b)
+        return at + ": above maximum";
+      if (auto const* x = o.if_contains("exclusiveMinimum"); x && num(*x, &b) && d <= b)
+        return at + ": not above exclusiveMinimum";
+      if (auto const* x = o.if_contains("exclusiveMaximum"); x && num(*x, &b) && d >= b)
+        return at + ": not below exclusiveMaximum";
     }
     if (v.is_string()) {
       size_t const n = code_points(v.get_string());
-      if (auto const* x = o.if_contains("minLength"); x && num(*x, &b) && n < b) return at + ": shorter than minLength";
-      if (auto const* x = o.if_contains("maxLength"); x && num(*x, &b) && n > b) return at + ": longer than maxLength";
+      if (auto const* x = o.if_contains("minLength"); x && num(*x, &b) && n < b)
+        return at + ": shorter than minLength";
+      if (auto const* x = o.if_contains("maxLength"); x && num(*x, &b) && n > b)
+        return at + ": longer than maxLength";
     }
     if (v.is_array()) {
       auto const& arr = v.get_array();
-      if (auto const* x = o.if_contains("minItems"); x && num(*x, &b) && arr.size() < b) return at + ": too few items";
-      if (auto const* x = o.if_contains("maxItems"); x && num(*x, &b) && arr.size() > b) return at + ": too many items";
+      if (auto const* x = o.if_contains("minItems"); x && num(*x, &b) && arr.size() < b)
+        return at + ": too few items";
+      if (auto const* x = o.if_contains("maxItems"); x && num(*x, &b) && arr.size() > b)
+        return at + ": too many items";
       if (auto const* it = o.if_contains("items"))
         for (size_t i = 0; i < arr.size(); ++i)
-          if (auto e = check(arr[i], *it, at + "[" + std::to_string(i) + "]", depth + 1); !e.empty()) return e;
+          if (auto e = check(arr[i], *it, at + "[" + std::to_string(i) + "]", depth + 1);
+              !e.empty())
+            return e;
     }
     if (v.is_object()) {
       auto const& obj = v.get_object();
       auto const* props = o.if_contains("properties");
       if (auto const* req = o.if_contains("required"))
         for (auto const& r : req->as_array())
-          if (!obj.contains(r.as_string())) return at + ": missing required " + std::string(r.as_string());
+          if (!obj.contains(r.as_string()))
+            return at + ": missing required " + std::string(r.as_string());
       auto const* ap = o.if_contains("additionalProperties");
       for (auto const& kv : obj) {
         std::string const sub = at + "." + std::string(kv.key());

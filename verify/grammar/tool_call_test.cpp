@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// DSML tool-call constraint (spec/chat-format.md §2.1, §3.1, §3.2): random walks under tool_choice
-/// `required`, named, parallel_tool_calls false and the thinking prefix always give a block that a strict
-/// parser written from §3.2 accepts, naming a declared tool, with arguments (rebuilt as the reference
-/// parser does) that parse as JSON and satisfy the tool's schema.
+/// `required`, named, parallel_tool_calls false and the thinking prefix always give a block that a
+/// strict parser written from §3.2 accepts, naming a declared tool, with arguments (rebuilt as the
+/// reference parser does) that parse as JSON and satisfy the tool's schema.
 #include <boost/test/unit_test.hpp>
 
 #include <map>
@@ -22,7 +22,10 @@ using model::GrammarVocabulary;
 
 namespace {
 
-std::string const kDsml = "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";
+std::string const kDsml =
+    "\xEF\xBD\x9C"
+    "DSML"
+    "\xEF\xBD\x9C";
 
 std::shared_ptr<GrammarVocabulary const> small_vocab() {
   static auto v = [] {
@@ -50,24 +53,37 @@ struct Call {
 };
 
 /// Strict parse of a DSML completion (without EOS) per §3.1/§3.2; returns false with a reason.
-bool parse_dsml(std::string const& text, bool thinking, std::vector<Call>* calls, std::string* why) {
+bool parse_dsml(std::string const& text, bool thinking, std::vector<Call>* calls,
+                std::string* why) {
   size_t p = 0;
   auto expect = [&](std::string const& s) {
-    if (text.compare(p, s.size(), s) != 0) { *why = "expected '" + s + "' at " + std::to_string(p); return false; }
+    if (text.compare(p, s.size(), s) != 0) {
+      *why = "expected '" + s + "' at " + std::to_string(p);
+      return false;
+    }
     p += s.size();
     return true;
   };
   if (thinking) {
     size_t const e = text.find("</think>");
-    if (e == std::string::npos) { *why = "missing </think>"; return false; }
-    if (text.substr(0, e).find(kDsml) != std::string::npos) { *why = "DSML inside reasoning"; return false; }
+    if (e == std::string::npos) {
+      *why = "missing </think>";
+      return false;
+    }
+    if (text.substr(0, e).find(kDsml) != std::string::npos) {
+      *why = "DSML inside reasoning";
+      return false;
+    }
     p = e + 8;
   }
   if (!expect("\n\n<" + kDsml + " calls>\n")) return false;
   while (text.compare(p, 1 + kDsml.size(), "<" + kDsml) == 0) {
     if (!expect("<" + kDsml + " invoke name=\"")) return false;
     size_t const q = text.find('"', p);
-    if (q == std::string::npos) { *why = "unterminated name"; return false; }
+    if (q == std::string::npos) {
+      *why = "unterminated name";
+      return false;
+    }
     Call c{text.substr(p, q - p), "{"};
     p = q;
     if (!expect("\">\n")) return false;
@@ -81,22 +97,38 @@ bool parse_dsml(std::string const& text, bool thinking, std::vector<Call>* calls
         size_t const k = text.find('"', p);
         std::string const key = text.substr(p, k - p);
         p = k;
-        if (seen[key]++) { *why = "duplicate key " + key; return false; }
+        if (seen[key]++) {
+          *why = "duplicate key " + key;
+          return false;
+        }
         if (!expect("\" string=\"")) return false;
         bool str;
-        if (text.compare(p, 4, "true") == 0) { str = true; p += 4; }
-        else if (text.compare(p, 5, "false") == 0) { str = false; p += 5; }
-        else { *why = "bad string attribute"; return false; }
+        if (text.compare(p, 4, "true") == 0) {
+          str = true;
+          p += 4;
+        } else if (text.compare(p, 5, "false") == 0) {
+          str = false;
+          p += 5;
+        } else {
+          *why = "bad string attribute";
+          return false;
+        }
         if (!expect("\">")) return false;
         std::string const end = "</" + kDsml + " parameter>";
         size_t const e = text.find(end, p);
-        if (e == std::string::npos) { *why = "unterminated parameter"; return false; }
+        if (e == std::string::npos) {
+          *why = "unterminated parameter";
+          return false;
+        }
         std::string const v = text.substr(p, e - p);
-        if (v.find(kDsml) != std::string::npos) { *why = "DSML inside a value"; return false; }
+        if (v.find(kDsml) != std::string::npos) {
+          *why = "DSML inside a value";
+          return false;
+        }
         p = e + end.size();
         if (!expect("\n")) return false;
-        c.arguments += (first ? "" : ", ") + boost::json::serialize(boost::json::value(key)) + ": " +
-                       (str ? boost::json::serialize(boost::json::value(v)) : v);
+        c.arguments += (first ? "" : ", ") + boost::json::serialize(boost::json::value(key)) +
+                       ": " + (str ? boost::json::serialize(boost::json::value(v)) : v);
         first = false;
       }
     }
@@ -105,15 +137,18 @@ bool parse_dsml(std::string const& text, bool thinking, std::vector<Call>* calls
     calls->push_back(c);
   }
   if (!expect("</" + kDsml + " calls>")) return false;
-  if (p != text.size()) { *why = "trailing text"; return false; }
+  if (p != text.size()) {
+    *why = "trailing text";
+    return false;
+  }
   return true;
 }
 
-void check_walks(boost::json::value const* choice, bool parallel, bool thinking, int walks, uint64_t seed,
-                 std::string const& only_name = "", bool expect_variety = true) {
+void check_walks(boost::json::value const* choice, bool parallel, bool thinking, int walks,
+                 uint64_t seed, std::string const& only_name = "", bool expect_variety = true) {
   boost::json::value const tools = boost::json::parse(kTools);
-  auto f = model::tool_call_matcher_factory(tools, choice, small_vocab(), GrammarOptions{.thinking_prefix = thinking},
-                                            parallel);
+  auto f = model::tool_call_matcher_factory(tools, choice, small_vocab(),
+                                            GrammarOptions{.thinking_prefix = thinking}, parallel);
   BOOST_REQUIRE_MESSAGE(f.ok(), f.status().to_string());
   BOOST_REQUIRE(static_cast<bool>(*f));
   std::map<std::string, boost::json::value const*> schemas;
@@ -147,7 +182,8 @@ void check_walks(boost::json::value const* choice, bool parallel, bool thinking,
       }
     }
   }
-  if (only_name.empty() && expect_variety) BOOST_TEST(used.size() >= 3u, "walks should reach most tools");
+  if (only_name.empty() && expect_variety)
+    BOOST_TEST(used.size() >= 3u, "walks should reach most tools");
 }
 
 }  // namespace
@@ -160,7 +196,8 @@ BOOST_AUTO_TEST_CASE(required_any_tool) {
 }
 
 BOOST_AUTO_TEST_CASE(named_tool_single_call) {
-  boost::json::value const choice = boost::json::parse(R"({"type":"function","function":{"name":"search"}})");
+  boost::json::value const choice =
+      boost::json::parse(R"({"type":"function","function":{"name":"search"}})");
   check_walks(&choice, false, false, 20, verify::test_seed(202), "search");
 }
 
@@ -175,26 +212,28 @@ BOOST_AUTO_TEST_CASE(exact_reference_text_is_accepted) {
   boost::json::value const choice = "required";
   auto f = model::tool_call_matcher_factory(tools, &choice, small_vocab()).value_or_throw();
   GrammarMatcher m = f();
-  std::string const text = "\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
-                           " parameter name=\"location\" string=\"true\">Bei \"jing\" <x></" + kDsml +
-                           " parameter>\n<" + kDsml + " parameter name=\"days\" string=\"false\">3</" + kDsml +
-                           " parameter>\n</" + kDsml + " invoke>\n<" + kDsml + " invoke name=\"noargs\">\n\n</" +
-                           kDsml + " invoke>\n</" + kDsml + " calls>";
+  std::string const text =
+      "\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
+      " parameter name=\"location\" string=\"true\">Bei \"jing\" <x></" + kDsml + " parameter>\n<" +
+      kDsml + " parameter name=\"days\" string=\"false\">3</" + kDsml + " parameter>\n</" + kDsml +
+      " invoke>\n<" + kDsml + " invoke name=\"noargs\">\n\n</" + kDsml + " invoke>\n</" + kDsml +
+      " calls>";
   for (char ch : text) BOOST_REQUIRE(m.accept_bytes(std::string(1, ch)));
   BOOST_TEST(m.is_complete());
-  // Undeclared name, a missing required parameter, a schema violation and DSML in a value are rejected.
+  // Undeclared name, a missing required parameter, a schema violation and DSML in a value are
+  // rejected.
   auto rejects = [&](std::string const& t) {
     GrammarMatcher x = f();
     return !x.accept_bytes(t);
   };
   BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"nope\""));
   BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n</"));
-  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
-                     " parameter name=\"days\" string=\"false\">9"));
-  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
-                     " parameter name=\"location\" string=\"true\">a" + kDsml));
-  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"search\">\n<" + kDsml +
-                     " parameter name=\"query\" string=\"true\">0123456789abc"));
+  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" +
+                     kDsml + " parameter name=\"days\" string=\"false\">9"));
+  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" +
+                     kDsml + " parameter name=\"location\" string=\"true\">a" + kDsml));
+  BOOST_TEST(rejects("\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"search\">\n<" +
+                     kDsml + " parameter name=\"query\" string=\"true\">0123456789abc"));
 }
 
 BOOST_AUTO_TEST_CASE(factory_choices_and_errors) {
@@ -206,7 +245,8 @@ BOOST_AUTO_TEST_CASE(factory_choices_and_errors) {
   auto n = model::tool_call_matcher_factory(tools, &none, small_vocab());
   BOOST_TEST_REQUIRE(n.ok());
   BOOST_TEST(!static_cast<bool>(*n));
-  boost::json::value const bad = boost::json::parse(R"({"type":"function","function":{"name":"missing"}})");
+  boost::json::value const bad =
+      boost::json::parse(R"({"type":"function","function":{"name":"missing"}})");
   auto e = model::tool_call_matcher_factory(tools, &bad, small_vocab());
   BOOST_TEST_REQUIRE(!e.ok());
   BOOST_TEST(e.status().message().find("\"missing\" is not among the tools") != std::string::npos);
@@ -216,21 +256,25 @@ BOOST_AUTO_TEST_CASE(factory_choices_and_errors) {
   auto e2 = model::tool_call_matcher_factory(bad_tools, &req, small_vocab());
   BOOST_TEST_REQUIRE(!e2.ok());
   BOOST_TEST(e2.status().message().find("pattern") != std::string::npos);
-  BOOST_TEST(e2.status().message().find("tools[0].function.parameters/properties/a") != std::string::npos);
+  BOOST_TEST(e2.status().message().find("tools[0].function.parameters/properties/a") !=
+             std::string::npos);
   boost::json::value const quote_tools =
       boost::json::parse(R"([{"type":"function","function":{"name":"a\"b"}}])");
   BOOST_TEST(!model::tool_call_matcher_factory(quote_tools, &req, small_vocab()).ok());
   // response_format factories
-  auto rf = model::response_format_matcher_factory(boost::json::parse(R"({"type":"json_object"})"), small_vocab());
+  auto rf = model::response_format_matcher_factory(boost::json::parse(R"({"type":"json_object"})"),
+                                                   small_vocab());
   BOOST_TEST_REQUIRE(rf.ok());
   GrammarMatcher m = (*rf)();
   BOOST_TEST(m.accept_bytes("{\"k\": [1, true]}"));
   BOOST_TEST(m.is_complete());
-  auto rt = model::response_format_matcher_factory(boost::json::parse(R"({"type":"text"})"), small_vocab());
+  auto rt = model::response_format_matcher_factory(boost::json::parse(R"({"type":"text"})"),
+                                                   small_vocab());
   BOOST_TEST_REQUIRE(rt.ok());
   BOOST_TEST(!static_cast<bool>(*rt));
   auto rs = model::response_format_matcher_factory(
-      boost::json::parse(R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"boolean"}}})"),
+      boost::json::parse(
+          R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"boolean"}}})"),
       small_vocab());
   BOOST_TEST_REQUIRE(rs.ok());
   GrammarMatcher b = (*rs)();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Random walks through a grammar: at each step take the mask, check it is non-empty (no dead end) and,
-/// optionally, that every token's mask bit equals what accept_token says; then sample an allowed token
-/// from random weights. After `explore` steps the weights favour closing bytes and EOS so walks end.
+/// Random walks through a grammar: at each step take the mask, check it is non-empty (no dead end)
+/// and, optionally, that every token's mask bit equals what accept_token says; then sample an
+/// allowed token from random weights. After `explore` steps the weights favour closing bytes and
+/// EOS so walks end.
 #pragma once
 
 #include <random>
@@ -15,17 +16,19 @@
 namespace tessera::verify {
 
 struct WalkResult {
-  std::string text;     // bytes of the accepted tokens (EOS excluded)
+  std::string text;  // bytes of the accepted tokens (EOS excluded)
   bool finished = false;
   int steps = 0;
 };
 
-inline WalkResult random_walk(model::GrammarMatcher m, model::GrammarVocabulary const& v, std::mt19937_64& rng,
-                              int explore, int max_steps, bool check_every_token) {
+inline WalkResult random_walk(model::GrammarMatcher m, model::GrammarVocabulary const& v,
+                              std::mt19937_64& rng, int explore, int max_steps,
+                              bool check_every_token) {
   WalkResult r;
   std::vector<uint32_t> mask(v.mask_words());
   std::uniform_real_distribution<double> U(0.0, 1.0);
-  std::string target;  // a completion found once when the walk starts finishing; followed token by token
+  std::string
+      target;  // a completion found once when the walk starts finishing; followed token by token
   bool have_target = false;
   for (; r.steps < max_steps; ++r.steps) {
     m.fill_mask(mask.data());
@@ -39,8 +42,8 @@ inline WalkResult random_walk(model::GrammarMatcher m, model::GrammarVocabulary 
         if (acc) BOOST_REQUIRE(m.rollback(1));
         bool const bit = (mask[id >> 5] >> (id & 31)) & 1;
         if (acc != bit)
-          BOOST_ERROR("mask bit " << bit << " but accept_token " << acc << " for token " << id << " after \""
-                                  << r.text << "\"");
+          BOOST_ERROR("mask bit " << bit << " but accept_token " << acc << " for token " << id
+                                  << " after \"" << r.text << "\"");
       }
     }
     bool const finishing = r.steps >= explore;
@@ -60,7 +63,9 @@ inline WalkResult random_walk(model::GrammarMatcher m, model::GrammarVocabulary 
         x = target.empty() ? 1.0 : 0.0;
       } else {
         std::string const& b = v.token_bytes(id);
-        x = (!target.empty() && target.compare(0, b.size(), b) == 0) ? x * double(b.size() * b.size()) : 0.0;
+        x = (!target.empty() && target.compare(0, b.size(), b) == 0)
+                ? x * double(b.size() * b.size())
+                : 0.0;
       }
       w[i] = x;
     }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The byte step of the grammar pushdown automaton (grammar_impl.hpp): one frame per open node, children
-/// pushed lazily when their first byte arrives, finished frames popped with a notification to their
-/// parent. Choices (anyOf, optional repetition, DSML parameter vs end) fork the stack; forks that
-/// cannot take the byte die. Nested values are only started when they fit under max_depth
-/// (Node::min_frames), which is what keeps every live state completable.
+/// The byte step of the grammar pushdown automaton (grammar_impl.hpp): one frame per open node,
+/// children pushed lazily when their first byte arrives, finished frames popped with a notification
+/// to their parent. Choices (anyOf, optional repetition, DSML parameter vs end) fork the stack;
+/// forks that cannot take the byte die. Nested values are only started when they fit under
+/// max_depth (Node::min_frames), which is what keeps every live state completable.
 #include <algorithm>
 #include <bit>
 
@@ -16,7 +16,8 @@ constexpr int32_t kInf = INT32_MAX / 4;
 
 bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\r' || b == '\t'; }
 
-// ---- the runner ------------------------------------------------------------------------------------
+// ---- the runner
+// ------------------------------------------------------------------------------------
 
 struct Runner {
   GrammarDef const& g;
@@ -41,7 +42,8 @@ struct Runner {
       if (n.kind == NodeKind::kObject) {
         ok = fits(s, n.children[i]);
       } else {
-        ok = (n.children[i] != kNone && fits(s, n.children[i])) || (n.raw[i] != kNone && fits(s, n.raw[i]));
+        ok = (n.children[i] != kNone && fits(s, n.children[i])) ||
+             (n.raw[i] != kNone && fits(s, n.raw[i]));
       }
       if (ok) c |= uint64_t{1} << i;
     }
@@ -56,11 +58,19 @@ struct Runner {
       std::string const& k = n.keys[i];
       if (k.size() > f.aux && static_cast<uint8_t>(k[f.aux]) == b) next |= uint64_t{1} << i;
     }
-    if (next) { f.m2 = next; ++f.aux; return 1; }
+    if (next) {
+      f.m2 = next;
+      ++f.aux;
+      return 1;
+    }
     if (b != '"') return -1;
     for (uint64_t c = f.m2; c; c &= c - 1) {
       int const i = std::countr_zero(c);
-      if (n.keys[i].size() == f.aux) { f.m2 = uint64_t{1} << i; f.extra = static_cast<uint32_t>(i); return 2; }
+      if (n.keys[i].size() == f.aux) {
+        f.m2 = uint64_t{1} << i;
+        f.extra = static_cast<uint32_t>(i);
+        return 2;
+      }
     }
     return -1;
   }
@@ -75,7 +85,8 @@ struct Runner {
 /// before b), rejected.
 constexpr int kConsumed = 0, kAgain = 1, kReject = -1;
 
-int gap(GrammarDef const& g, Frame& f, uint8_t b) {  // 1 = whitespace consumed, 0 = not whitespace, −1 = too much
+int gap(GrammarDef const& g, Frame& f,
+        uint8_t b) {  // 1 = whitespace consumed, 0 = not whitespace, −1 = too much
   if (!is_ws(b)) return 0;
   if (f.ws >= g.max_ws) return -1;
   ++f.ws;
@@ -95,7 +106,9 @@ int Runner::step_object(Stack& s, uint8_t b) {
     }
     uint64_t const c = available_keys(s, n, f.m1);
     if (!c) return kReject;
-    f.phase = 2; f.aux = 0; f.m2 = c;
+    f.phase = 2;
+    f.aux = 0;
+    f.m2 = c;
     return kConsumed;
   };
   auto close = [&]() -> int {
@@ -104,7 +117,10 @@ int Runner::step_object(Stack& s, uint8_t b) {
     return kAgain + 1;  // finished, byte consumed
   };
   switch (f.phase) {
-    case 0: if (b != '{') return kReject; f.phase = 1; return kConsumed;
+    case 0:
+      if (b != '{') return kReject;
+      f.phase = 1;
+      return kConsumed;
     case 1:
     case 6: {
       int const w = gap(g, f, b);
@@ -116,14 +132,18 @@ int Runner::step_object(Stack& s, uint8_t b) {
     case 2: {
       int const r = match_key(n, f, b);
       if (r < 0) return kReject;
-      if (r == 2) { f.phase = 3; f.ws = 0; }
+      if (r == 2) {
+        f.phase = 3;
+        f.ws = 0;
+      }
       return kConsumed;
     }
     case 3: {
       int const w = gap(g, f, b);
       if (w) return w > 0 ? kConsumed : kReject;
       if (b != ':') return kReject;
-      f.phase = 4; f.ws = 0;
+      f.phase = 4;
+      f.ws = 0;
       return kConsumed;
     }
     case 4: {
@@ -138,7 +158,8 @@ int Runner::step_object(Stack& s, uint8_t b) {
       if (w) return w > 0 ? kConsumed : kReject;
       if (b == ',') {
         if (!free_keys && !available_keys(s, n, f.m1)) return kReject;
-        f.phase = 6; f.ws = 0;
+        f.phase = 6;
+        f.ws = 0;
         return kConsumed;
       }
       if (b == '}') return close();
@@ -152,7 +173,10 @@ int Runner::step_array(Stack& s, uint8_t b) {
   Frame& f = s.back();
   Node const& n = g.nodes[f.node];
   switch (f.phase) {
-    case 0: if (b != '[') return kReject; f.phase = 1; return kConsumed;
+    case 0:
+      if (b != '[') return kReject;
+      f.phase = 1;
+      return kConsumed;
     case 1:
     case 3: {
       int const w = gap(g, f, b);
@@ -171,7 +195,8 @@ int Runner::step_array(Stack& s, uint8_t b) {
       if (w) return w > 0 ? kConsumed : kReject;
       if (b == ',') {
         if (static_cast<int64_t>(f.count) >= n.max || !fits(s, n.item)) return kReject;
-        f.phase = 3; f.ws = 0;
+        f.phase = 3;
+        f.ws = 0;
         return kConsumed;
       }
       if (b == ']') {
@@ -186,8 +211,9 @@ int Runner::step_array(Stack& s, uint8_t b) {
 }
 
 /// DSML parameter list. Phases: 0 between parameters (choice), 20/21/22 chosen: parameter / end /
-/// zero-parameter newline; 30 parameter-open literal running; 2 key bytes; 31 free key running; 3 after
-/// the key (choice); 40/41 chosen string="true"/"false"; 50/52 raw path; 60–64 JSON path; 32/33 newline.
+/// zero-parameter newline; 30 parameter-open literal running; 2 key bytes; 31 free key running; 3
+/// after the key (choice); 40/41 chosen string="true"/"false"; 50/52 raw path; 60–64 JSON path;
+/// 32/33 newline.
 int Runner::step_dsml(Stack& s, uint8_t b) {
   Frame& f = s.back();
   Node const& n = g.nodes[f.node];
@@ -203,14 +229,27 @@ int Runner::step_dsml(Stack& s, uint8_t b) {
       if (end) opts[k++] = 21;
       if (zero) opts[k++] = 22;
       if (k == 0) return kReject;
-      for (int i = 1; i < k; ++i) { fork(s); pending[num_pending - 1].back().phase = opts[i]; }
+      for (int i = 1; i < k; ++i) {
+        fork(s);
+        pending[num_pending - 1].back().phase = opts[i];
+      }
       f.phase = opts[0];
       return kAgain;
     }
-    case 20: f.phase = 30; push(s, n.helpers[kParamOpen]); return kAgain;
-    case 21: s.pop_back(); return kAgain + 2;  // finished before b
-    case 22: f.phase = 32; push(s, n.helpers[kNewline]); return kAgain;
-    case 33: s.pop_back(); return kAgain + 2;
+    case 20:
+      f.phase = 30;
+      push(s, n.helpers[kParamOpen]);
+      return kAgain;
+    case 21:
+      s.pop_back();
+      return kAgain + 2;  // finished before b
+    case 22:
+      f.phase = 32;
+      push(s, n.helpers[kNewline]);
+      return kAgain;
+    case 33:
+      s.pop_back();
+      return kAgain + 2;
     case 2: {
       int const r = match_key(n, f, b);
       if (r < 0) return kReject;
@@ -221,24 +260,36 @@ int Runner::step_dsml(Stack& s, uint8_t b) {
       int32_t const jv = free_keys ? n.helpers[kFreeJson] : n.children[f.extra];
       int32_t const rv = free_keys ? n.helpers[kFreeRaw] : n.raw[f.extra];
       bool const t = rv != kNone && fits(s, rv), fl = jv != kNone && fits(s, jv);
-      if (t && fl) { fork(s); pending[num_pending - 1].back().phase = 41; }
+      if (t && fl) {
+        fork(s);
+        pending[num_pending - 1].back().phase = 41;
+      }
       if (!t && !fl) return kReject;
       f.phase = t ? 40 : 41;
       return kAgain;
     }
-    case 40: f.phase = 50; push(s, n.helpers[kStringTrue]); return kAgain;
+    case 40:
+      f.phase = 50;
+      push(s, n.helpers[kStringTrue]);
+      return kAgain;
     case 51: {
       f.phase = 52;
       push(s, free_keys ? n.helpers[kFreeRaw] : n.raw[f.extra]);
       return kAgain;
     }
-    case 41: f.phase = 60; push(s, n.helpers[kStringFalse]); return kAgain;
+    case 41:
+      f.phase = 60;
+      push(s, n.helpers[kStringFalse]);
+      return kAgain;
     case 61: {
       f.phase = 62;
       push(s, free_keys ? n.helpers[kFreeJson] : n.children[f.extra]);
       return kAgain;
     }
-    case 63: f.phase = 64; push(s, n.helpers[kParamClose]); return kAgain;
+    case 63:
+      f.phase = 64;
+      push(s, n.helpers[kParamClose]);
+      return kAgain;
   }
   return kReject;
 }
@@ -253,42 +304,76 @@ void notify(GrammarDef const& g, Stack& s) {
         if (++p.count < n.children.size()) return;
         s.pop_back();
         continue;
-      case NodeKind::kRepeat: ++p.count; p.phase = 0; return;
-      case NodeKind::kObject:
-        if (p.phase == 2) { p.phase = 3; p.ws = 0; return; }  // free key string done
-        if (!n.keys.empty()) p.m1 |= p.m2;
-        p.phase = 5; p.ws = 0;
+      case NodeKind::kRepeat:
+        ++p.count;
+        p.phase = 0;
         return;
-      case NodeKind::kArray: ++p.count; p.phase = 2; p.ws = 0; return;
+      case NodeKind::kObject:
+        if (p.phase == 2) {
+          p.phase = 3;
+          p.ws = 0;
+          return;
+        }  // free key string done
+        if (!n.keys.empty()) p.m1 |= p.m2;
+        p.phase = 5;
+        p.ws = 0;
+        return;
+      case NodeKind::kArray:
+        ++p.count;
+        p.phase = 2;
+        p.ws = 0;
+        return;
       case NodeKind::kDsmlParams:
         switch (p.phase) {
           case 30:
-            if (n.helpers[kFreeKey] != kNone) { p.phase = 31; s.push_back(make_frame(n.helpers[kFreeKey])); return; }
-            p.phase = 2; p.aux = 0; p.m2 = 0;
+            if (n.helpers[kFreeKey] != kNone) {
+              p.phase = 31;
+              s.push_back(make_frame(n.helpers[kFreeKey]));
+              return;
+            }
+            p.phase = 2;
+            p.aux = 0;
+            p.m2 = 0;
             {
               uint64_t c = 0;
               for (size_t i = 0; i < n.keys.size(); ++i) {
                 if ((p.m1 >> i) & 1) continue;
-                bool const ok = (n.children[i] != kNone && static_cast<int>(s.size()) + g.nodes[n.children[i]].min_frames <= g.max_depth) ||
-                                (n.raw[i] != kNone && static_cast<int>(s.size()) + g.nodes[n.raw[i]].min_frames <= g.max_depth);
+                bool const ok =
+                    (n.children[i] != kNone &&
+                     static_cast<int>(s.size()) + g.nodes[n.children[i]].min_frames <=
+                         g.max_depth) ||
+                    (n.raw[i] != kNone &&
+                     static_cast<int>(s.size()) + g.nodes[n.raw[i]].min_frames <= g.max_depth);
                 if (ok) c |= uint64_t{1} << i;
               }
               p.m2 = c;
             }
             return;
-          case 31: p.phase = 3; return;
-          case 50: p.phase = 51; return;
-          case 60: p.phase = 61; return;
-          case 62: p.phase = 63; return;
+          case 31:
+            p.phase = 3;
+            return;
+          case 50:
+            p.phase = 51;
+            return;
+          case 60:
+            p.phase = 61;
+            return;
+          case 62:
+            p.phase = 63;
+            return;
           case 52:
           case 64:
-            p.phase = 0; ++p.count;
+            p.phase = 0;
+            ++p.count;
             if (!n.keys.empty()) p.m1 |= p.m2;
             return;
-          case 32: p.phase = 33; return;
+          case 32:
+            p.phase = 33;
+            return;
         }
         return;
-      default: return;  // leaves never have children
+      default:
+        return;  // leaves never have children
     }
   }
 }
@@ -301,7 +386,10 @@ bool Runner::run(Stack& s, uint8_t b) {
     switch (n.kind) {
       case NodeKind::kLiteral:
         if (static_cast<uint8_t>(n.lit[f.aux]) != b) return false;
-        if (++f.aux == n.lit.size()) { s.pop_back(); notify(g, s); }
+        if (++f.aux == n.lit.size()) {
+          s.pop_back();
+          notify(g, s);
+        }
         return true;
       case NodeKind::kSeq: {
         int32_t const c = n.children[f.count];
@@ -313,7 +401,10 @@ bool Runner::run(Stack& s, uint8_t b) {
         int32_t first = kNone;
         for (int32_t c : n.children) {
           if (!fits(s, c)) continue;
-          if (first == kNone) { first = c; continue; }
+          if (first == kNone) {
+            first = c;
+            continue;
+          }
           fork(s);
           pending[num_pending - 1].push_back(make_frame(c));
         }
@@ -325,13 +416,27 @@ bool Runner::run(Stack& s, uint8_t b) {
         bool more = static_cast<int64_t>(f.count) < n.max && fits(s, n.item);
         bool end = static_cast<int64_t>(f.count) >= n.min;
         if (f.phase == 1) more = false;
-        if (more && end) { fork(s); pending[num_pending - 1].back().phase = 1; end = false; }
-        if (more) { push(s, n.item); continue; }
-        if (end) { s.pop_back(); notify(g, s); continue; }
+        if (more && end) {
+          fork(s);
+          pending[num_pending - 1].back().phase = 1;
+          end = false;
+        }
+        if (more) {
+          push(s, n.item);
+          continue;
+        }
+        if (end) {
+          s.pop_back();
+          notify(g, s);
+          continue;
+        }
         return false;
       }
       case NodeKind::kWs:
-        if (is_ws(b) && f.ws < g.max_ws) { ++f.ws; return true; }
+        if (is_ws(b) && f.ws < g.max_ws) {
+          ++f.ws;
+          return true;
+        }
         s.pop_back();
         notify(g, s);
         continue;
@@ -339,7 +444,10 @@ bool Runner::run(Stack& s, uint8_t b) {
       case NodeKind::kFreeText: {
         int const r = step_leaf(g, f, b);
         if (r < 0) return false;
-        if (r == 1) { s.pop_back(); notify(g, s); }
+        if (r == 1) {
+          s.pop_back();
+          notify(g, s);
+        }
         return true;
       }
       case NodeKind::kNumber: {
@@ -353,15 +461,15 @@ bool Runner::run(Stack& s, uint8_t b) {
       case NodeKind::kObject:
       case NodeKind::kArray:
       case NodeKind::kDsmlParams: {
-        int const r = n.kind == NodeKind::kObject ? step_object(s, b)
+        int const r = n.kind == NodeKind::kObject  ? step_object(s, b)
                       : n.kind == NodeKind::kArray ? step_array(s, b)
                                                    : step_dsml(s, b);
         if (r == kReject) return false;
         if (r == kConsumed) return true;
         if (r == kAgain) continue;
-        notify(g, s);                 // the frame was popped
+        notify(g, s);                      // the frame was popped
         if (r == kAgain + 1) return true;  // … after consuming b
-        continue;                     // … before b
+        continue;                          // … before b
       }
     }
     return false;
@@ -375,13 +483,18 @@ bool frame_can_end(GrammarDef const& g, Frame const& f) {
       for (size_t i = f.count; i < n.children.size(); ++i)
         if (!g.nodes[n.children[i]].nullable) return false;
       return true;
-    case NodeKind::kAlt: return n.nullable;
-    case NodeKind::kRepeat: return static_cast<int64_t>(f.count) >= n.min;
-    case NodeKind::kWs: return true;
-    case NodeKind::kNumber: return leaf_number_accepting(n, f);
+    case NodeKind::kAlt:
+      return n.nullable;
+    case NodeKind::kRepeat:
+      return static_cast<int64_t>(f.count) >= n.min;
+    case NodeKind::kWs:
+      return true;
+    case NodeKind::kNumber:
+      return leaf_number_accepting(n, f);
     case NodeKind::kDsmlParams:
       return f.phase == 33 || (f.phase == 0 && f.count >= 1 && (f.m1 & n.required) == n.required);
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -405,7 +518,8 @@ void finish_top(GrammarDef const& g, Stack& s) {
 
 void StateSet::add(Frame const* f, size_t n) {
   for (size_t i = 0; i < size(); ++i)
-    if (off[i + 1] - off[i] == n && std::memcmp(frames.data() + off[i], f, n * sizeof(Frame)) == 0) return;
+    if (off[i + 1] - off[i] == n && std::memcmp(frames.data() + off[i], f, n * sizeof(Frame)) == 0)
+      return;
   frames.insert(frames.end(), f, f + n);
   off.push_back(static_cast<uint32_t>(frames.size()));
 }
@@ -445,7 +559,10 @@ bool can_finish(GrammarDef const& g, StateSet const& set) {
     Stack s(set.frames.begin() + set.off[i], set.frames.begin() + set.off[i + 1]);
     bool ok = true;
     while (!s.empty()) {
-      if (!frame_can_end(g, s.back())) { ok = false; break; }
+      if (!frame_can_end(g, s.back())) {
+        ok = false;
+        break;
+      }
       s.pop_back();
       notify(g, s);
     }
@@ -456,7 +573,10 @@ bool can_finish(GrammarDef const& g, StateSet const& set) {
 
 Status GrammarDef::finalize() {
   size_t const nn = nodes.size();
-  for (auto& n : nodes) { n.min_frames = kInf; n.nullable = false; }
+  for (auto& n : nodes) {
+    n.min_frames = kInf;
+    n.nullable = false;
+  }
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = 0; i < nn; ++i) {
@@ -465,20 +585,37 @@ Status GrammarDef::finalize() {
       int32_t v = kInf;
       bool nul = false;
       switch (n.kind) {
-        case NodeKind::kLiteral: v = 1; nul = n.lit.empty(); break;
-        case NodeKind::kWs: v = 1; nul = true; break;
-        case NodeKind::kString: case NodeKind::kFreeText: case NodeKind::kNumber: v = 1; break;
+        case NodeKind::kLiteral:
+          v = 1;
+          nul = n.lit.empty();
+          break;
+        case NodeKind::kWs:
+          v = 1;
+          nul = true;
+          break;
+        case NodeKind::kString:
+        case NodeKind::kFreeText:
+        case NodeKind::kNumber:
+          v = 1;
+          break;
         case NodeKind::kSeq: {
           int32_t m = 0;
           nul = true;
-          for (int32_t c : n.children) { m = std::max(m, mf(c)); nul = nul && nodes[c].nullable; }
+          for (int32_t c : n.children) {
+            m = std::max(m, mf(c));
+            nul = nul && nodes[c].nullable;
+          }
           v = m >= kInf ? kInf : 1 + m;
           break;
         }
         case NodeKind::kAlt:
-          for (int32_t c : n.children) { v = std::min(v, mf(c)); nul = nul || nodes[c].nullable; }
+          for (int32_t c : n.children) {
+            v = std::min(v, mf(c));
+            nul = nul || nodes[c].nullable;
+          }
           break;
-        case NodeKind::kRepeat: case NodeKind::kArray: {
+        case NodeKind::kRepeat:
+        case NodeKind::kArray: {
           int32_t const m = n.min > 0 ? mf(n.item) : 0;
           v = m >= kInf ? kInf : 1 + m;
           nul = n.kind == NodeKind::kRepeat && (n.min == 0 || nodes[n.item].nullable);
@@ -500,14 +637,19 @@ Status GrammarDef::finalize() {
         }
       }
       v = std::min(v, kInf);
-      if (v != n.min_frames || nul != n.nullable) { n.min_frames = v; n.nullable = nul; changed = true; }
+      if (v != n.min_frames || nul != n.nullable) {
+        n.min_frames = v;
+        n.nullable = nul;
+        changed = true;
+      }
     }
   }
   kmp.assign(nn, {});
   for (size_t i = 0; i < nn; ++i) {
     Node const& n = nodes[i];
     if (n.kind == NodeKind::kString) {
-      if (n.forbidden.size() > 1) return invalid_argument("grammar: strings support one forbidden substring");
+      if (n.forbidden.size() > 1)
+        return invalid_argument("grammar: strings support one forbidden substring");
       if (n.forbidden.empty()) continue;
     } else if (n.kind != NodeKind::kFreeText) {
       continue;
@@ -535,7 +677,8 @@ Status GrammarDef::finalize() {
   }
   if (root == kNone || nodes[root].min_frames > max_depth)
     return invalid_argument("grammar: no finite value satisfies the schema within max_depth = " +
-                            std::to_string(max_depth) + " nesting levels (unsatisfiable or unboundedly recursive)");
+                            std::to_string(max_depth) +
+                            " nesting levels (unsatisfiable or unboundedly recursive)");
   return {};
 }
 

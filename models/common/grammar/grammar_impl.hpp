@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Internals of the byte-level pushdown automaton behind tessera/models/common/grammar.hpp: grammar nodes,
-/// stack frames, the byte step function, the vocabulary trie and the mask caches.
+/// Internals of the byte-level pushdown automaton behind tessera/models/common/grammar.hpp: grammar
+/// nodes, stack frames, the byte step function, the vocabulary trie and the mask caches.
 #pragma once
 
 #include <cstdint>
@@ -17,17 +17,18 @@
 namespace tessera::model::grammar_detail {
 
 enum class NodeKind : uint8_t {
-  kLiteral,     // exact bytes `lit`
-  kSeq,         // children in order
-  kAlt,         // one of children (forks stacks)
-  kRepeat,      // child `item` repeated [min, max] times, elements self-delimiting
-  kWs,          // 0..max_ws JSON whitespace bytes
-  kFreeText,    // UTF-8 text with ≤ max chars, ≥ min chars, no `forbidden`, ended by `lit` (consumed)
+  kLiteral,  // exact bytes `lit`
+  kSeq,      // children in order
+  kAlt,      // one of children (forks stacks)
+  kRepeat,   // child `item` repeated [min, max] times, elements self-delimiting
+  kWs,       // 0..max_ws JSON whitespace bytes
+  kFreeText,  // UTF-8 text with ≤ max chars, ≥ min chars, no `forbidden`, ended by `lit` (consumed)
   kString,      // JSON string "…" with [min, max] characters
   kNumber,      // JSON number; integer-only and/or bounded (units of 10^-frac_cap)
   kObject,      // JSON object: declared keys (JSON-escaped) or free keys (`item` = value node)
   kArray,       // JSON array of `item`, [min, max] elements
-  kDsmlParams,  // DSML parameter list of a tool call (raw keys; `children` JSON values, `raw` raw values)
+  kDsmlParams,  // DSML parameter list of a tool call (raw keys; `children` JSON values, `raw` raw
+                // values)
 };
 
 inline constexpr int32_t kNone = -1;
@@ -48,14 +49,15 @@ inline constexpr int64_t kUnbounded = INT64_MAX;
 
 struct Node {
   NodeKind kind = NodeKind::kLiteral;
-  std::string lit;                    // kLiteral bytes; kFreeText terminator
-  std::vector<int32_t> children;      // kSeq / kAlt; kObject & kDsmlParams: value node per key
-  std::vector<int32_t> raw;           // kDsmlParams: raw (string="true") value node per key, kNone = not allowed
-  std::vector<std::string> keys;      // kObject (escaped, no quotes) / kDsmlParams (raw)
-  std::vector<std::string> forbidden; // kFreeText
-  std::vector<int32_t> helpers;       // kObject: {free-key string}; kDsmlParams: see DsmlHelper
-  uint64_t required = 0;              // kObject / kDsmlParams: bit per key
-  int32_t item = kNone;               // kRepeat / kArray element; kObject free-key value; kDsmlParams free keys
+  std::string lit;                // kLiteral bytes; kFreeText terminator
+  std::vector<int32_t> children;  // kSeq / kAlt; kObject & kDsmlParams: value node per key
+  std::vector<int32_t>
+      raw;  // kDsmlParams: raw (string="true") value node per key, kNone = not allowed
+  std::vector<std::string> keys;       // kObject (escaped, no quotes) / kDsmlParams (raw)
+  std::vector<std::string> forbidden;  // kFreeText
+  std::vector<int32_t> helpers;        // kObject: {free-key string}; kDsmlParams: see DsmlHelper
+  uint64_t required = 0;               // kObject / kDsmlParams: bit per key
+  int32_t item = kNone;  // kRepeat / kArray element; kObject free-key value; kDsmlParams free keys
   int64_t min = 0, max = kUnbounded;  // counts (repeat, items, chars)
   // kNumber
   bool integer = false, bounded = false;
@@ -94,7 +96,10 @@ struct StateSet {
   std::vector<uint32_t> off{0};
   size_t size() const { return off.size() - 1; }
   bool empty() const { return size() == 0; }
-  void clear() { frames.clear(); off.assign(1, 0); }
+  void clear() {
+    frames.clear();
+    off.assign(1, 0);
+  }
   void add(Frame const* f, size_t n);
   std::string key() const;  // serialized, for caches
 };
@@ -107,10 +112,28 @@ struct GrammarDef {
   /// KMP failure tables per kFreeText node: [terminator, forbidden...] patterns.
   std::vector<std::vector<std::vector<uint16_t>>> kmp;
 
-  int32_t add(Node n) { nodes.push_back(std::move(n)); return static_cast<int32_t>(nodes.size() - 1); }
-  int32_t literal(std::string s) { Node n; n.kind = NodeKind::kLiteral; n.lit = std::move(s); return add(std::move(n)); }
-  int32_t seq(std::vector<int32_t> c) { Node n; n.kind = NodeKind::kSeq; n.children = std::move(c); return add(std::move(n)); }
-  int32_t alt(std::vector<int32_t> c) { Node n; n.kind = NodeKind::kAlt; n.children = std::move(c); return add(std::move(n)); }
+  int32_t add(Node n) {
+    nodes.push_back(std::move(n));
+    return static_cast<int32_t>(nodes.size() - 1);
+  }
+  int32_t literal(std::string s) {
+    Node n;
+    n.kind = NodeKind::kLiteral;
+    n.lit = std::move(s);
+    return add(std::move(n));
+  }
+  int32_t seq(std::vector<int32_t> c) {
+    Node n;
+    n.kind = NodeKind::kSeq;
+    n.children = std::move(c);
+    return add(std::move(n));
+  }
+  int32_t alt(std::vector<int32_t> c) {
+    Node n;
+    n.kind = NodeKind::kAlt;
+    n.children = std::move(c);
+    return add(std::move(n));
+  }
   /// Fills min_frames, nullable and KMP tables; fails if the root cannot finish within max_depth.
   Status finalize();
 };
@@ -122,23 +145,24 @@ StateSet initial_state(GrammarDef const& g);
 /// True if some stack can end here.
 bool can_finish(GrammarDef const& g, StateSet const& s);
 
-/// Leaf frames (kString, kFreeText) step without looking below the top: 0 = consumed, 1 = consumed and
-/// finished, −1 = rejected.
+/// Leaf frames (kString, kFreeText) step without looking below the top: 0 = consumed, 1 = consumed
+/// and finished, −1 = rejected.
 bool is_leaf(NodeKind k);
 int step_leaf(GrammarDef const& g, Frame& f, uint8_t b);
-/// Leaf and number steps (leaves.cpp): 0 consumed, 1 consumed and finished, 2 finished before b (numbers
-/// end on the first byte that cannot continue them), −1 rejected.
+/// Leaf and number steps (leaves.cpp): 0 consumed, 1 consumed and finished, 2 finished before b
+/// (numbers end on the first byte that cannot continue them), −1 rejected.
 int leaf_number_step(Node const& n, Frame& f, uint8_t b);
 bool leaf_number_accepting(Node const& n, Frame const& f);
 int leaf_string_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
 int leaf_text_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
-/// The same step with the node's fields given explicitly (count-free leaf tables use an unbounded copy).
+/// The same step with the node's fields given explicitly (count-free leaf tables use an unbounded
+/// copy).
 int step_leaf_as(GrammarDef const& g, Node const& n, Frame& f, uint8_t b);
 /// Pops the finished top frame of a stack and notifies the frames below (a leaf just finished).
 void finish_top(GrammarDef const& g, Stack& s);
 
-/// Byte trie of the vocabulary in DFS preorder: node i has byte[i] at depth[i] (1-based), its subtree is
-/// [i, end[i]), and tokens tok[tok_off[i] .. tok_off[i+1]) end exactly at it.
+/// Byte trie of the vocabulary in DFS preorder: node i has byte[i] at depth[i] (1-based), its
+/// subtree is [i, end[i]), and tokens tok[tok_off[i] .. tok_off[i+1]) end exactly at it.
 struct Trie {
   std::vector<uint8_t> byte;
   std::vector<uint16_t> depth;
@@ -164,7 +188,8 @@ struct MaskCache {
   static constexpr size_t kMaxFull = 4096;
 };
 /// Leaf entries live with the vocabulary, keyed by the leaf's signature (kind, bounds, terminator,
-/// forbidden strings, frame state without the node id), so every grammar on that vocabulary shares them.
+/// forbidden strings, frame state without the node id), so every grammar on that vocabulary shares
+/// them.
 struct LeafCache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<LeafEntry const>> map;

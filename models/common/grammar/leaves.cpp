@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Steps of the frames that never have children: JSON numbers (optionally integer-only and bounded),
-/// JSON strings (UTF-8 validated per RFC 3629, escapes, optional length bounds and one forbidden raw
-/// substring) and free text ended by a terminator (KMP matching of the terminator and forbidden
-/// substrings). See grammar_impl.hpp for the frame layout.
+/// Steps of the frames that never have children: JSON numbers (optionally integer-only and
+/// bounded), JSON strings (UTF-8 validated per RFC 3629, escapes, optional length bounds and one
+/// forbidden raw substring) and free text ended by a terminator (KMP matching of the terminator and
+/// forbidden substrings). See grammar_impl.hpp for the frame layout.
 #include <algorithm>
 
 #include "models/common/grammar/grammar_impl.hpp"
@@ -14,23 +14,54 @@ bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
 /// UTF-8 lead byte → (continuation count, constraint on the first continuation byte), RFC 3629:
-/// constraint 0: 80–BF, 1: A0–BF (after E0), 2: 80–9F (after ED), 3: 90–BF (after F0), 4: 80–8F (after F4).
+/// constraint 0: 80–BF, 1: A0–BF (after E0), 2: 80–9F (after ED), 3: 90–BF (after F0), 4: 80–8F
+/// (after F4).
 bool utf8_lead(uint8_t b, int* rem, int* con) {
-  if (b >= 0xC2 && b <= 0xDF) { *rem = 1; *con = 0; return true; }
-  if (b == 0xE0) { *rem = 2; *con = 1; return true; }
-  if (b == 0xED) { *rem = 2; *con = 2; return true; }
-  if (b >= 0xE1 && b <= 0xEF) { *rem = 2; *con = 0; return true; }
-  if (b == 0xF0) { *rem = 3; *con = 3; return true; }
-  if (b >= 0xF1 && b <= 0xF3) { *rem = 3; *con = 0; return true; }
-  if (b == 0xF4) { *rem = 3; *con = 4; return true; }
+  if (b >= 0xC2 && b <= 0xDF) {
+    *rem = 1;
+    *con = 0;
+    return true;
+  }
+  if (b == 0xE0) {
+    *rem = 2;
+    *con = 1;
+    return true;
+  }
+  if (b == 0xED) {
+    *rem = 2;
+    *con = 2;
+    return true;
+  }
+  if (b >= 0xE1 && b <= 0xEF) {
+    *rem = 2;
+    *con = 0;
+    return true;
+  }
+  if (b == 0xF0) {
+    *rem = 3;
+    *con = 3;
+    return true;
+  }
+  if (b >= 0xF1 && b <= 0xF3) {
+    *rem = 3;
+    *con = 0;
+    return true;
+  }
+  if (b == 0xF4) {
+    *rem = 3;
+    *con = 4;
+    return true;
+  }
   return false;
 }
 bool utf8_cont_ok(uint8_t b, int con) {
-  static constexpr uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80}, hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+  static constexpr uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80},
+                           hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
   return b >= lo[con] && b <= hi[con];
 }
 /// UTF-8 state in Frame::aux: bits 0–3 constraint, bits 4–7 continuation bytes still due.
-int utf8_step(uint16_t& aux, uint8_t b) {  // 1 = consumed as continuation, 0 = not in a character, −1 = bad
+int utf8_step(uint16_t& aux,
+              uint8_t b) {  // 1 = consumed as continuation, 0 = not in a character, −1 = bad
   int const rem = aux >> 4;
   if (rem == 0) return 0;
   if (!utf8_cont_ok(b, aux & 0xF)) return -1;
@@ -38,14 +69,20 @@ int utf8_step(uint16_t& aux, uint8_t b) {  // 1 = consumed as continuation, 0 = 
   return 1;
 }
 
-// ---- numbers ---------------------------------------------------------------------------------------
+// ---- numbers
+// ---------------------------------------------------------------------------------------
 
 using I128 = __int128;
-I128 pow10(int k) { I128 r = 1; while (k-- > 0) r *= 10; return r; }
+I128 pow10(int k) {
+  I128 r = 1;
+  while (k-- > 0) r *= 10;
+  return r;
+}
 
-/// Number frame: phase 0 start, 1 after '-', 2 integer "0", 3 integer digits, 4 after '.', 5 fraction
-/// digits, 6 after e/E, 7 after exponent sign, 8 exponent digits. count = integer digits, extra bit 31 =
-/// negative, extra low bits = fraction digits, aux = exponent digits, m1 = integer part, m2 = fraction.
+/// Number frame: phase 0 start, 1 after '-', 2 integer "0", 3 integer digits, 4 after '.', 5
+/// fraction digits, 6 after e/E, 7 after exponent sign, 8 exponent digits. count = integer digits,
+/// extra bit 31 = negative, extra low bits = fraction digits, aux = exponent digits, m1 = integer
+/// part, m2 = fraction.
 bool num_negative(Frame const& f) { return (f.extra >> 31) != 0; }
 int num_frac_digits(Frame const& f) { return static_cast<int>(f.extra & 0xFFFF); }
 
@@ -56,7 +93,10 @@ bool num_feasible(Node const& n, Frame const& f, int ph) {
   I128 const s = pow10(fc);
   auto hit = [&](I128 a, I128 b) {  // magnitude interval [a, b] → signed, intersect
     I128 lo = a, hi = b;
-    if (num_negative(f)) { lo = -b; hi = -a; }
+    if (num_negative(f)) {
+      lo = -b;
+      hi = -a;
+    }
     return !(hi < n.lo_units || lo > n.hi_units);
   };
   I128 const m = static_cast<I128>(f.m1);
@@ -125,7 +165,8 @@ int step_number(Node const& n, Frame& f, uint8_t b) {
         return 0;
       }
       return is_digit(b) ? int_digit() : -1;
-    case 1: return is_digit(b) ? int_digit() : -1;
+    case 1:
+      return is_digit(b) ? int_digit() : -1;
     case 2:
     case 3:
       if (is_digit(b)) return int_digit();
@@ -136,31 +177,53 @@ int step_number(Node const& n, Frame& f, uint8_t b) {
         f = t;
         return 0;
       }
-      if ((b == 'e' || b == 'E') && !n.integer && !n.bounded) { f.phase = 6; return 0; }
+      if ((b == 'e' || b == 'E') && !n.integer && !n.bounded) {
+        f.phase = 6;
+        return 0;
+      }
       return end();
-    case 4: return is_digit(b) ? frac_digit() : -1;
+    case 4:
+      return is_digit(b) ? frac_digit() : -1;
     case 5:
       if (is_digit(b)) return frac_digit();
-      if ((b == 'e' || b == 'E') && !n.bounded) { f.phase = 6; return 0; }
+      if ((b == 'e' || b == 'E') && !n.bounded) {
+        f.phase = 6;
+        return 0;
+      }
       return end();
     case 6:
-      if (b == '+' || b == '-') { f.phase = 7; return 0; }
-      if (is_digit(b)) { f.phase = 8; f.aux = 1; return 0; }
+      if (b == '+' || b == '-') {
+        f.phase = 7;
+        return 0;
+      }
+      if (is_digit(b)) {
+        f.phase = 8;
+        f.aux = 1;
+        return 0;
+      }
       return -1;
     case 7:
-      if (is_digit(b)) { f.phase = 8; f.aux = 1; return 0; }
+      if (is_digit(b)) {
+        f.phase = 8;
+        f.aux = 1;
+        return 0;
+      }
       return -1;
     case 8:
-      if (is_digit(b) && f.aux < 3) { ++f.aux; return 0; }
+      if (is_digit(b) && f.aux < 2) {
+        ++f.aux;
+        return 0;
+      }  // |exponent| ≤ 99: finite doubles
       return end();
   }
   return -1;
 }
 
-// ---- leaves ----------------------------------------------------------------------------------------
+// ---- leaves
+// ----------------------------------------------------------------------------------------
 
-/// Counted characters saturate at `min` when there is no maximum, so unbounded strings have finitely
-/// many states (and hit the mask caches).
+/// Counted characters saturate at `min` when there is no maximum, so unbounded strings have
+/// finitely many states (and hit the mask caches).
 bool count_char(Node const& n, Frame& f) {
   if (static_cast<int64_t>(f.count) >= n.max) return false;
   if (n.max != kUnbounded || static_cast<int64_t>(f.count) < n.min) ++f.count;
@@ -171,7 +234,8 @@ bool count_char(Node const& n, Frame& f) {
 /// second digit after a 'D' must be 0–7, so no surrogate escapes), 10 inside a UTF-8 character.
 int step_string(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
   if (!n.forbidden.empty() && f.phase != 0 && !(f.phase == 1 && b == '"')) {
-    // Raw bytes of the string must not contain forbidden[0] (e.g. DSML markup inside tool arguments).
+    // Raw bytes of the string must not contain forbidden[0] (e.g. DSML markup inside tool
+    // arguments).
     std::string const& p = n.forbidden[0];
     auto const& fail = g.kmp[f.node][0];
     size_t k = static_cast<size_t>(f.m1);
@@ -181,10 +245,17 @@ int step_string(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
     f.m1 = k;
   }
   switch (f.phase) {
-    case 0: if (b != '"') return -1; f.phase = 1; return 0;
+    case 0:
+      if (b != '"') return -1;
+      f.phase = 1;
+      return 0;
     case 1:
       if (b == '"') return static_cast<int64_t>(f.count) >= n.min ? 1 : -1;
-      if (b == '\\') { if (!count_char(n, f)) return -1; f.phase = 2; return 0; }
+      if (b == '\\') {
+        if (!count_char(n, f)) return -1;
+        f.phase = 2;
+        return 0;
+      }
       if (b < 0x20) return -1;
       if (b < 0x80) return count_char(n, f) ? 0 : -1;
       {
@@ -199,17 +270,36 @@ int step_string(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
       if ((f.aux >> 4) == 0) f.phase = 1;
       return 0;
     case 2:
-      if (b == 'u') { f.phase = 3; return 0; }
-      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't') {
+      if (b == 'u') {
+        f.phase = 3;
+        return 0;
+      }
+      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+          b == 't') {
         f.phase = 1;
         return 0;
       }
       return -1;
-    case 3: if (!is_hex(b)) return -1; f.phase = (b == 'd' || b == 'D') ? 5 : 4; return 0;
-    case 4: if (!is_hex(b)) return -1; f.phase = 6; return 0;
-    case 5: if (!(b >= '0' && b <= '7')) return -1; f.phase = 6; return 0;
-    case 6: if (!is_hex(b)) return -1; f.phase = 7; return 0;
-    case 7: if (!is_hex(b)) return -1; f.phase = 1; return 0;
+    case 3:
+      if (!is_hex(b)) return -1;
+      f.phase = (b == 'd' || b == 'D') ? 5 : 4;
+      return 0;
+    case 4:
+      if (!is_hex(b)) return -1;
+      f.phase = 6;
+      return 0;
+    case 5:
+      if (!(b >= '0' && b <= '7')) return -1;
+      f.phase = 6;
+      return 0;
+    case 6:
+      if (!is_hex(b)) return -1;
+      f.phase = 7;
+      return 0;
+    case 7:
+      if (!is_hex(b)) return -1;
+      f.phase = 1;
+      return 0;
   }
   return -1;
 }
@@ -220,9 +310,10 @@ int utf8_chars(std::string_view s) {
   return c;
 }
 
-/// Free text: m1 packs one 16-bit KMP offset per pattern (0 = terminator, 1.. = forbidden), phase bit 0
-/// = "a forbidden occurrence lies inside the terminator being matched": from then on every byte must
-/// extend the terminator. aux = UTF-8 state. Text chars = count − chars(matched terminator prefix).
+/// Free text: m1 packs one 16-bit KMP offset per pattern (0 = terminator, 1.. = forbidden), phase
+/// bit 0 = "a forbidden occurrence lies inside the terminator being matched": from then on every
+/// byte must extend the terminator. aux = UTF-8 state. Text chars = count − chars(matched
+/// terminator prefix).
 int step_text(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
   int const u = utf8_step(f.aux, b);
   if (u < 0) return -1;
@@ -236,11 +327,14 @@ int step_text(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
       f.aux = static_cast<uint16_t>((rem << 4) | con);
     }
     // Terminator bytes are counted too; the count saturates when only a minimum matters.
-    if (n.max != kUnbounded || (n.min > 0 && static_cast<int64_t>(f.count) < n.min + tchars)) ++f.count;
+    if (n.max != kUnbounded || (n.min > 0 && static_cast<int64_t>(f.count) < n.min + tchars))
+      ++f.count;
   }
   auto const& tables = g.kmp[f.node];
   size_t const np = 1 + n.forbidden.size();
-  auto pattern = [&](size_t i) -> std::string const& { return i == 0 ? n.lit : n.forbidden[i - 1]; };
+  auto pattern = [&](size_t i) -> std::string const& {
+    return i == 0 ? n.lit : n.forbidden[i - 1];
+  };
   uint64_t m = 0;
   int kt = 0, kt_old = static_cast<int>(f.m1 & 0xFFFF);
   for (size_t i = 0; i < np; ++i) {
@@ -267,7 +361,8 @@ int step_text(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
     return (n.min == 0 || text >= n.min) ? 1 : -1;
   }
   if (n.max != kUnbounded) {
-    int64_t const text = static_cast<int64_t>(f.count) - utf8_chars(std::string_view(n.lit).substr(0, kt));
+    int64_t const text =
+        static_cast<int64_t>(f.count) - utf8_chars(std::string_view(n.lit).substr(0, kt));
     if (text > n.max) return -1;
   }
   return 0;
@@ -277,7 +372,11 @@ int step_text(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
 
 int leaf_number_step(Node const& n, Frame& f, uint8_t b) { return step_number(n, f, b); }
 bool leaf_number_accepting(Node const& n, Frame const& f) { return num_accepting(n, f); }
-int leaf_string_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) { return step_string(g, n, f, b); }
-int leaf_text_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) { return step_text(g, n, f, b); }
+int leaf_string_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
+  return step_string(g, n, f, b);
+}
+int leaf_text_step(GrammarDef const& g, Node const& n, Frame& f, uint8_t b) {
+  return step_text(g, n, f, b);
+}
 
 }  // namespace tessera::model::grammar_detail

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Vocabulary trie, token masks and the per-request matcher.
 ///
-/// Mask of a state S: token t is allowed iff stepping S through bytes(t) leaves a live stack. The trie
-/// (DFS preorder) shares prefixes: a walk steps the state once per trie node and skips a whole subtree
-/// as soon as no stack survives. Two caches make the common steps cheap:
+/// Mask of a state S: token t is allowed iff stepping S through bytes(t) leaves a live stack. The
+/// trie (DFS preorder) shares prefixes: a walk steps the state once per trie node and skips a whole
+/// subtree as soon as no stack survives. Two caches make the common steps cheap:
 ///   * full: serialized S → mask (states repeat: every step inside one string value, structural
 ///     positions of repeated array elements, the reasoning text, …);
 ///   * leaf: when S is one stack whose top is a string / free text, the tokens that stay inside the
-///     leaf depend only on the top frame: cache (inside mask, trie nodes where the leaf closes); only the
-///     subtrees below the closing nodes are walked against the real stack below.
+///     leaf depend only on the top frame: cache (inside mask, trie nodes where the leaf closes);
+///     only the subtrees below the closing nodes are walked against the real stack below.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -20,33 +20,42 @@ namespace tessera::model {
 
 using namespace grammar_detail;
 
-// ---- vocabulary ------------------------------------------------------------------------------------
+// ---- vocabulary
+// ------------------------------------------------------------------------------------
 
 GrammarVocabulary::~GrammarVocabulary() = default;
 size_t GrammarVocabulary::trie_nodes() const { return trie_->num_nodes(); }
 
-bool GrammarVocabulary::is_eos(int32_t id) const { return id >= 0 && id < size() && (flags_[id] & 1); }
-bool GrammarVocabulary::is_excluded(int32_t id) const { return id < 0 || id >= size() || (flags_[id] & 3); }
+bool GrammarVocabulary::is_eos(int32_t id) const {
+  return id >= 0 && id < size() && (flags_[id] & 1);
+}
+bool GrammarVocabulary::is_excluded(int32_t id) const {
+  return id < 0 || id >= size() || (flags_[id] & 3);
+}
 
-Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::vector<std::string> token_bytes,
-                                                                         std::vector<int32_t> eos_ids,
-                                                                         std::vector<int32_t> excluded_ids) {
+Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(
+    std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids,
+    std::vector<int32_t> excluded_ids) {
   int64_t const n = static_cast<int64_t>(token_bytes.size());
-  if (n == 0 || n > (int64_t{1} << 31) - 1) return invalid_argument("grammar vocabulary: size out of range");
+  if (n == 0 || n > (int64_t{1} << 31) - 1)
+    return invalid_argument("grammar vocabulary: size out of range");
   std::shared_ptr<GrammarVocabulary> v(new GrammarVocabulary());
   v->flags_.assign(n, 0);
   for (int32_t id : eos_ids) {
-    if (id < 0 || id >= n) return invalid_argument("grammar vocabulary: eos id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= n)
+      return invalid_argument("grammar vocabulary: eos id " + std::to_string(id) + " out of range");
     v->flags_[id] |= 1;
   }
   for (int32_t id : excluded_ids) {
-    if (id < 0 || id >= n) return invalid_argument("grammar vocabulary: excluded id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= n)
+      return invalid_argument("grammar vocabulary: excluded id " + std::to_string(id) +
+                              " out of range");
     v->flags_[id] |= 2;
   }
   v->bytes_ = std::move(token_bytes);
   v->eos_ = std::move(eos_ids);
-  // Trie in DFS preorder from the sorted byte strings: token i adds nodes for the bytes past its longest
-  // common prefix with token i−1.
+  // Trie in DFS preorder from the sorted byte strings: token i adds nodes for the bytes past its
+  // longest common prefix with token i−1.
   std::vector<int32_t> ids;
   for (int32_t i = 0; i < n; ++i)
     if (!(v->flags_[i] & 3) && !v->bytes_[i].empty()) ids.push_back(i);
@@ -60,10 +69,15 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::v
   std::string const* prev = nullptr;
   for (int32_t id : ids) {
     std::string const& s = v->bytes_[id];
-    if (s.size() > 65535) return invalid_argument("grammar vocabulary: token " + std::to_string(id) + " too long");
+    if (s.size() > 65535)
+      return invalid_argument("grammar vocabulary: token " + std::to_string(id) + " too long");
     size_t l = 0;
-    if (prev) while (l < s.size() && l < prev->size() && s[l] == (*prev)[l]) ++l;
-    if (prev && l == s.size() && l == prev->size()) { toks[path[l - 1]].push_back(id); continue; }
+    if (prev)
+      while (l < s.size() && l < prev->size() && s[l] == (*prev)[l]) ++l;
+    if (prev && l == s.size() && l == prev->size()) {
+      toks[path[l - 1]].push_back(id);
+      continue;
+    }
     path.resize(l);
     for (size_t d = l; d < s.size(); ++d) {
       path.push_back(static_cast<uint32_t>(trie->byte.size()));
@@ -78,11 +92,15 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::v
   trie->end.assign(nn, static_cast<uint32_t>(nn));
   std::vector<uint32_t> open;  // nodes whose subtree is still open
   for (uint32_t i = 0; i < nn; ++i) {
-    while (!open.empty() && trie->depth[open.back()] >= trie->depth[i]) { trie->end[open.back()] = i; open.pop_back(); }
+    while (!open.empty() && trie->depth[open.back()] >= trie->depth[i]) {
+      trie->end[open.back()] = i;
+      open.pop_back();
+    }
     open.push_back(i);
   }
   trie->tok_off.assign(nn + 1, 0);
-  for (size_t i = 0; i < nn; ++i) trie->tok_off[i + 1] = trie->tok_off[i] + static_cast<uint32_t>(toks[i].size());
+  for (size_t i = 0; i < nn; ++i)
+    trie->tok_off[i + 1] = trie->tok_off[i] + static_cast<uint32_t>(toks[i].size());
   for (auto& t : toks) trie->tok.insert(trie->tok.end(), t.begin(), t.end());
   v->trie_ = std::move(trie);
   v->leaf_cache_ = std::make_unique<LeafCache>();
@@ -90,8 +108,8 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(std::v
 }
 
 bool byte_level_decode(std::string_view token, std::string* out) {
-  // GPT-2 bytes_to_unicode: bytes 33–126, 161–172, 174–255 map to themselves; the other 68 bytes map to
-  // U+0100 + k in byte order.
+  // GPT-2 bytes_to_unicode: bytes 33–126, 161–172, 174–255 map to themselves; the other 68 bytes
+  // map to U+0100 + k in byte order.
   static uint16_t const* table = [] {
     static uint16_t inv[512];
     std::fill(std::begin(inv), std::end(inv), 0xFFFF);
@@ -107,21 +125,28 @@ bool byte_level_decode(std::string_view token, std::string* out) {
   for (size_t i = 0; i < token.size();) {
     unsigned char const c = token[i];
     uint32_t cp;
-    if (c < 0x80) { cp = c; i += 1; }
-    else if ((c & 0xE0) == 0xC0 && i + 1 < token.size()) { cp = ((c & 0x1F) << 6) | (token[i + 1] & 0x3F); i += 2; }
-    else return false;
+    if (c < 0x80) {
+      cp = c;
+      i += 1;
+    } else if ((c & 0xE0) == 0xC0 && i + 1 < token.size()) {
+      cp = ((c & 0x1F) << 6) | (token[i + 1] & 0x3F);
+      i += 2;
+    } else
+      return false;
     if (cp >= 512 || table[cp] == 0xFFFF) return false;
     out->push_back(static_cast<char>(table[cp]));
   }
   return true;
 }
 
-// ---- grammar ---------------------------------------------------------------------------------------
+// ---- grammar
+// ---------------------------------------------------------------------------------------
 
 Grammar::~Grammar() = default;
 
 struct GrammarBuilder {
-  static std::shared_ptr<Grammar const> make(std::unique_ptr<GrammarDef> d, std::shared_ptr<GrammarVocabulary const> v) {
+  static std::shared_ptr<Grammar const> make(std::unique_ptr<GrammarDef> d,
+                                             std::shared_ptr<GrammarVocabulary const> v) {
     std::shared_ptr<Grammar> g(new Grammar());
     g->vocab_ = std::move(v);
     g->def_ = std::move(d);
@@ -132,8 +157,8 @@ struct GrammarBuilder {
 
 namespace grammar_detail {
 
-Result<std::shared_ptr<Grammar const>> make_grammar(std::unique_ptr<GrammarDef> def,
-                                                    std::shared_ptr<GrammarVocabulary const> vocab) {
+Result<std::shared_ptr<Grammar const>> make_grammar(
+    std::unique_ptr<GrammarDef> def, std::shared_ptr<GrammarVocabulary const> vocab) {
   return GrammarBuilder::make(std::move(def), std::move(vocab));
 }
 
@@ -146,13 +171,13 @@ void set_tokens(Trie const& t, uint32_t node, uint32_t* words) {
   }
 }
 
-/// Walks trie nodes [begin, end) (a run of complete subtrees whose roots have depth base+1) from `start`.
-/// A level whose state is one stack topped by a leaf (string / free text) steps only that top frame
-/// (32 bytes) until the leaf finishes; the stack is rebuilt only then.
+/// Walks trie nodes [begin, end) (a run of complete subtrees whose roots have depth base+1) from
+/// `start`. A level whose state is one stack topped by a leaf (string / free text) steps only that
+/// top frame (32 bytes) until the leaf finishes; the stack is rebuilt only then.
 struct Level {
   StateSet set;
-  Frame top;         // leaf mode: the current top frame
-  int owner = 0;     // leaf mode: the level whose `set` holds the stack below the top
+  Frame top;      // leaf mode: the current top frame
+  int owner = 0;  // leaf mode: the level whose `set` holds the stack below the top
   bool leaf = false;
 };
 
@@ -161,12 +186,16 @@ void enter_leaf_mode(GrammarDef const& g, std::vector<Level>& lv, int d) {
   l.leaf = false;
   if (l.set.size() == 1 && l.set.off[1] > 0) {
     Frame const& top = l.set.frames[l.set.off[1] - 1];
-    if (is_leaf(g.nodes[top.node].kind)) { l.leaf = true; l.top = top; l.owner = d; }
+    if (is_leaf(g.nodes[top.node].kind)) {
+      l.leaf = true;
+      l.top = top;
+      l.owner = d;
+    }
   }
 }
 
-void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t begin, uint32_t end, int base,
-          uint32_t* words) {
+void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t begin, uint32_t end,
+          int base, uint32_t* words) {
   thread_local std::vector<Level> lv;
   thread_local Stack scratch;
   if (lv.size() < 2) lv.resize(2);
@@ -181,9 +210,14 @@ void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t be
     if (parent.leaf) {
       Frame f = parent.top;
       int const r = step_leaf(g, f, t.byte[i]);
-      if (r < 0) { i = t.end[i]; continue; }
+      if (r < 0) {
+        i = t.end[i];
+        continue;
+      }
       if (r == 0) {
-        cur.leaf = true; cur.top = f; cur.owner = parent.owner;
+        cur.leaf = true;
+        cur.top = f;
+        cur.owner = parent.owner;
       } else {
         StateSet const& os = lv[parent.owner].set;
         scratch.assign(os.frames.begin(), os.frames.begin() + os.off[1]);
@@ -195,7 +229,10 @@ void walk(GrammarDef const& g, Trie const& t, StateSet const& start, uint32_t be
       }
     } else {
       step_set(g, parent.set, t.byte[i], cur.set);
-      if (cur.set.empty()) { i = t.end[i]; continue; }
+      if (cur.set.empty()) {
+        i = t.end[i];
+        continue;
+      }
       enter_leaf_mode(g, lv, d);
     }
     set_tokens(t, i, words);
@@ -211,7 +248,10 @@ std::string leaf_signature(GrammarDef const& g, Frame top) {
   k.append(reinterpret_cast<char const*>(&n.max), sizeof n.max);
   k.append(reinterpret_cast<char const*>(&top), sizeof top);
   k.append(n.lit);
-  for (auto const& f : n.forbidden) { k.push_back('\0'); k.append(f); }
+  for (auto const& f : n.forbidden) {
+    k.push_back('\0');
+    k.append(f);
+  }
   return k;
 }
 
@@ -226,7 +266,11 @@ std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top)
   // Count-free form: bounds lifted (counting kept on), count zeroed; the caller applies the bounds.
   Node nb = node;
   Frame t0 = top;
-  if (counted) { nb.min = 0; nb.max = kUnbounded - 1; t0.count = 0; }
+  if (counted) {
+    nb.min = 0;
+    nb.max = kUnbounded - 1;
+    t0.count = 0;
+  }
   LeafCache& c = gr.vocab().leaf_cache();
   std::string key = leaf_signature(g, t0);
   if (counted) key += "#counted";
@@ -244,7 +288,10 @@ std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top)
     if (static_cast<int>(fr.size()) <= d) fr.resize(d + 1);
     fr[d] = fr[d - 1];
     int const r = step_leaf_as(g, nb, fr[d], t.byte[i]);
-    if (r < 0) { i = t.end[i]; continue; }
+    if (r < 0) {
+      i = t.end[i];
+      continue;
+    }
     if (r == 1) {
       e->exits.push_back(i);
       if (counted) e->exit_chars.push_back(fr[d].count);
@@ -253,7 +300,8 @@ std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top)
     }
     set_tokens(t, i, e->inside.data());
     if (counted)
-      for (uint32_t k = t.tok_off[i]; k < t.tok_off[i + 1]; ++k) e->inside_chars.push_back({fr[d].count, t.tok[k]});
+      for (uint32_t k = t.tok_off[i]; k < t.tok_off[i + 1]; ++k)
+        e->inside_chars.push_back({fr[d].count, t.tok[k]});
     ++i;
   }
   std::sort(e->inside_chars.begin(), e->inside_chars.end(), std::greater<>());
@@ -289,7 +337,8 @@ void compute_mask(Grammar const& gr, StateSet const& s, uint32_t* words) {
       std::memcpy(w, e->inside.data(), nw * sizeof(uint32_t));
       Node const& n = g.nodes[top.node];
       int64_t const count = top.count;
-      int64_t const room = n.max == kUnbounded ? INT64_MAX : n.max - count;  // characters still allowed
+      int64_t const room =
+          n.max == kUnbounded ? INT64_MAX : n.max - count;  // characters still allowed
       if (e->counted)
         for (auto const& [chars, id] : e->inside_chars) {
           if (static_cast<int64_t>(chars) <= room) break;
@@ -324,7 +373,8 @@ void compute_mask(Grammar const& gr, StateSet const& s, uint32_t* words) {
 
 }  // namespace grammar_detail
 
-// ---- matcher ---------------------------------------------------------------------------------------
+// ---- matcher
+// ---------------------------------------------------------------------------------------
 
 struct GrammarMatcher::State {
   StateSet set;
@@ -340,7 +390,10 @@ GrammarMatcher::GrammarMatcher(GrammarMatcher const& o) : g_(o.g_) {
   for (auto const& s : o.history_) history_.push_back(std::make_unique<State>(*s));
 }
 GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher const& o) {
-  if (this != &o) { GrammarMatcher t(o); *this = std::move(t); }
+  if (this != &o) {
+    GrammarMatcher t(o);
+    *this = std::move(t);
+  }
   return *this;
 }
 GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
@@ -388,7 +441,10 @@ bool GrammarMatcher::accept_token(int32_t id) {
 
 void GrammarMatcher::fill_mask(uint32_t* words) const {
   State const& cur = *history_.back();
-  if (cur.terminated) { std::fill(words, words + mask_words(), 0u); return; }
+  if (cur.terminated) {
+    std::fill(words, words + mask_words(), 0u);
+    return;
+  }
   compute_mask(*g_, cur.set, words);
 }
 
@@ -402,9 +458,14 @@ std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states
   State const& cur = *history_.back();
   if (cur.terminated) return std::nullopt;
   GrammarDef const& g = g_->def();
-  // Best-first search over byte extensions, cost = bytes so far + 16 · (frames of the shallowest stack):
-  // every open frame needs at least one more byte, so shallow states are expanded first.
-  struct Item { StateSet set; int32_t parent; uint8_t byte; int32_t len; };
+  // Best-first search over byte extensions, cost = bytes so far + 16 · (frames of the shallowest
+  // stack): every open frame needs at least one more byte, so shallow states are expanded first.
+  struct Item {
+    StateSet set;
+    int32_t parent;
+    uint8_t byte;
+    int32_t len;
+  };
   auto height = [](StateSet const& st) {
     uint32_t h = UINT32_MAX;
     for (size_t i = 0; i < st.size(); ++i) h = std::min(h, st.off[i + 1] - st.off[i]);
@@ -421,7 +482,8 @@ std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states
     open.pop();
     if (can_finish(g, items[head].set)) {
       std::string out;
-      for (int32_t i = head; items[i].parent >= 0; i = items[i].parent) out.push_back(static_cast<char>(items[i].byte));
+      for (int32_t i = head; items[i].parent >= 0; i = items[i].parent)
+        out.push_back(static_cast<char>(items[i].byte));
       return std::string(out.rbegin(), out.rend());
     }
     for (int b = 0; b < 256; ++b) {
@@ -443,7 +505,8 @@ size_t GrammarMatcher::fill_draft_masks(std::span<int32_t const> draft, uint32_t
   fill_mask(masks);
   for (; n < draft.size(); ++n) {
     uint32_t const id = static_cast<uint32_t>(draft[n]);
-    bool const bit = draft[n] >= 0 && draft[n] < g_->vocab().size() && ((masks[n * nw + (id >> 5)] >> (id & 31)) & 1);
+    bool const bit = draft[n] >= 0 && draft[n] < g_->vocab().size() &&
+                     ((masks[n * nw + (id >> 5)] >> (id & 31)) & 1);
     if (!bit || !accept_token(draft[n])) break;
     fill_mask(masks + (n + 1) * nw);
   }

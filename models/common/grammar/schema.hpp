@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// JSON schema → grammar nodes (see schema.cpp for the supported subset and its generation semantics).
+/// JSON schema → grammar nodes (see schema.cpp for the supported subset and its generation
+/// semantics).
 #pragma once
 
 #include <string>
@@ -27,7 +28,8 @@ class SchemaCompiler {
   /// The node of a JSON value satisfying `schema`; `path` names it in errors (JSON pointer).
   Result<int32_t> compile(boost::json::value const& schema, std::string const& path);
   /// Follows $ref chains to the schema object they name.
-  Result<boost::json::value const*> resolve(boost::json::value const& schema, std::string const& path);
+  Result<boost::json::value const*> resolve(boost::json::value const& schema,
+                                            std::string const& path);
 
  private:
   struct Impl;

@@ -6,16 +6,20 @@
 ///   "\n\n<｜DSML｜ calls>\n"
 ///   ( "<｜DSML｜ invoke name=\"" NAME "\">\n" PARAMS "</｜DSML｜ invoke>\n" ){1, max_calls}
 ///   "</｜DSML｜ calls>"                           then EOS
-///   PARAMS := "\n"                                (no parameter: `name="t">\n\n</｜DSML｜ invoke>`)
-///           | ( "<｜DSML｜ parameter name=\"" KEY "\" string=\"true\">" RAW "</｜DSML｜ parameter>\n"
-///             | "<｜DSML｜ parameter name=\"" KEY "\" string=\"false\">" JSON "</｜DSML｜ parameter>\n" )+
+///   PARAMS := "\n"                                (no parameter: `name="t">\n\n</｜DSML｜
+///   invoke>`)
+///           | ( "<｜DSML｜ parameter name=\"" KEY "\" string=\"true\">" RAW "</｜DSML｜
+///           parameter>\n"
+///             | "<｜DSML｜ parameter name=\"" KEY "\" string=\"false\">" JSON "</｜DSML｜
+///             parameter>\n" )+
 ///
 /// KEY: a declared property (raw bytes), each at most once, any order, all `required` present.
-/// string="true" is offered when the property's schema admits strings: RAW is the unescaped text (UTF-8,
-/// never containing `｜DSML｜`, within min/maxLength; enum/const strings verbatim). string="false" is
-/// offered for every property: JSON is a value of the property's schema (strings in it never contain
-/// `｜DSML｜`). The reference parser rebuilds `arguments` as {"KEY": json.dumps(RAW) | JSON, …}, which
-/// then satisfies the tool's schema. REASONING is UTF-8 text without `｜DSML｜`.
+/// string="true" is offered when the property's schema admits strings: RAW is the unescaped text
+/// (UTF-8, never containing `｜DSML｜`, within min/maxLength; enum/const strings verbatim).
+/// string="false" is offered for every property: JSON is a value of the property's schema (strings
+/// in it never contain `｜DSML｜`). The reference parser rebuilds `arguments` as {"KEY":
+/// json.dumps(RAW) | JSON, …}, which then satisfies the tool's schema. REASONING is UTF-8 text
+/// without `｜DSML｜`.
 #include <boost/json.hpp>
 
 #include "models/common/grammar/grammar_impl.hpp"
@@ -28,10 +32,14 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr char kDsml[] = "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";  // ｜DSML｜ (U+FF5C bars)
+constexpr char kDsml[] =
+    "\xEF\xBD\x9C"
+    "DSML"
+    "\xEF\xBD\x9C";  // ｜DSML｜ (U+FF5C bars)
 std::string const kParamEnd = std::string("</") + kDsml + " parameter>\n";
 
-int32_t free_text(GrammarDef& g, std::string terminator, int64_t min = 0, int64_t max = kUnbounded) {
+int32_t free_text(GrammarDef& g, std::string terminator, int64_t min = 0,
+                  int64_t max = kUnbounded) {
   Node n;
   n.kind = NodeKind::kFreeText;
   n.lit = std::move(terminator);
@@ -42,8 +50,8 @@ int32_t free_text(GrammarDef& g, std::string terminator, int64_t min = 0, int64_
 }
 
 /// The string="true" value node of a property schema, or kNone if the schema admits no string.
-Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& schema, std::string const& path,
-                         int depth = 0) {
+Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& schema,
+                         std::string const& path, int depth = 0) {
   if (depth > 16) return kNone;
   auto r = sc.resolve(schema, path);
   if (!r) return r.status();
@@ -52,14 +60,16 @@ Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& s
   if (!s.is_object()) return kNone;
   json::object const& o = s.get_object();
   auto raw_literal = [&](json::value const& v) -> int32_t {
-    if (!v.is_string() || std::string_view(v.get_string()).find(kDsml) != std::string_view::npos) return kNone;
+    if (!v.is_string() || std::string_view(v.get_string()).find(kDsml) != std::string_view::npos)
+      return kNone;
     return g.literal(std::string(v.get_string()) + kParamEnd);
   };
   if (auto const* c = o.if_contains("const")) return raw_literal(*c);
   if (auto const* e = o.if_contains("enum")) {
     std::vector<int32_t> alts;
     if (e->is_array())
-      for (auto const& v : e->get_array()) if (int32_t n = raw_literal(v); n != kNone) alts.push_back(n);
+      for (auto const& v : e->get_array())
+        if (int32_t n = raw_literal(v); n != kNone) alts.push_back(n);
     return alts.empty() ? kNone : g.alt(std::move(alts));
   }
   for (char const* kw : {"anyOf", "oneOf", "allOf"}) {
@@ -75,9 +85,11 @@ Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& s
   }
   bool admits = false;
   if (auto const* t = o.if_contains("type")) {
-    if (t->is_string()) admits = t->get_string() == "string";
+    if (t->is_string())
+      admits = t->get_string() == "string";
     else if (t->is_array())
-      for (auto const& x : t->get_array()) admits = admits || (x.is_string() && x.get_string() == "string");
+      for (auto const& x : t->get_array())
+        admits = admits || (x.is_string() && x.get_string() == "string");
   } else {
     admits = !o.contains("properties") && !o.contains("items");
   }
@@ -91,7 +103,8 @@ Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& s
 
 Status check_name(std::string const& name, std::string const& what) {
   if (name.find('"') != std::string::npos || name.find(kDsml) != std::string::npos)
-    return invalid_argument(what + " \"" + name + "\" contains '\"' or ｜DSML｜, which DSML cannot carry");
+    return invalid_argument(what + " \"" + name +
+                            "\" contains '\"' or ｜DSML｜, which DSML cannot carry");
   return {};
 }
 
@@ -110,14 +123,17 @@ Result<int32_t> dsml_params(GrammarDef& g, json::value const& params, std::strin
   auto r = sc.resolve(params, path);
   if (!r) return r.status();
   json::value const& s = **r;
-  if (!s.is_object()) return invalid_argument(path + ": tool parameters must be a JSON schema object");
+  if (!s.is_object())
+    return invalid_argument(path + ": tool parameters must be a JSON schema object");
   json::object const& o = s.get_object();
   if (auto const* t = o.if_contains("type"); t && !(t->is_string() && t->get_string() == "object"))
     return invalid_argument(path + "/type: tool parameters must be of type \"object\"");
   auto const* props = o.if_contains("properties");
-  if (props && !props->is_object()) return invalid_argument(path + "/properties: must be an object");
+  if (props && !props->is_object())
+    return invalid_argument(path + "/properties: must be an object");
   if (props && !props->get_object().empty()) {
-    if (props->get_object().size() > 64) return invalid_argument(path + "/properties: more than 64 properties");
+    if (props->get_object().size() > 64)
+      return invalid_argument(path + "/properties: more than 64 properties");
     for (auto const& kv : props->get_object()) {
       std::string const key(kv.key());
       TESSERA_TRY(check_name(key, path + ": property"));
@@ -131,12 +147,14 @@ Result<int32_t> dsml_params(GrammarDef& g, json::value const& params, std::strin
       n.raw.push_back(*rv);
     }
     if (auto const* req = o.if_contains("required")) {
-      if (!req->is_array()) return invalid_argument(path + "/required: must be an array of strings");
+      if (!req->is_array())
+        return invalid_argument(path + "/required: must be an array of strings");
       for (auto const& rq : req->get_array()) {
         size_t i = 0;
         while (rq.is_string() && i < n.keys.size() && n.keys[i] != rq.get_string()) ++i;
         if (!rq.is_string() || i == n.keys.size())
-          return invalid_argument(path + "/required: " + json::serialize(rq) + " is not a declared property");
+          return invalid_argument(path + "/required: " + json::serialize(rq) +
+                                  " is not a declared property");
         n.required |= uint64_t{1} << i;
       }
     }
@@ -168,8 +186,10 @@ int32_t thinking(GrammarDef& g) { return free_text(g, "</think>"); }
 Result<std::shared_ptr<Grammar const>> finish(std::unique_ptr<GrammarDef> d,
                                               std::shared_ptr<GrammarVocabulary const> vocab) {
   if (!vocab) return invalid_argument("grammar: no vocabulary");
-  if (d->max_depth < 4 || d->max_depth > 1000) return invalid_argument("grammar: max_depth must be in [4, 1000]");
-  if (d->max_ws < 0 || d->max_ws > 64) return invalid_argument("grammar: max_whitespace must be in [0, 64]");
+  if (d->max_depth < 4 || d->max_depth > 1000)
+    return invalid_argument("grammar: max_depth must be in [4, 1000]");
+  if (d->max_ws < 0 || d->max_ws > 64)
+    return invalid_argument("grammar: max_whitespace must be in [0, 64]");
   TESSERA_TRY(d->finalize());
   return make_grammar(std::move(d), std::move(vocab));
 }
@@ -189,9 +209,9 @@ Result<std::shared_ptr<Grammar const>> json_root(std::unique_ptr<GrammarDef> d, 
 
 }  // namespace
 
-Result<std::shared_ptr<Grammar const>> Grammar::from_json_schema(json::value const& schema,
-                                                                 std::shared_ptr<GrammarVocabulary const> vocab,
-                                                                 GrammarOptions const& opt) {
+Result<std::shared_ptr<Grammar const>> Grammar::from_json_schema(
+    json::value const& schema, std::shared_ptr<GrammarVocabulary const> vocab,
+    GrammarOptions const& opt) {
   auto d = new_def(opt);
   int32_t value;
   {
@@ -203,32 +223,34 @@ Result<std::shared_ptr<Grammar const>> Grammar::from_json_schema(json::value con
   return json_root(std::move(d), value, opt, std::move(vocab));
 }
 
-Result<std::shared_ptr<Grammar const>> Grammar::from_json_schema(std::string_view schema_json,
-                                                                 std::shared_ptr<GrammarVocabulary const> vocab,
-                                                                 GrammarOptions const& opt) {
+Result<std::shared_ptr<Grammar const>> Grammar::from_json_schema(
+    std::string_view schema_json, std::shared_ptr<GrammarVocabulary const> vocab,
+    GrammarOptions const& opt) {
   boost::system::error_code ec;
   json::value const v = json::parse(schema_json, ec);
   if (ec) return invalid_argument("schema is not valid JSON: " + ec.message());
   return from_json_schema(v, std::move(vocab), opt);
 }
 
-Result<std::shared_ptr<Grammar const>> Grammar::json_object(std::shared_ptr<GrammarVocabulary const> vocab,
-                                                            GrammarOptions const& opt) {
+Result<std::shared_ptr<Grammar const>> Grammar::json_object(
+    std::shared_ptr<GrammarVocabulary const> vocab, GrammarOptions const& opt) {
   json::value const schema = {{"type", "object"}};
   return from_json_schema(schema, std::move(vocab), opt);
 }
 
-Result<std::shared_ptr<Grammar const>> Grammar::tool_calls(std::span<ToolSpec const> tools,
-                                                           std::shared_ptr<GrammarVocabulary const> vocab,
-                                                           GrammarOptions const& opt, int max_calls) {
-  if (tools.empty()) return invalid_argument("tools: at least one tool is needed for a tool-call grammar");
+Result<std::shared_ptr<Grammar const>> Grammar::tool_calls(
+    std::span<ToolSpec const> tools, std::shared_ptr<GrammarVocabulary const> vocab,
+    GrammarOptions const& opt, int max_calls) {
+  if (tools.empty())
+    return invalid_argument("tools: at least one tool is needed for a tool-call grammar");
   auto d = new_def(opt);
   GrammarDef& g = *d;
   std::vector<int32_t> invokes;
   for (size_t i = 0; i < tools.size(); ++i) {
     ToolSpec const& t = tools[i];
     std::string const path = "tools[" + std::to_string(i) + "].function.parameters";
-    if (t.name.empty()) return invalid_argument("tools[" + std::to_string(i) + "].function.name: empty");
+    if (t.name.empty())
+      return invalid_argument("tools[" + std::to_string(i) + "].function.name: empty");
     TESSERA_TRY(check_name(t.name, "tools[" + std::to_string(i) + "].function.name"));
     json::value params;
     if (!t.parameters_json.empty()) {
@@ -238,11 +260,13 @@ Result<std::shared_ptr<Grammar const>> Grammar::tool_calls(std::span<ToolSpec co
     }
     auto p = dsml_params(g, params, path);
     if (!p) return p.status();
-    invokes.push_back(g.seq({g.literal(t.name + "\">\n"), *p, g.literal(std::string("</") + kDsml + " invoke>\n")}));
+    invokes.push_back(g.seq(
+        {g.literal(t.name + "\">\n"), *p, g.literal(std::string("</") + kDsml + " invoke>\n")}));
   }
   Node rep;
   rep.kind = NodeKind::kRepeat;
-  rep.item = g.seq({g.literal(std::string("<") + kDsml + " invoke name=\""), g.alt(std::move(invokes))});
+  rep.item =
+      g.seq({g.literal(std::string("<") + kDsml + " invoke name=\""), g.alt(std::move(invokes))});
   rep.min = 1;
   rep.max = max_calls > 0 ? max_calls : kUnbounded;
   int32_t const calls = g.add(std::move(rep));
@@ -255,21 +279,23 @@ Result<std::shared_ptr<Grammar const>> Grammar::tool_calls(std::span<ToolSpec co
   return finish(std::move(d), std::move(vocab));
 }
 
-Result<std::function<GrammarMatcher()>> tool_call_matcher_factory(json::value const& tools_json,
-                                                                  json::value const* choice,
-                                                                  std::shared_ptr<GrammarVocabulary const> vocab,
-                                                                  GrammarOptions const& opt,
-                                                                  bool parallel_tool_calls) {
+Result<std::function<GrammarMatcher()>> tool_call_matcher_factory(
+    json::value const& tools_json, json::value const* choice,
+    std::shared_ptr<GrammarVocabulary const> vocab, GrammarOptions const& opt,
+    bool parallel_tool_calls) {
   std::string named;
   if (choice && !choice->is_null()) {
     if (choice->is_string()) {
       std::string_view const c = choice->get_string();
       if (c == "auto" || c == "none") return std::function<GrammarMatcher()>();
-      if (c != "required") return invalid_argument("tool_choice: expected \"none\", \"auto\", \"required\" or an object");
+      if (c != "required")
+        return invalid_argument(
+            "tool_choice: expected \"none\", \"auto\", \"required\" or an object");
     } else if (choice->is_object()) {
       auto const* f = choice->get_object().if_contains("function");
       auto const* nm = f && f->is_object() ? f->get_object().if_contains("name") : nullptr;
-      if (!nm || !nm->is_string()) return invalid_argument("tool_choice.function.name: missing or not a string");
+      if (!nm || !nm->is_string())
+        return invalid_argument("tool_choice.function.name: missing or not a string");
       named = std::string(nm->get_string());
     } else {
       return invalid_argument("tool_choice: expected a string or an object");
@@ -290,24 +316,28 @@ Result<std::function<GrammarMatcher()>> tool_call_matcher_factory(json::value co
     auto const* f = t.get_object().if_contains("function");
     if (!f || !f->is_object()) return invalid_argument(at + ".function: missing");
     auto const* nm = f->get_object().if_contains("name");
-    if (!nm || !nm->is_string()) return invalid_argument(at + ".function.name: missing or not a string");
+    if (!nm || !nm->is_string())
+      return invalid_argument(at + ".function.name: missing or not a string");
     ToolSpec s{std::string(nm->get_string()), {}};
-    if (auto const* p = f->get_object().if_contains("parameters"); p && !p->is_null()) s.parameters_json = json::serialize(*p);
+    if (auto const* p = f->get_object().if_contains("parameters"); p && !p->is_null())
+      s.parameters_json = json::serialize(*p);
     if (named.empty() || s.name == named) specs.push_back(std::move(s));
   }
-  if (specs.empty()) return invalid_argument("tool_choice.function.name: \"" + named + "\" is not among the tools");
+  if (specs.empty())
+    return invalid_argument("tool_choice.function.name: \"" + named + "\" is not among the tools");
   auto g = Grammar::tool_calls(specs, std::move(vocab), opt, parallel_tool_calls ? 0 : 1);
   if (!g) return g.status();
   std::shared_ptr<Grammar const> gp = *g;
   return std::function<GrammarMatcher()>([gp] { return GrammarMatcher(gp); });
 }
 
-Result<std::function<GrammarMatcher()>> response_format_matcher_factory(json::value const& rf,
-                                                                        std::shared_ptr<GrammarVocabulary const> vocab,
-                                                                        GrammarOptions const& opt) {
+Result<std::function<GrammarMatcher()>> response_format_matcher_factory(
+    json::value const& rf, std::shared_ptr<GrammarVocabulary const> vocab,
+    GrammarOptions const& opt) {
   if (!rf.is_object()) return invalid_argument("response_format: must be an object");
   auto const* t = rf.get_object().if_contains("type");
-  if (!t || !t->is_string()) return invalid_argument("response_format.type: missing or not a string");
+  if (!t || !t->is_string())
+    return invalid_argument("response_format.type: missing or not a string");
   Result<std::shared_ptr<Grammar const>> g = invalid_argument("unset");
   if (t->get_string() == "text") return std::function<GrammarMatcher()>();
   if (t->get_string() == "json_object") {
@@ -318,7 +348,8 @@ Result<std::function<GrammarMatcher()>> response_format_matcher_factory(json::va
     if (!s) return invalid_argument("response_format.json_schema.schema: missing");
     g = Grammar::from_json_schema(*s, std::move(vocab), opt);
   } else {
-    return invalid_argument("response_format.type: expected \"text\", \"json_object\" or \"json_schema\"");
+    return invalid_argument(
+        "response_format.type: expected \"text\", \"json_object\" or \"json_schema\"");
   }
   if (!g) return g.status();
   std::shared_ptr<Grammar const> gp = *g;
