@@ -220,7 +220,10 @@ int Runner::step_dsml(Stack& s, uint8_t b) {
   bool const free_keys = n.helpers[kFreeKey] != kNone;
   switch (f.phase) {
     case 0: {
-      bool const more = free_keys ? fits(s, n.helpers[kFreeKey]) : available_keys(s, n, f.m1) != 0;
+      // Free keys: one parameter at most, because a finite state cannot exclude a repeated key (the
+      // reference parser rejects duplicates).
+      bool const more = free_keys ? f.count == 0 && fits(s, n.helpers[kFreeKey])
+                                  : available_keys(s, n, f.m1) != 0;
       bool const end = f.count >= 1 && (f.m1 & n.required) == n.required;
       bool const zero = f.count == 0 && n.required == 0;
       uint8_t opts[3];

@@ -19,7 +19,8 @@
 /// string="false" is offered for every property: JSON is a value of the property's schema (strings
 /// in it never contain `｜DSML｜`). The reference parser rebuilds `arguments` as {"KEY":
 /// json.dumps(RAW) | JSON, …}, which then satisfies the tool's schema. REASONING is UTF-8 text
-/// without `｜DSML｜`.
+/// without `｜DSML｜`. A tool whose parameters declare no properties takes at most one parameter
+/// (any key without `"`), since a finite state cannot rule out a repeated free key.
 #include <boost/json.hpp>
 
 #include "models/common/grammar/grammar_impl.hpp"
