@@ -62,6 +62,9 @@ char const* const kSchemas[] = {
         "type":"object","properties":{"tree":{"$ref":"#/definitions/v"}},"required":["tree"]})",
     R"({"type":"integer","minimum":10,"maximum":12})",
     R"({"type":"number","minimum":0.25,"maximum":0.75})",
+    R"({"type":"object","properties":{"e":{"enum":[1,12,123,-1,"a","ab",true,[1,2]]},"f":{"type":"boolean"}},
+        "required":["e","f"]})",
+    R"({"type":"array","items":{"enum":[1,12,123]},"minItems":2,"maxItems":5})",
 };
 
 }  // namespace
@@ -311,7 +314,8 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(grammar_real_vocab)
 
 /// The DeepSeek vocabulary (129,280 ids): walks over a schema and the DSML grammar, checking the
-/// mask bit of 1,500 allowed tokens (all when fewer) and 1,500 random ids against accept_token per step.
+/// mask bit of 1,500 allowed tokens (all when fewer) and 1,500 random ids against accept_token per
+/// step.
 BOOST_AUTO_TEST_CASE(deepseek_vocabulary_masks_agree_with_accept) {
   auto tv = verify::deepseek_vocab();
   BOOST_TEST_REQUIRE(!tv.bytes.empty(), "golden/tokenizer/deepseek-v3-tokenizer.json is missing");

@@ -394,6 +394,25 @@ bool Runner::run(Stack& s, uint8_t b) {
           notify(g, s);
         }
         return true;
+      case NodeKind::kLiteralSet: {
+        // m1 = trie node. Consumed edge → new node; a terminal node without a matching edge ends
+        // before b.
+        uint32_t const t = static_cast<uint32_t>(f.m1);
+        for (uint32_t e = n.lt_begin[t]; e < n.lt_begin[t + 1]; ++e) {
+          if (n.lt_edges[e].first != b) continue;
+          uint32_t const c = n.lt_edges[e].second;
+          f.m1 = c;
+          if (n.lt_terminal[c] && n.lt_begin[c] == n.lt_begin[c + 1]) {
+            s.pop_back();
+            notify(g, s);
+          }
+          return true;
+        }
+        if (!n.lt_terminal[t]) return false;
+        s.pop_back();
+        notify(g, s);
+        continue;
+      }
       case NodeKind::kSeq: {
         int32_t const c = n.children[f.count];
         push(s, c);
@@ -492,6 +511,8 @@ bool frame_can_end(GrammarDef const& g, Frame const& f) {
       return static_cast<int64_t>(f.count) >= n.min;
     case NodeKind::kWs:
       return true;
+    case NodeKind::kLiteralSet:
+      return n.lt_terminal[static_cast<uint32_t>(f.m1)] != 0;
     case NodeKind::kNumber:
       return leaf_number_accepting(n, f);
     case NodeKind::kDsmlParams:
@@ -574,6 +595,42 @@ bool can_finish(GrammarDef const& g, StateSet const& set) {
   return false;
 }
 
+int32_t GrammarDef::literal_set(std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  if (values.size() == 1) return literal(values[0]);
+  // Trie with children listed per node: build with maps, then flatten.
+  std::vector<std::vector<std::pair<uint8_t, uint32_t>>> kids(1);
+  std::vector<uint8_t> term(1, 0);
+  for (auto const& v : values) {
+    uint32_t t = 0;
+    for (char ch : v) {
+      uint8_t const b = static_cast<uint8_t>(ch);
+      uint32_t next = 0;
+      for (auto const& [eb, c] : kids[t])
+        if (eb == b) next = c;
+      if (next == 0) {
+        next = static_cast<uint32_t>(kids.size());
+        kids[t].push_back({b, next});
+        kids.emplace_back();
+        term.push_back(0);
+      }
+      t = next;
+    }
+    term[t] = 1;
+  }
+  Node n;
+  n.kind = NodeKind::kLiteralSet;
+  n.lt_terminal = std::move(term);
+  n.lt_begin.push_back(0);
+  for (auto& k : kids) {
+    std::sort(k.begin(), k.end());
+    n.lt_edges.insert(n.lt_edges.end(), k.begin(), k.end());
+    n.lt_begin.push_back(static_cast<uint32_t>(n.lt_edges.size()));
+  }
+  return add(std::move(n));
+}
+
 Status GrammarDef::finalize() {
   size_t const nn = nodes.size();
   for (auto& n : nodes) {
@@ -595,6 +652,10 @@ Status GrammarDef::finalize() {
         case NodeKind::kWs:
           v = 1;
           nul = true;
+          break;
+        case NodeKind::kLiteralSet:
+          v = 1;
+          nul = n.lt_terminal[0] != 0;
           break;
         case NodeKind::kString:
         case NodeKind::kFreeText:

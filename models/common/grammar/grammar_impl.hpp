@@ -29,6 +29,8 @@ enum class NodeKind : uint8_t {
   kArray,       // JSON array of `item`, [min, max] elements
   kDsmlParams,  // DSML parameter list of a tool call (raw keys; `children` JSON values, `raw` raw
                 // values)
+  kLiteralSet,  // one of several byte strings (enum, const, booleans) as a byte trie; a string that
+                // is a prefix of another ends on the first byte that cannot continue it
 };
 
 inline constexpr int32_t kNone = -1;
@@ -63,6 +65,10 @@ struct Node {
   bool integer = false, bounded = false;
   int64_t lo_units = 0, hi_units = 0;  // inclusive bounds in units of 10^-frac_cap
   int32_t frac_cap = 20, int_cap = 20;
+  // kLiteralSet: trie node t has edges lt_edges[lt_begin[t] .. lt_begin[t+1]) sorted by byte
+  std::vector<uint32_t> lt_begin;
+  std::vector<std::pair<uint8_t, uint32_t>> lt_edges;
+  std::vector<uint8_t> lt_terminal;
   // analysis
   int32_t min_frames = 0;  // smallest stack height this node needs to finish (∞ = INT32_MAX)
   bool nullable = false;
@@ -134,6 +140,8 @@ struct GrammarDef {
     n.children = std::move(c);
     return add(std::move(n));
   }
+  /// One of `values` (deduplicated; a single value becomes a plain literal).
+  int32_t literal_set(std::vector<std::string> values);
   /// Fills min_frames, nullable and KMP tables; fails if the root cannot finish within max_depth.
   Status finalize();
 };

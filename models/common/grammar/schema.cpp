@@ -292,9 +292,9 @@ int32_t SchemaCompiler::Impl::compile(json::value const& s, std::string const& p
   if (auto const* c = o.if_contains("const")) return g.literal(json_text(*c));
   if (auto const* e = o.if_contains("enum")) {
     if (!e->is_array() || e->get_array().empty()) fail(path + "/enum", "must be a non-empty array");
-    std::vector<int32_t> alts;
-    for (auto const& v : e->get_array()) alts.push_back(g.literal(json_text(v)));
-    return g.alt(std::move(alts));
+    std::vector<std::string> values;
+    for (auto const& v : e->get_array()) values.push_back(json_text(v));
+    return g.literal_set(std::move(values));
   }
   for (char const* kw : {"anyOf", "oneOf"}) {
     if (auto const* a = o.if_contains(kw)) {
@@ -406,7 +406,7 @@ int32_t SchemaCompiler::Impl::number_node(json::object const& o, bool integer,
 int32_t SchemaCompiler::Impl::compile_typed(json::object const& o, std::string const& type,
                                             std::string const& path) {
   if (type == "null") return g.literal("null");
-  if (type == "boolean") return g.alt({g.literal("true"), g.literal("false")});
+  if (type == "boolean") return g.literal_set({"true", "false"});
   if (type == "integer") return number_node(o, true, path);
   if (type == "number") return number_node(o, false, path);
   if (type == "string") {

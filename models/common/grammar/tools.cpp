@@ -60,18 +60,20 @@ Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& s
   if (s.is_bool()) return s.get_bool() ? free_text(g, kParamEnd) : kNone;
   if (!s.is_object()) return kNone;
   json::object const& o = s.get_object();
-  auto raw_literal = [&](json::value const& v) -> int32_t {
-    if (!v.is_string() || std::string_view(v.get_string()).find(kDsml) != std::string_view::npos)
-      return kNone;
-    return g.literal(std::string(v.get_string()) + kParamEnd);
+  // String enum/const values verbatim, each followed by the parameter end (one literal trie).
+  auto raw_values = [&](std::vector<json::value const*> const& vs) -> int32_t {
+    std::vector<std::string> lits;
+    for (auto const* v : vs)
+      if (v->is_string() && std::string_view(v->get_string()).find(kDsml) == std::string_view::npos)
+        lits.push_back(std::string(v->get_string()) + kParamEnd);
+    return lits.empty() ? kNone : g.literal_set(std::move(lits));
   };
-  if (auto const* c = o.if_contains("const")) return raw_literal(*c);
+  if (auto const* c = o.if_contains("const")) return raw_values({c});
   if (auto const* e = o.if_contains("enum")) {
-    std::vector<int32_t> alts;
+    std::vector<json::value const*> vs;
     if (e->is_array())
-      for (auto const& v : e->get_array())
-        if (int32_t n = raw_literal(v); n != kNone) alts.push_back(n);
-    return alts.empty() ? kNone : g.alt(std::move(alts));
+      for (auto const& v : e->get_array()) vs.push_back(&v);
+    return raw_values(vs);
   }
   for (char const* kw : {"anyOf", "oneOf", "allOf"}) {
     if (auto const* a = o.if_contains(kw); a && a->is_array()) {
