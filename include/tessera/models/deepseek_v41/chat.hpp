@@ -124,8 +124,9 @@ enum class TokenizeMode {
 };
 
 /// Renders `messages` (top-level `tools` attach to messages[0] when it is a system message, else to a
-/// synthetic empty system message inserted at index 0). Errors: unknown role, invalid effort, an image
-/// part or a literal `<｜deepseek_image｜>` in text (text-only path), invalid tool JSON.
+/// synthetic empty system message inserted at index 0; for `tool_choice: "none"` pass no tools). Errors:
+/// unknown role, invalid effort, an image part or a literal `<｜deepseek_image｜>` in text (text-only path),
+/// invalid tool JSON; each names the message or field.
 Result<Prompt> encode_conversation(std::vector<Message> const& messages, std::vector<Tool> const& tools,
                                    EncodeOptions const& options);
 /// Token ids of a rendered prompt (no BOS added beyond what the prompt holds).
