@@ -155,6 +155,31 @@ BOOST_AUTO_TEST_CASE(pre_tokenizer_pieces) {
   BOOST_TEST(*v3().decode(enc("a\u3000b\r\nc")) == "a\u3000b\r\nc");
 }
 
+BOOST_AUTO_TEST_CASE(pre_tokenizer_piece_boundaries) {
+  // Expected pieces follow from §1.2 by hand: numbers in left-to-right groups of 3, P2 (CJK U+4E00‥9FA5,
+  // kana) runs, then P3's leftmost-first alternatives on the rest.
+  auto pieces = [](std::string const& s) {
+    std::vector<std::string> out;
+    for (auto [b, e] : v3().pre_tokenize(s).value_or_throw()) out.push_back(s.substr(b, e - b));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  BOOST_TEST(pieces("What is 2+2?") == (V{"What", " is", " ", "2", "+", "2", "?"}));
+  BOOST_TEST(pieces("1234567890") == (V{"123", "456", "789", "0"}));
+  BOOST_TEST(pieces("7 12 1234") == (V{"7", " ", "12", " ", "123", "4"}));
+  BOOST_TEST(pieces("日本語のテキストです。カタカナ") == (V{"日本語のテキストです", "。", "カタカナ"}));
+  BOOST_TEST(pieces(" ~x") == (V{" ~", "x"}));          // `~` is \p{S}: the punctuation alternative
+  BOOST_TEST(pieces("a,b") == (V{"a", ",b"}));           // ASCII punctuation + letters (first alternative)
+  BOOST_TEST(pieces("a\r\nb") == (V{"a", "\r\n", "b"}));
+  BOOST_TEST(pieces("x   ") == (V{"x", "   "}));
+  BOOST_TEST(pieces("x   y") == (V{"x", "  ", " y"}));     // \s+(?!\S) leaves the last space to the word
+  BOOST_TEST(pieces("e\u0301!") == (V{"e\u0301", "!"}));  // a combining mark stays with its letter
+  BOOST_TEST(pieces("a\u3000b") == (V{"a", "\u3000b"}));  // U+3000 (Zs) is the optional lead of a word
+  BOOST_TEST(pieces("a\u0085\u0085b") == (V{"a", "\u0085", "\u0085b"}));   // NEL is white space
+  BOOST_TEST(pieces("?!\n\nok") == (V{"?!\n\n", "ok"}));   // punctuation run takes trailing newlines
+  BOOST_TEST(pieces("２０２４年") == (V{"２０２", "４", "年"}));   // full-width digits are \p{N}
+}
+
 BOOST_AUTO_TEST_CASE(white_space_rewrite) {
   // The rewritten \s must contain U+0085 and U+3000 and exclude U+200B (Cf), as Oniguruma's \s does.
   // Checked through the pieces: "x\u200By" has no white space, so it is one letter-run piece plus Cf.

@@ -73,6 +73,9 @@ class Tokenizer {
   Result<std::vector<TokenId>> encode(std::string_view text, bool allow_special,
                                       std::vector<ByteSpan>* byte_offsets) const;
 
+  /// The pre-tokenizer's pieces of `text` (byte spans, no added-token matching): what BPE runs on.
+  Result<std::vector<ByteSpan>> pre_tokenize(std::string_view text) const;
+
   /// Text of `ids` with invalid UTF-8 replaced by U+FFFD. Unknown ids are an error.
   Result<std::string> decode(std::span<TokenId const> ids, bool skip_special = false) const;
   /// Raw bytes of `ids` (no UTF-8 repair).
