@@ -199,7 +199,8 @@ struct ParseDelta {
 /// reasoning ends the reasoning; a stray `</think>` in content and a repeated `<think>` in reasoning are
 /// dropped; V4 spellings (`<｜DSML｜tool_calls>`, `<｜DSML｜invoke`, `<｜DSML｜parameter`) are accepted; a bare
 /// `<｜DSML｜ invoke` opens a call block; any other `｜DSML｜` markup is removed from content; text after EOS
-/// is ignored; every tool name is surfaced (no check against the declared tools).
+/// is ignored; every tool name is surfaced (no check against the declared tools); removed markup never
+/// splices the halves of a `｜DSML｜` or EOS spelling together in reasoning or content.
 class OutputParser {
  public:
   struct Options {
