@@ -31,6 +31,24 @@ inline constexpr int kNormWords = (7 * kBits + 16 + 31) / 32;
 template <int kBits>
 inline constexpr int kLaneWords = kNormWords<kBits> + 1;
 
+/// Words a lane actually touches: max over lanes of ceil((o + 7K + 16) / 32), o = first bit mod 32. For
+/// K ≤ 4 every lane's span fits in 2 words (K = 3: o ≤ 27, K = 4: o = 20), one fewer than kLaneWords;
+/// the words past it only feed bits beyond the span, so they are set to 0 instead of loaded.
+template <int kBits>
+constexpr int load_words_needed() {
+  int most = 0;
+  for (int l = 0; l < 32; ++l) {
+    int b = 8 * l * kBits + kBits - 16;
+    if (b < 0) b += 256 * kBits;
+    int const w = ((b & 31) + 7 * kBits + 16 + 31) / 32;
+    most = w > most ? w : most;
+  }
+  return most;
+}
+template <int kBits>
+inline constexpr int kLoadWords = load_words_needed<kBits>();
+static_assert(kLoadWords<1> <= kLaneWords<1> && kLoadWords<4> == 2 && kLoadWords<8> <= kLaneWords<8>);
+
 /// First stream bit of lane `lane`'s windows, (8·lane·K + K − 16) mod 256K.
 template <int kBits>
 __device__ __forceinline__ int lane_first_bit(int lane) {
@@ -46,7 +64,7 @@ __device__ __forceinline__ void load_lane_words(uint32_t const* __restrict__ til
   int idx = first_bit >> 5;
 #pragma unroll
   for (int q = 0; q < kLaneWords<kBits>; ++q) {
-    w[q] = __ldg(tile + idx);
+    w[q] = q < kLoadWords<kBits> ? __ldg(tile + idx) : 0u;
     idx = (idx + 1 == kTileWords) ? 0 : idx + 1;
   }
 }
