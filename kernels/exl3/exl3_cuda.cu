@@ -193,18 +193,23 @@ Status check_device(DeviceInfo const& dev) {
 
 }  // namespace
 
+bool gemv_fuses_transform(int64_t tiles_k, int64_t tiles_n) {
+  // The fused staging costs ~10% of the GEMV's issue slots (C/8 warp transforms per 4·C tile decodes of a
+  // block) and saves one launch (~2 µs): worth it up to ~2^17 tiles (≈ 20 µs of GEMV).
+  return tiles_k * tiles_n <= (int64_t{1} << 17);
+}
+
 int exl3_num_chunks(int tiles_k, int tiles_n) {
   // S divides tiles_k / 8 (k is a multiple of 128), so every chunk is a multiple of the GEMV ring depth
   // (8 tiles); chunks are at most kGemvMaxChunkTiles long (the GEMV's shared A fragments); otherwise the
-  // fewest chunks that give ≥ 2048 (column tile, chunk) warps, ~16 per SM of an H200 (within one wave of
-  // 4-warp blocks at 8 per SM), each with 8 tiles (0.25–2 KiB) of trellis in flight. Depends on the layer
-  // shape only.
+  // fewest chunks that give ≥ 3072 (column tile, chunk) warps, ~23 per SM of an H200, each with 8 tiles
+  // (0.25–2 KiB) of trellis in flight. Depends on the layer shape only.
   int const groups = tiles_k / kGemvDepth;
   int best = groups;
   for (int s = 1; s <= groups; ++s) {
     if (groups % s || tiles_k / s > kGemvMaxChunkTiles) continue;
     best = s;
-    if (static_cast<int64_t>(s) * tiles_n >= 2048) break;
+    if (static_cast<int64_t>(s) * tiles_n >= 3072) break;
   }
   return best;
 }
@@ -287,7 +292,10 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   xp.xh = xh;
   xp.rows = m;
   xp.k = l.k;
-  if (tactic != 1)   // the GEMV applies the input transform itself while staging its A fragments
+  // Small layers: the GEMV applies the input transform itself while staging its A fragments (one launch
+  // less); large ones keep the transform kernel (the GEMV's staging repeats it in every column block).
+  bool const fuse = tactic == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16);
+  if (!fuse)
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
                                                  dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.k + 511) / 512)),
                                                  dim3(128), 0, stream, xp),
@@ -308,8 +316,10 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   int epilogue_chunks = 1;
   if (tactic == 1) {
     epilogue_chunks = p.num_chunks;
-    p.x = xp.x;
-    p.suh = xp.suh;
+    if (fuse) {
+      p.x = xp.x;
+      p.suh = xp.suh;
+    }
     TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, 1, stream), "gemv launch"));
   } else if (tactic == 2) {
     TESSERA_TRY(kx::cuda_status(kx::kGemm[kx::table_index(l)](p, 1, stream), "gemm launch"));
@@ -374,12 +384,18 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   xp.xh = xh;
   xp.rows = rows;
   xp.k = l.k;
-
-  // The GEMV applies the input transform (token gather, the expert's suh) while staging its A fragments.
   kx::Exl3MmaParams p;
-  p.x = xp.x;
-  p.token_idx = xp.token_idx;
-  p.suh_e = xp.suh_e;
+  if (kx::gemv_fuses_transform(l.k / 16, l.n / 16)) {
+    // The GEMV applies the input transform (token gather, the expert's suh) while staging A fragments.
+    p.x = xp.x;
+    p.token_idx = xp.token_idx;
+    p.suh_e = xp.suh_e;
+  } else {
+    TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
+                                                 dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(128), 0, stream, xp),
+                                "input transform launch"));
+  }
   p.xh = xh;
   p.trellis_e = a.trellis;
   p.expert_offsets = a.expert_offsets;

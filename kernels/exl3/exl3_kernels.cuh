@@ -14,9 +14,10 @@
 ///   GEMV   block = 4 warps sharing one chunk, warp = one 16-column tile × the chunk × its expert's rows in
 ///          groups of 16. Trellis words go straight from global memory to registers (a ring of kGemvDepth
 ///          tiles); the row group's xh A fragments of the chunk are staged once per block in shared memory.
-///   GEMM   block = 8 warps, tile 64 rows × 128 columns; each warp owns one 16-column tile and all 64 rows
-///          (4 m16 sub-tiles, so every decoded B fragment feeds 8 MMAs); xh slabs of 64 × 64 are staged
-///          in shared memory and read with ldmatrix.x4.
+///   GEMM   block = 8 warps, tile 128 rows × 128 columns; each warp owns one 16-column tile and all 128
+///          rows (8 m16 sub-tiles, so every decoded B fragment feeds 16 MMAs); xh slabs of 128 × 64 are
+///          double-buffered in shared memory (cp.async) and read with ldmatrix.x4; the chunk totals are
+///          kept in shared memory (the chain is still ((0 + P_0) + P_1) + …).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -53,9 +54,12 @@ struct Exl3MmaParams {
 
 inline constexpr int kGemvWarps = 4;
 inline constexpr int kGemmWarps = 8;
-inline constexpr int kGemmRows = 64;          // rows per GEMM block (4 m16 sub-tiles per warp)
+inline constexpr int kGemmRows = 128;         // rows per GEMM block (8 m16 sub-tiles per warp)
 inline constexpr int kGemmSlabK = 64;         // k per staged xh slab (4 k-tiles)
 inline constexpr int kGemmLda = kGemmSlabK + 8;  // padded smem row (halves): ldmatrix rows hit distinct banks
+inline constexpr int kGemmSlabHalves = kGemmRows * kGemmLda;
+/// Two xh slabs (2 × 18 KiB) and the fp32 chunk totals of the block (128 × 128 × 4 B = 64 KiB).
+inline constexpr size_t kGemmSmemBytes = 2 * kGemmSlabHalves * sizeof(__half) + size_t{kGemmRows} * 128 * sizeof(float);
 /// GEMV ring depth: tiles whose trellis words are in flight per warp. Chunks are multiples of 8 k-tiles
 /// (exl3_num_chunks), so the ring needs no tail guards; 8 tiles are 256 B (K = 1) to 2 KiB (K = 8).
 inline constexpr int kGemvDepth = 8;
@@ -265,58 +269,107 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
 #endif
 }
 
-/// GEMM: full chunk chain in registers for 64 rows × 128 columns. grid (ceil(tiles_n / 8),
-/// ceil(num_rows / 64)), block 256.
+__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, bool valid) {
+  uint32_t const s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
+/// GEMM: the full chunk chain for 128 rows × 128 columns. grid (tiles_n / 8, ceil(num_rows / 128)),
+/// block 256, dynamic shared memory kGemmSmemBytes. Each warp owns one 16-column tile and all 128 rows
+/// (8 m16 sub-tiles: every decoded B fragment feeds 16 MMAs). Pipeline per 64-k slab: the next slab's xh
+/// (cp.async into the other buffer) and trellis words (registers) are in flight while the current slab is
+/// decoded and multiplied. The current chunk's partial lives in registers; the running total
+/// ((0 + P_0) + …) lives in shared memory in fragment order (each thread touches only its own entries),
+/// updated at chunk ends — the same additions in the same order as the GEMV's epilogue.
 template <int kBits, Codebook kCb>
-__global__ void __launch_bounds__(kGemmWarps * 32) exl3_gemm_kernel(Exl3MmaParams const p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
-  __shared__ __align__(16) __half sa[kGemmRows * kGemmLda];   // [64 rows][64 k + 8 pad]
+  constexpr int kLw = dx::kLoadWords<kBits>;
+  constexpr int kTileWords = 8 * kBits;
+  constexpr int kSlabTiles = kGemmSlabK / 16;
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  __half* sa = reinterpret_cast<__half*>(gemm_smem);   // [2][128 rows][72]
+  float* stot = reinterpret_cast<float*>(gemm_smem + 2 * kGemmSlabHalves * sizeof(__half));
   int const lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int const tn = blockIdx.x * kGemmWarps + warp;
-  bool const active = tn < p.tiles_n;
+  int const tn = blockIdx.x * kGemmWarps + warp;       // n is a multiple of 128: always < tiles_n
   int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
   int const first = dx::lane_first_bit<kBits>(lane);
   int const o = first & 31;
-  float total[4][2][4] = {};
-  float cacc[4][2][4] = {};
-  int const slab_tiles = kGemmSlabK / 16;
+  int off[kW];
+  {
+    int idx = first >> 5;
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+      off[q] = idx;
+      idx = (idx + 1 == kTileWords) ? 0 : idx + 1;
+    }
+  }
+  int64_t const stride = static_cast<int64_t>(p.tiles_n) * kTileWords;
+  uint32_t const* tp = reinterpret_cast<uint32_t const*>(p.trellis) + static_cast<int64_t>(tn) * kTileWords;
+  uint32_t wcur[kSlabTiles][kW], wnext[kSlabTiles][kW];
+  auto load_slab = [&](uint32_t (&w)[kSlabTiles][kW], int ts) {
+#pragma unroll
+    for (int i = 0; i < kSlabTiles; ++i)
+#pragma unroll
+      for (int q = 0; q < kW; ++q) w[i][q] = q < kLw ? __ldg(tp + (ts + i) * stride + off[q]) : 0u;
+  };
+  load_slab(wcur, 0);
   pdl_wait();
   pdl_launch_dependents();
-  for (int ts = 0; ts < p.tiles_k; ts += slab_tiles) {
-    __syncthreads();
-    // Stage xh[row0 .. row0+63][16ts .. 16ts+63]: 64 rows × 8 uint4 = 512 uint4, two per thread.
+  // xh slab ts..ts+3 → buffer b: 128 rows × 8 uint4, 4 per thread; rows past num_rows are zero-filled.
+  auto stage = [&](int ts, int b) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 4; ++i) {
       int const idx = threadIdx.x + i * kGemmWarps * 32;
       int const r = idx >> 3, cu = idx & 7;
       int64_t const row = row0 + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (row < p.num_rows) v = __ldg(reinterpret_cast<uint4 const*>(p.xh + row * p.k + ts * 16 + cu * 8));
-      *reinterpret_cast<uint4*>(sa + r * kGemmLda + cu * 8) = v;
+      bool const ok = row < p.num_rows;
+      cp_async16(sa + b * kGemmSlabHalves + r * kGemmLda + cu * 8, p.xh + (ok ? row : 0) * p.k + ts * 16 + cu * 8, ok);
+    }
+    cp_async_commit();
+  };
+  stage(0, 0);
+  float cacc[8][2][4] = {};
+  bool have_total = false;
+  auto tot_index = [&](int ms, int h, int e) { return (((warp * 8 + ms) * 2 + h) * 4 + e) * 32 + lane; };
+  int const nslabs = p.tiles_k / kSlabTiles;
+  for (int s = 0; s < nslabs; ++s) {
+    int const ts = s * kSlabTiles;
+    bool const more = s + 1 < nslabs;
+    if (more) {
+      stage(ts + kSlabTiles, (s + 1) & 1);
+      load_slab(wnext, ts + kSlabTiles);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    if (!active) continue;
-    uint32_t w[slab_tiles][kW];
+    if (ts > 0 && ts % p.chunk_tiles == 0) {   // chunk end: total = total + P (total starts at 0)
 #pragma unroll
-    for (int i = 0; i < slab_tiles; ++i) dx::load_lane_words<kBits>(tile_words<kBits>(p.trellis, p.tiles_n, ts + i, tn), first, w[i]);
+      for (int ms = 0; ms < 8; ++ms)
 #pragma unroll
-    for (int i = 0; i < slab_tiles; ++i) {
-      int const tk = ts + i;
-      if (tk % p.chunk_tiles == 0 && tk > 0) {
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+          for (int e = 0; e < 4; ++e) {
+            int const ix = tot_index(ms, h, e);
+            stot[ix] = __fadd_rn(have_total ? stot[ix] : 0.f, cacc[ms][h][e]);
+            cacc[ms][h][e] = 0.f;
+          }
+      have_total = true;
+    }
+    __half const* buf = sa + (s & 1) * kGemmSlabHalves;
 #pragma unroll
-          for (int b = 0; b < 2; ++b)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) { total[a][b][e] = __fadd_rn(total[a][b][e], cacc[a][b][e]); cacc[a][b][e] = 0.f; }
-      }
+    for (int i = 0; i < kSlabTiles; ++i) {
       uint32_t frag[4];
-      dx::decode_fragments<kBits, kCb>(w[i], o, frag);
+      dx::decode_fragments<kBits, kCb>(wcur[i], o, frag);
 #pragma unroll
-      for (int ms = 0; ms < 4; ++ms) {
+      for (int ms = 0; ms < 8; ++ms) {
         uint32_t a0, a1, a2, a3;
-        __half const* src = sa + (ms * 16 + (lane & 15)) * kGemmLda + i * 16 + (lane >> 4) * 8;
+        __half const* src = buf + (ms * 16 + (lane & 15)) * kGemmLda + i * 16 + (lane >> 4) * 8;
         uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr));
@@ -324,21 +377,26 @@ __global__ void __launch_bounds__(kGemmWarps * 32) exl3_gemm_kernel(Exl3MmaParam
         dx::mma_m16n8k16(cacc[ms][1], a0, a1, a2, a3, frag[2], frag[3]);
       }
     }
+    __syncthreads();   // buffer s & 1 is restaged at iteration s + 1
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < kSlabTiles; ++i)
+#pragma unroll
+        for (int q = 0; q < kW; ++q) wcur[i][q] = wnext[i][q];
+    }
   }
-  if (!active) return;
   int const g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int ms = 0; ms < 4; ++ms)
+  for (int ms = 0; ms < 8; ++ms)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float const* t = total[ms][h];
-      float const* q = cacc[ms][h];
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y[e] = __fadd_rn(have_total ? stot[tot_index(ms, h, e)] : 0.f, cacc[ms][h][e]);
       int64_t const ra = row0 + ms * 16 + g, rb = ra + 8;
       float* out = p.partial + static_cast<int64_t>(tn) * 16 + 8 * h + 2 * c;
-      if (ra < p.num_rows)
-        *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(__fadd_rn(t[0], q[0]), __fadd_rn(t[1], q[1]));
-      if (rb < p.num_rows)
-        *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(__fadd_rn(t[2], q[2]), __fadd_rn(t[3], q[3]));
+      if (ra < p.num_rows) *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(y[0], y[1]);
+      if (rb < p.num_rows) *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(y[2], y[3]);
     }
 #endif
 }
@@ -374,8 +432,13 @@ cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {
+  static cudaError_t const attr = cudaFuncSetAttribute(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(kGemmSmemBytes));
+  if (attr != cudaSuccess) return attr;
   dim3 grid((p.tiles_n + kGemmWarps - 1) / kGemmWarps, static_cast<unsigned>((p.num_rows + kGemmRows - 1) / kGemmRows));
-  return launch_pdl(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemmWarps * 32), 0, stream, p);
+  return launch_pdl(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemmWarps * 32), kGemmSmemBytes,
+                    stream, p);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_reconstruct(int16_t const* trellis, __half* w, int tiles_k, int tiles_n, cudaStream_t stream) {
