@@ -204,14 +204,15 @@ Status check_device(DeviceInfo const& dev) {
 }  // namespace
 
 int exl3_num_chunks(int tiles_k, int tiles_n) {
-  // Enough independent (column tile, chunk) warps to fill an H200 (132 SMs × 32 resident warps ≈ 4224)
-  // with chunks of at least 4 k-tiles; S divides tiles_k. Depends on the layer shape only.
+  // Enough independent (column tile, chunk) warps for about one wave on an H200 (132 SMs × ~20 resident
+  // GEMV warps ≈ 2640) with chunks of at least 4 k-tiles; S divides tiles_k. Depends on the layer shape
+  // only (never on the row count), which keeps every row's summation order fixed.
   int best = 1;
   for (int s = 1; s <= tiles_k; ++s) {
     if (tiles_k % s) continue;
     if (tiles_k / s < 4) break;
     best = s;
-    if (static_cast<int64_t>(s) * tiles_n >= 4096) break;
+    if (static_cast<int64_t>(s) * tiles_n >= 2560) break;
   }
   return best;
 }

@@ -50,7 +50,10 @@ inline constexpr int kGemmWarps = 8;
 inline constexpr int kGemmRows = 64;          // rows per GEMM block (4 m16 sub-tiles per warp)
 inline constexpr int kGemmSlabK = 64;         // k per staged xh slab (4 k-tiles)
 inline constexpr int kGemmLda = kGemmSlabK + 8;  // padded smem row (halves): ldmatrix rows hit distinct banks
-inline constexpr int kPrefetch = 4;           // tiles in flight per warp in the GEMV ring
+/// Tiles in flight per warp in the GEMV ring: 8 at K ≤ 4 (≤ 3 words each), 4 above, so a warp keeps
+/// ~100–300 trellis bytes in flight per lane group (H200 needs ~19 KB in flight per SM at 4.3 TB/s).
+template <int kBits>
+inline constexpr int kPrefetch = kBits <= 4 ? 8 : 4;
 
 __device__ __forceinline__ uint32_t ld_u32_or_zero(__half const* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<uint32_t const*>(p)) : 0u;
@@ -63,7 +66,7 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
 
 /// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128.
 template <int kBits, Codebook kCb>
-__global__ void __launch_bounds__(kGemvWarps * 32) exl3_gemv_kernel(Exl3MmaParams const p) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 4) exl3_gemv_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
   int const lane = threadIdx.x & 31;
@@ -87,19 +90,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) exl3_gemv_kernel(Exl3MmaParam
     __half const* x0 = p.xh + (rg + g) * p.k + 2 * c;
     __half const* x1 = x0 + 8 * p.k;
     float acc[2][4] = {};
-    uint32_t ring[kPrefetch][kW];
+    constexpr int kRing = kPrefetch<kBits>;
+    uint32_t ring[kRing][kW];
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i)
+    for (int i = 0; i < kRing; ++i)
       if (t0 + i < t1) dx::load_lane_words<kBits>(tile_words<kBits>(trellis, p.tiles_n, t0 + i, tn), first, ring[i]);
-    for (int t = t0; t < t1; t += kPrefetch) {
+    for (int t = t0; t < t1; t += kRing) {
 #pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
+      for (int i = 0; i < kRing; ++i) {
         int const tk = t + i;
         if (tk < t1) {
           uint32_t frag[4];
           dx::decode_fragments<kBits, kCb>(ring[i], o, frag);
-          if (tk + kPrefetch < t1)
-            dx::load_lane_words<kBits>(tile_words<kBits>(trellis, p.tiles_n, tk + kPrefetch, tn), first, ring[i]);
+          if (tk + kRing < t1)
+            dx::load_lane_words<kBits>(tile_words<kBits>(trellis, p.tiles_n, tk + kRing, tn), first, ring[i]);
           int const kk = tk * 16;
           uint32_t const a0 = ld_u32_or_zero(x0 + kk, ok0), a1 = ld_u32_or_zero(x1 + kk, ok1);
           uint32_t const a2 = ld_u32_or_zero(x0 + kk + 8, ok0), a3 = ld_u32_or_zero(x1 + kk + 8, ok1);
