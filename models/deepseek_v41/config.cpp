@@ -159,8 +159,34 @@ QuantizationConfig read_quantization(json::value const& v, std::string const& wh
   return q;
 }
 
+/// transformers v5 documents may carry only `rope_parameters` {main, compress}: take the thetas and the
+/// compress scaling from there when `rope_theta` / `compress_rope_theta` / `rope_scaling` are absent.
+json::value const* rope_parameters_fallback(Fields const& f, Config& c) {
+  auto const* rp = f.present("rope_parameters");
+  if (!rp) return nullptr;
+  if (!rp->is_object()) f.type_error("rope_parameters", *rp, "an object");
+  Fields p(rp->get_object(), f.where() + "rope_parameters.");
+  json::value const* scaling = nullptr;
+  for (char const* site : {"main", "compress"}) {
+    auto const* s = p.present(site);
+    if (!s) continue;
+    if (!s->is_object()) p.type_error(site, *s, "an object");
+    Fields sf(s->get_object(), p.where() + site + ".");
+    bool const main = std::string_view(site) == "main";
+    if (!f.find(main ? "rope_theta" : "compress_rope_theta")) sf.get("rope_theta", main ? c.rope_theta : c.compress_rope_theta);
+    if (!main) {
+      std::string type;
+      sf.get("rope_type", type);
+      if (type == "yarn") scaling = s;
+    }
+  }
+  return scaling;
+}
+
 void read_rope_scaling(Fields const& f, Config& c) {
+  json::value const* from_params = rope_parameters_fallback(f, c);
   auto const* v = f.present("rope_scaling");
+  if (!v) v = from_params;
   if (!v) return;
   if (!v->is_object()) f.type_error("rope_scaling", *v, "an object or null");
   Fields r(v->get_object(), f.where() + "rope_scaling.");

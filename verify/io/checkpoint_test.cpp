@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
+#include <type_traits>
 
 #include "tessera/io/safetensors.hpp"
 #include "verify/common/golden.hpp"
@@ -158,6 +160,30 @@ BOOST_AUTO_TEST_CASE(golden_v41_tiny) {
     BOOST_TEST(bad == 0u, a.name << ": " << bad << " elements differ");
   }
   BOOST_TEST(kept == 63);  // hc_* ×6, attn_sink, gate.bias, gate.bias_vl on 7 layers
+}
+
+static_assert(std::is_nothrow_move_constructible_v<SafetensorsFile> && std::is_copy_constructible_v<SafetensorsFile>);
+static_assert(std::is_nothrow_move_constructible_v<Checkpoint> && std::is_copy_constructible_v<Checkpoint>);
+
+BOOST_AUTO_TEST_CASE(shared_across_threads_and_moved) {
+  auto opened = Checkpoint::open(verify::golden_dir() + "/v41-tiny/bf16").value_or_throw();
+  Checkpoint c = std::move(opened);  // views stay valid: the mapping is shared, not owned by the object
+  auto sum_all = [&c] {
+    double s = 0;
+    for (auto const& t : c.tensors()) {
+      auto x = c.load_f32(t.name).value_or_throw();
+      for (int64_t i = 0; i < x.numel(); ++i) s += x.data_as<float>()[i] * static_cast<double>(i % 7 + 1);
+    }
+    return s;
+  };
+  double const want = sum_all();
+  std::vector<double> got(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) threads.emplace_back([&, k] { got[static_cast<size_t>(k)] = sum_all(); });
+  for (auto& t : threads) t.join();
+  for (double g : got) BOOST_TEST(g == want);
+  Checkpoint copy = c;  // copies share the mapping too
+  BOOST_TEST(copy.view("model.embed.weight")->data == c.view("model.embed.weight")->data);
 }
 
 BOOST_AUTO_TEST_CASE(golden_exl3_files) {

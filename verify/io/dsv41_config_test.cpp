@@ -167,6 +167,18 @@ BOOST_AUTO_TEST_CASE(forms_and_preference) {
   BOOST_TEST(t->hidden_size == 2);
   auto n = parse_config(R"({"hidden_size":6,"text_config":null,"unknown_key":{"x":[1]}})");
   BOOST_TEST(n->hidden_size == 6);
+  // Only rope_parameters (transformers v5 form): thetas and the compress YaRN come from it.
+  auto v5 = parse_config(R"({"rope_parameters":{"main":{"rope_type":"default","rope_theta":20000.0},
+      "compress":{"rope_type":"yarn","rope_theta":150000.0,"factor":8.0,"original_max_position_embeddings":4096,
+      "beta_fast":16.0,"beta_slow":2.0,"attention_factor":1.0}}})");
+  BOOST_REQUIRE_MESSAGE(v5.ok(), v5.status().to_string());
+  BOOST_TEST(v5->rope_main.rope_theta == 20000.0);
+  BOOST_TEST(v5->rope_compress.rope_theta == 150000.0);
+  BOOST_TEST(v5->rope_compress.rope_type == "yarn");
+  BOOST_TEST(v5->rope_compress.factor == 8.0);
+  BOOST_TEST(v5->rope_compress.original_max_position_embeddings == 4096);
+  BOOST_TEST(v5->rope_compress.beta_fast == 16.0);
+  BOOST_TEST(v5->rope_compress.beta_slow == 2.0);
   auto alias = parse_config(R"({"num_local_experts":16,"intermediate_size":99,"num_experts_per_tok":2})");
   BOOST_TEST(alias->n_routed_experts == 16);
   BOOST_TEST(alias->moe_intermediate_size == 99);

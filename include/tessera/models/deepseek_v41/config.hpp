@@ -8,7 +8,9 @@
 /// holds the text fields; the golden fixtures' config.json, whose `golden_text_config` (or
 /// `golden.text_config_used`) is the configuration that ran and is preferred when present. Unknown keys
 /// are ignored (Hugging Face configs carry many); a known key with the wrong JSON type is an error naming
-/// the key. Field names are the JSON keys.
+/// the key. Field names are the JSON keys. `layer_types` and `rope_parameters` are derived, not read
+/// (a document with only `rope_parameters`, as transformers v5 may write, supplies the thetas and the
+/// compress YaRN scaling from it).
 #pragma once
 
 #include <cstdint>

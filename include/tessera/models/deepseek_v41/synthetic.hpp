@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Synthetic DeepSeek-V4.1 checkpoints: random weights with the OLD tensor names and shapes of
+/// spec/deepseek-v41.md §4.1 (the golden fixtures' naming: native names under `model.`, plus `lm_head`),
+/// including the compressor / indexer / Engram tensors only on the layers that own them, and the value
+/// distributions of tools/golden_v41.py (linear weights N(0, initializer_range), norms 1 + 0.1·N, sinks
+/// N(0, 1), router biases 0.1·N, hc base 0.5·N, hc scale 1 + 0.2·N, Engram q/k weights 1 + 0.2·N,
+/// lm_head 4·N(0, initializer_range), Engram scales 1), so a model run on it is numerically sane.
+///
+/// Values are a pure function of (seed, tensor name, element index) — a counter-based generator, so the
+/// output is identical for a seed on every platform and independent of thread count and write order.
+/// Tensors are produced one at a time while the file is written (peak memory ≈ the largest tensor).
+/// A `SyntheticFormat` turns each planned tensor into stored tensors; `dense_format` stores f32 or bf16
+/// (fp32 islands of §4.2 stay f32); quantized formats (native FP8/FP4, EXL3) plug in the same way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/core/dtype.hpp"
+#include "tessera/core/status.hpp"
+#include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/config.hpp"
+
+namespace tessera::model::dsv41 {
+
+/// One weight of the checkpoint plan, before any storage format is applied.
+struct TensorSpec {
+  enum class Role {
+    kEmbedding, kHead, kNorm, kLinear,   // kLinear: a 2-D projection (attention, compressor, indexer, experts, router)
+    kExpertLinear,                       // a routed expert's w1/w2/w3
+    kSink, kRouterBias, kHcFn, kHcBase, kHcScale, kEngramGateWeight, kEngramTable, kEngramScale,
+  };
+  std::string name;           // OLD name, e.g. model.layers.3.attn.wq_a.weight
+  std::vector<int64_t> shape;
+  Role role = Role::kLinear;
+  float mean = 0.f;           // value = mean + stddev · N(0, 1)
+  float stddev = 0.f;
+  bool fp32_island = false;   // kept in f32 by a bf16 checkpoint (spec §4.2, _keep_in_fp32_modules_strict)
+};
+
+/// Every tensor of a checkpoint for `c`, in the OLD naming, sorted by name.
+std::vector<TensorSpec> checkpoint_plan(Config const& c);
+
+/// Engram primes per Engram layer, in column order (n-gram size 2..N, heads 0..He−1), by the search of
+/// spec §2.4.1 (each (layer, size) restarts at engram_vocab_size − 1; each head takes the smallest unused
+/// prime above the previous one). Their sums are the layers' `engram_num_embeddings`.
+std::vector<std::vector<int64_t>> engram_primes(Config const& c);
+
+/// Fills dst[0 .. end−begin) with fp32 elements [begin, end) of a tensor (row-major).
+using ValueFn = std::function<void(float* dst, int64_t begin, int64_t end)>;
+
+/// The element values of `spec` for `seed`: mean + stddev · N(0,1) from a counter-based generator.
+ValueFn synthetic_values(TensorSpec const& spec, uint64_t seed);
+
+/// A storage format: adds the stored form of one planned tensor to the writer (lazily: the values are
+/// produced when the writer reaches the tensor).
+class SyntheticFormat {
+ public:
+  virtual ~SyntheticFormat() = default;
+  virtual std::string name() const = 0;
+  virtual Status add(io::SafetensorsWriter& w, TensorSpec const& spec, ValueFn values) const = 0;
+  /// The quantization_config this format writes into config.json, if any.
+  virtual std::optional<QuantizationConfig> quantization_config() const { return std::nullopt; }
+};
+
+/// Dense storage: every tensor in `dtype` (kF32, kBf16 or kF16), fp32 islands in f32.
+std::unique_ptr<SyntheticFormat> dense_format(DType dtype);
+
+/// The configurations make-synthetic knows.
+/// tiny: spec §6 with `vocab_size` (the golden tiny model when 512).
+/// v41-flash: the released dimensions with the first `layers` layers (their released compress ratios,
+/// KV / index / candidate sources and Engram layers below `layers`), no DSpark layers, and Engram tables of
+/// about `engram_rows` rows (engram_vocab_size ≈ engram_rows / columns; the rows are the prime sums).
+Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows);
+
+struct SyntheticSummary {
+  size_t num_tensors = 0;
+  size_t bytes = 0;
+};
+
+/// Writes `<dir>/config.json` (to_json of `c` plus the format's quantization_config) and
+/// `<dir>/model.safetensors`; creates `dir` if needed.
+Result<SyntheticSummary> write_synthetic_checkpoint(Config const& c, std::string const& dir, uint64_t seed,
+                                                    SyntheticFormat const& format);
+
+}  // namespace tessera::model::dsv41

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Synthetic DeepSeek-V4.1 checkpoints: the tiny plan equals the golden tiny checkpoint's names, shapes and
+/// (bf16) dtypes exactly; Engram primes match spec Appendix/§6; output is a pure function of the seed; the
+/// value distributions follow the golden generator; the v41-flash plan has the released shapes and the
+/// per-layer tensors only where the released layer kinds own them.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/synthetic.hpp"
+#include "verify/common/golden.hpp"
+
+namespace fs = std::filesystem;
+using namespace tessera;
+using namespace tessera::model::dsv41;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tessera_synth_test_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()));
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string read_file(fs::path const& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(dsv41_synthetic)
+
+BOOST_AUTO_TEST_CASE(engram_primes_tiny_and_released) {
+  auto tiny = engram_primes(tiny_config());
+  BOOST_REQUIRE(tiny.size() == 2u);
+  BOOST_TEST((tiny[0] == std::vector<int64_t>{67, 71, 73, 79, 83, 89}));
+  BOOST_TEST((tiny[1] == std::vector<int64_t>{97, 101, 103, 107, 109, 113}));
+  auto rel = parse_config(R"({"engram_layer_ids":[1,14]})").value_or_throw();
+  auto p = engram_primes(rel);
+  int64_t s0 = 0, s1 = 0;
+  for (int64_t x : p[0]) s0 += x;
+  for (int64_t x : p[1]) s1 += x;
+  BOOST_TEST(s0 == 384006168);  // spec Appendix A
+  BOOST_TEST(s1 == 384016682);
+  BOOST_TEST(p[0][0] == 16000057);
+  BOOST_TEST(p[1][23] == 16000889);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_matches_golden_checkpoint) {
+  for (char const* variant : {"fp32", "bf16"}) {
+    TempDir td;
+    auto fmt = dense_format(std::string(variant) == "fp32" ? DType::kF32 : DType::kBf16);
+    auto sum = write_synthetic_checkpoint(tiny_config(), td.path.string(), 11, *fmt);
+    BOOST_REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+    auto mine = io::Checkpoint::open(td.path.string()).value_or_throw();
+    auto gold = io::Checkpoint::open(verify::golden_dir() + "/v41-tiny/" + variant).value_or_throw();
+    BOOST_REQUIRE(mine.tensors().size() == gold.tensors().size());
+    BOOST_TEST(sum->num_tensors == gold.tensors().size());
+    for (size_t i = 0; i < gold.tensors().size(); ++i) {
+      auto const& a = mine.tensors()[i];
+      auto const& b = gold.tensors()[i];
+      BOOST_TEST(a.name == b.name);
+      BOOST_TEST((a.shape == b.shape), a.name);
+      BOOST_TEST((a.dtype == b.dtype), a.name);
+    }
+    // config.json reads back to the tiny configuration.
+    auto cfg = load_config(td.path.string());
+    BOOST_REQUIRE_MESSAGE(cfg.ok(), cfg.status().to_string());
+    BOOST_TEST(to_json(*cfg) == to_json(tiny_config()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(deterministic_for_a_seed) {
+  TempDir a, b, c;
+  auto fmt = dense_format(DType::kBf16);
+  BOOST_REQUIRE(write_synthetic_checkpoint(tiny_config(), a.path.string(), 5, *fmt).ok());
+  BOOST_REQUIRE(write_synthetic_checkpoint(tiny_config(), b.path.string(), 5, *fmt).ok());
+  BOOST_REQUIRE(write_synthetic_checkpoint(tiny_config(), c.path.string(), 6, *fmt).ok());
+  std::string fa = read_file(a.path / "model.safetensors"), fb = read_file(b.path / "model.safetensors");
+  std::string fc = read_file(c.path / "model.safetensors");
+  BOOST_TEST(fa.size() > 1000000u);
+  BOOST_TEST((fa == fb));
+  BOOST_TEST((fa != fc));
+  // The values are the same for every chunking: the generator is indexed by element.
+  TensorSpec spec{"x", {1000}, TensorSpec::Role::kLinear, 0.f, 1.f};
+  auto f = synthetic_values(spec, 3);
+  std::vector<float> whole(1000), parts(1000);
+  f(whole.data(), 0, 1000);
+  f(parts.data(), 0, 333);
+  f(parts.data() + 333, 333, 1000);
+  BOOST_TEST(std::memcmp(whole.data(), parts.data(), 4000) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(value_distributions) {
+  TempDir td;
+  auto fmt = dense_format(DType::kF32);
+  BOOST_REQUIRE(write_synthetic_checkpoint(tiny_config(), td.path.string(), 1, *fmt).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  auto stats = [&](std::string const& name) {
+    auto t = ck.load_f32(name).value_or_throw();
+    double s = 0, s2 = 0;
+    int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) s += t.data_as<float>()[i];
+    double m = s / static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) s2 += (t.data_as<float>()[i] - m) * (t.data_as<float>()[i] - m);
+    return std::pair{m, std::sqrt(s2 / static_cast<double>(n))};
+  };
+  // Large tensors: mean and std within a few standard errors of the golden generator's N(mean, std).
+  auto check = [&](std::string const& name, double mean, double sd) {
+    auto [m, s] = stats(name);
+    double n = static_cast<double>(ck.view(name)->numel());
+    BOOST_TEST(std::abs(m - mean) < 5 * sd / std::sqrt(n), name << " mean " << m);
+    BOOST_TEST(std::abs(s - sd) < 5 * sd / std::sqrt(2 * n), name << " std " << s);
+  };
+  check("model.embed.weight", 0.0, 0.05);
+  check("lm_head.weight", 0.0, 0.2);
+  check("model.layers.3.ffn.experts.7.w2.weight", 0.0, 0.05);
+  check("model.layers.2.hc_attn_fn", 0.0, 0.05);
+  check("model.layers.1.engram.q_weight", 1.0, 0.2);
+  auto [sm, ss] = stats("model.layers.1.engram.embed.scale");
+  BOOST_TEST(sm == 1.0);
+  BOOST_TEST(ss == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(v41_flash_plan) {
+  auto c = synthetic_config("v41-flash", 129280, 21, 0).value_or_throw();
+  BOOST_TEST(c.num_hidden_layers == 21);
+  BOOST_TEST((c.kv_source_layer_ids == std::vector<int64_t>{2, 8, 14, 20}));
+  BOOST_TEST((c.index_source_layer_ids == std::vector<int64_t>{2, 8, 14, 20}));
+  BOOST_TEST(c.candidate_source_layer_id == 20);
+  BOOST_TEST((c.engram_layer_ids == std::vector<int64_t>{1, 14}));
+  BOOST_TEST(c.engram_num_embeddings[0] > 60000);
+  BOOST_TEST(c.engram_num_embeddings[0] < 70000);
+  auto plan = checkpoint_plan(c);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto const& s : plan) shapes[s.name] = s.shape;
+  using V = std::vector<int64_t>;
+  BOOST_TEST((shapes.at("model.embed.weight") == V{129280, 5120}));
+  BOOST_TEST((shapes.at("model.layers.0.hc_attn_fn") == V{24, 20480}));
+  BOOST_TEST((shapes.at("model.layers.0.attn.wq_b.weight") == V{32768, 1280}));
+  BOOST_TEST((shapes.at("model.layers.0.attn.wo_a.weight") == V{8192, 4096}));
+  BOOST_TEST((shapes.at("model.layers.0.attn.wo_b.weight") == V{5120, 8192}));
+  BOOST_TEST((shapes.at("model.layers.2.attn.indexer.wq_b.weight") == V{4096, 1280}));
+  BOOST_TEST((shapes.at("model.layers.2.attn.indexer.wk.weight") == V{128, 512}));
+  BOOST_TEST((shapes.at("model.layers.5.ffn.experts.383.w2.weight") == V{5120, 2304}));
+  BOOST_TEST((shapes.at("model.layers.14.engram.wkv.weight") == V{25600, 6144}));
+  BOOST_TEST((shapes.at("model.layers.14.engram.embed.scale")[1] == 8));
+  BOOST_TEST(shapes.count("model.layers.2.attn.compressor.wgate.weight") == 1u);   // ratio 2
+  BOOST_TEST(shapes.count("model.layers.20.attn.compressor.wgate.weight") == 0u);  // ratio 1: no gate
+  BOOST_TEST(shapes.count("model.layers.20.attn.compressor.wkv.weight") == 1u);
+  BOOST_TEST(shapes.count("model.layers.3.attn.compressor.wkv.weight") == 0u);     // consumer
+  BOOST_TEST(shapes.count("model.layers.3.attn.indexer.wq_b.weight") == 0u);
+  BOOST_TEST(shapes.count("model.layers.1.engram.wkv.weight") == 1u);
+  BOOST_TEST(shapes.count("model.layers.2.engram.wkv.weight") == 0u);
+  auto two = synthetic_config("v41-flash", 129280, 0, 0).value_or_throw();  // default 2 layers
+  BOOST_TEST(two.num_hidden_layers == 2);
+  BOOST_TEST(two.kv_source_layer_ids.empty());
+  BOOST_TEST((two.engram_layer_ids == std::vector<int64_t>{1}));
+  BOOST_TEST(!synthetic_config("tiny", 512, 3, 0).ok());
+  BOOST_TEST(!synthetic_config("huge", 512, 0, 0).ok());
+  BOOST_TEST(!synthetic_config("v41-flash", 512, 41, 0).ok());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
