@@ -63,6 +63,8 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_verify_exl3(std::vector<std::string> const& args);
+int cmd_quantize(std::vector<std::string> const& args);
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
 int cmd_serve(std::vector<std::string> const& args);
