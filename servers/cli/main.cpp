@@ -66,12 +66,18 @@ static int cmd_version(std::vector<std::string> const&) {
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
 int cmd_serve(std::vector<std::string> const& args);
+int cmd_verify_engines(std::vector<std::string> const& args);
+int cmd_verify_invariance(std::vector<std::string> const& args);
+int cmd_verify_soak(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
     {"inspect", "show a checkpoint: config, tensors, weight layout, EXL3 bits per weight", cmd_inspect},
     {"make-synthetic", "write a seeded random DeepSeek-V4.1 checkpoint (tiny or v41-flash dimensions)", cmd_make_synthetic},
     {"serve", "run the OpenAI-compatible HTTP server", cmd_serve},
+    {"verify engines", "token-diff the greedy replies of two OpenAI-compatible servers", cmd_verify_engines},
+    {"verify invariance", "exactness gates on a model: chunked prefill, batched == alone, restore, keyed sampling", cmd_verify_invariance},
+    {"verify soak", "bounded mixed traffic against a server: errors, slot leaks, one reply per greedy body", cmd_verify_soak},
     // [commands]
 };
 
