@@ -29,7 +29,7 @@ int cmd_serve(std::vector<std::string> const& args) {
               {"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
                "prefill-chunk", "memory-budget-mib", "max-body-mib", "request-timeout", "drain-timeout", "served-model-name",
                "port-file", "stub-scripts", "stub-step-delay-us", "stub-token-delay-us", "keepalive", "max-connections",
-               "prefix-cache-entries", "perturb-position"},
+               "prefix-cache-entries", "tokenizer", "perturb-position"},
               {"cors", "metrics-open", "help"});
   if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
@@ -39,12 +39,13 @@ int cmd_serve(std::vector<std::string> const& args) {
                  "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
                  "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
                  "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
-                 "         [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n");
+                 "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
   }
   server::ServeConfig c;
   c.model_dir = a.get_or("model", "");
   c.served_name = a.get_or("served-model-name", "");
+  c.tokenizer_file = a.get_or("tokenizer", "");
   c.device = a.get_or("device", "cpu");
   c.api_key_file = a.get_or("api-key-file", "");
   c.port_file = a.get_or("port-file", "");

@@ -14,6 +14,7 @@
 #include <boost/json.hpp>
 
 #include "servers/openai/engine/stub_model.hpp"
+#include "servers/openai/routes/tokenizer_codec.hpp"
 
 namespace tessera::server {
 namespace json = boost::json;
@@ -46,24 +47,42 @@ Result<std::vector<Sha256Digest>> load_api_keys(std::string const& path) {
 
 namespace {
 
-// The stand-in served model: StubModel over the byte-level codec (vocabulary 264: bytes + specials).
+// The stand-in served model: StubModel over the byte-level codec (vocabulary 264: bytes + specials) or
+// over a real tokenizer (--tokenizer), whose printable-ASCII tokens get the random logits.
 struct StubBundle {
-  std::unique_ptr<TextCodec> codec = make_byte_codec();
+  std::unique_ptr<TextCodec> codec;
   std::unique_ptr<ChatFormat> chat = make_v41_chat_format();
   std::unique_ptr<StubModel> model;
 };
 
 Result<std::unique_ptr<StubBundle>> make_stub(ServeConfig const& cfg) {
   auto b = std::make_unique<StubBundle>();
+  if (cfg.tokenizer_file.empty()) {
+    b->codec = make_byte_codec();
+  } else {
+    auto c = load_tokenizer_codec(cfg.tokenizer_file);
+    if (!c.ok()) return c.status();
+    b->codec = std::move(*c);
+  }
+  for (char const* t : {"<｜end▁of▁sentence｜>", "<｜Assistant｜>"})
+    if (!b->codec->special_id(t)) return malformed(std::string("the tokenizer has no special token ") + t);
   StubModelConfig sc;
   sc.name = cfg.served_name.empty() ? "tessera-stub-smoke-test" : cfg.served_name;
   sc.vocab_size = b->codec->vocab_size();
   sc.eos_token_ids = {*b->codec->special_id("<｜end▁of▁sentence｜>")};
   sc.assistant_token = *b->codec->special_id("<｜Assistant｜>");
-  sc.reply_prefix_tokens = {*b->codec->special_id("<think>"), *b->codec->special_id("</think>")};
-  for (int t = 32; t < 127; ++t) sc.allowed_tokens.push_back(t);
-  sc.allowed_tokens.push_back('\n');
-  sc.eos_bias = 0.0f;  // EOS is the argmax about once in 97 positions
+  for (char const* t : {"<think>", "</think>"})
+    if (auto id = b->codec->special_id(t)) sc.reply_prefix_tokens.push_back(*id);
+  for (int64_t t = 0; t < sc.vocab_size; ++t) {
+    if (b->codec->special_id(b->codec->token_bytes(static_cast<int32_t>(t)))) continue;
+    std::string bytes = b->codec->token_bytes(static_cast<int32_t>(t));
+    bool printable = !bytes.empty();
+    for (unsigned char ch : bytes) printable = printable && ((ch >= 32 && ch < 127) || ch == '\n');
+    if (printable) sc.allowed_tokens.push_back(static_cast<int32_t>(t));
+  }
+  // Logits are uniform in [-4, 4): with bias b ≥ 0 EOS is the greedy argmax with probability about
+  // max(b / 8, 1 / allowed) per position; greedy replies average ~100 tokens either way.
+  sc.eos_bias = sc.allowed_tokens.size() > 1000 ? 0.08f : 0.0f;
   sc.max_context = cfg.engine.max_context > 0 ? cfg.engine.max_context : 8192;
   sc.step_delay_us = cfg.stub_step_delay_us;
   sc.token_delay_us = cfg.stub_token_delay_us;
@@ -112,7 +131,8 @@ int serve_main(ServeConfig cfg) {
     auto b = make_stub(cfg);
     if (!b.ok()) { std::fprintf(stderr, "tessera serve: %s\n", b.status().message().c_str()); return 2; }
     stub = std::move(*b);
-    description = "smoke-test model: deterministic hash-based logits over a byte-level vocabulary, no weights; replies are noise";
+    description = "smoke-test model: deterministic hash-based logits, no weights (replies are noise); tokenizer: " +
+                  (cfg.tokenizer_file.empty() ? std::string("byte-level stand-in") : cfg.tokenizer_file);
   } else {
     std::fprintf(stderr, "tessera serve: --model %s: loading DeepSeek-V4.1 checkpoints needs the model module, which this build "
                          "does not contain yet; use --model stub\n", cfg.model_dir.c_str());

@@ -16,7 +16,8 @@ namespace tessera::server {
 
 struct ServeConfig {
   std::string model_dir;               // empty = the embedded default; "stub" = the stub model
-  std::string served_name;             // empty = derived from the model
+  std::string served_name;
+  std::string tokenizer_file;          // tokenizer.json for the stub model (default: byte-level stand-in)             // empty = derived from the model
   std::string device = "cpu";
   std::string api_key_file;
   std::string port_file;               // write the bound port here (tests with --port 0)

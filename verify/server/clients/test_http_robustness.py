@@ -274,6 +274,26 @@ def test_keepalive_comments_during_prefill(srv):
         assert harness.sse_events(raw.encode())[-1] == "[DONE]"
 
 
+def test_real_tokenizer_wiring(srv):
+    # The DeepSeek BPE tokenizer behind /tokenize and /detokenize gives the Hugging Face reference ids.
+    shared = os.environ.get("TESSERA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "../../../../shared"))
+    tok_dir = os.path.join(shared, "golden", "tokenizer")
+    ref = json.load(open(os.path.join(tok_dir, "reference-encodings.json"), encoding="utf-8"))["cases"]
+    with harness.Server(EXE, "--tokenizer", os.path.join(tok_dir, "deepseek-v3-tokenizer.json")) as real:
+        checked = 0
+        for case in ref:
+            if not case["text"]:
+                continue
+            s, _, b = real.request("POST", "/tokenize", {"prompt": case["text"]})
+            assert s == 200 and json.loads(b)["tokens"] == case["ids"], case["text"][:60]
+            s, _, b = real.request("POST", "/detokenize", {"tokens": case["ids"]})
+            assert s == 200 and json.loads(b)["prompt"] == case["decoded"], case["text"][:60]
+            checked += 1
+        assert checked >= 70, checked
+        s, _, b = real.request("POST", CHAT, {"messages": msgs("hello"), "max_tokens": 8, "ignore_eos": True})
+        assert s == 200 and json.loads(b)["usage"]["completion_tokens"] == 8
+
+
 def test_metrics_and_health(srv):
     s, h, b = srv.request("GET", "/metrics")
     text = b.decode()
