@@ -2,6 +2,7 @@
 /// `tessera verify invariance`: the exactness gates (verify/harness/invariance.hpp) on a model.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,12 +14,12 @@
 namespace tessera::cli {
 
 int cmd_verify_invariance(std::vector<std::string> const& args) {
-  ArgParser a(args, {"model", "device", "decode-tokens", "prompt-lengths", "seed"}, {"help"});
+  ArgParser a(args, {"model", "device", "decode-tokens", "prompt-lengths", "seed", "report-json"}, {"help"});
   if (!a.error().empty() || a.has("help") || !a.has("model") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera verify invariance: %s\n", a.error().c_str());
     std::fprintf(stderr,
                  "usage: tessera verify invariance --model DIR|stub [--device cpu|cuda] [--decode-tokens 16]\n"
-                 "         [--prompt-lengths 5,37,130,600] [--seed S]\n"
+                 "         [--prompt-lengths 5,37,130,600] [--seed S] [--report-json F]\n"
                  "Runs the exactness gates (chunked prefill, batched == alone, snapshot/restore, keyed sampling;\n"
                  "drafted == serial and graph == eager are SKIP until they exist); exit 1 if any gate fails.\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
@@ -59,6 +60,11 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
               static_cast<long long>(info.vocab_size), static_cast<long long>(info.max_context), info.device.c_str(), info.dtype.c_str());
   auto gates = harness::run_invariance(*m, o);
   std::fputs(harness::invariance_text(gates).c_str(), stdout);
+  if (auto f = a.get("report-json")) {
+    std::ofstream out(*f, std::ios::binary);
+    out << harness::invariance_jsonl(gates);
+    if (!out) { std::fprintf(stderr, "tessera verify invariance: cannot write '%s'\n", f->c_str()); return 2; }
+  }
   for (auto const& g : gates) if (g.verdict == harness::Verdict::kFail) return 1;
   return 0;
 }

@@ -2,6 +2,7 @@
 /// `tessera verify soak`: bounded mixed traffic and the soak pass line (verify/harness/soak.hpp).
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -11,12 +12,12 @@
 namespace tessera::cli {
 
 int cmd_verify_soak(std::vector<std::string> const& args) {
-  ArgParser a(args, {"url", "minutes", "seed", "max-requests", "workers", "timeout", "idle-wait"}, {"smoke-question", "help"});
+  ArgParser a(args, {"url", "minutes", "seed", "max-requests", "workers", "timeout", "idle-wait", "report-json"}, {"smoke-question", "help"});
   if (!a.error().empty() || a.has("help") || !a.has("url") || !a.has("minutes") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera verify soak: %s\n", a.error().c_str());
     std::fprintf(stderr,
                  "usage: tessera verify soak --url URL --minutes N [--seed S] [--max-requests N] [--workers 4]\n"
-                 "         [--timeout 120] [--idle-wait 15] [--smoke-question]\n"
+                 "         [--timeout 120] [--idle-wait 15] [--smoke-question] [--report-json F]\n"
                  "Mixed traffic (streamed and not, tools, json_schema, thinking, long prompts, cancels, disconnects); PASS =\n"
                  "no errors, /health idle afterwards, one reply per repeated greedy body (and 391 with --smoke-question).\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
@@ -50,6 +51,11 @@ int cmd_verify_soak(std::vector<std::string> const& args) {
   o.smoke_question = a.has("smoke-question");
   auto rep = harness::run_soak(o);
   std::fputs(harness::soak_text(rep, o).c_str(), stdout);
+  if (auto f = a.get("report-json")) {
+    std::ofstream out(*f, std::ios::binary);
+    out << harness::soak_jsonl(rep);
+    if (!out) { std::fprintf(stderr, "tessera verify soak: cannot write '%s'\n", f->c_str()); return 2; }
+  }
   return rep.pass() ? 0 : 1;
 }
 

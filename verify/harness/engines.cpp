@@ -326,6 +326,11 @@ void run_teacher_forced(ReplyDiff& d, EnginesOptions const& opt, std::string& mo
     bool agree = pa.top1 >= 0 && pb.top1 >= 0 ? pa.top1 == pb.top1 : (!pa.top1_key.empty() && pa.top1_key == pb.top1_key);
     d.tf_top1_agree += agree;
     if (!agree && d.tf_first_disagree < 0) d.tf_first_disagree = static_cast<int64_t>(i);
+    if (!agree && d.tf_disagreements.size() < 8)
+    {
+      auto show = [](TfPos const& p) { return p.top1 >= 0 ? std::to_string(p.top1) : p.top1_key.empty() ? std::string("<no token returned>") : p.top1_key; };
+      d.tf_disagreements.push_back(std::to_string(i) + ": A " + show(pa) + " vs B " + show(pb) + " (A's reply has " + std::to_string(d.a.ids[i]) + ")");
+    }
     if (same_keys && !pa.lp.empty() && !pb.lp.empty()) {
       double floor_b = 0;
       for (auto const& [k, l] : pb.lp) floor_b = std::min(floor_b, l);

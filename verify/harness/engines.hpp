@@ -66,6 +66,7 @@ struct ReplyDiff {
   int64_t tf_positions = 0, tf_top1_agree = 0;
   double tf_kl_mean = 0, tf_kl_max = 0;
   int64_t tf_first_disagree = -1;
+  std::vector<std::string> tf_disagreements;  // "pos: A id|text vs B id|text", the first 8
 };
 
 struct EnginesReport {

@@ -56,6 +56,7 @@ std::string engines_text(EnginesReport const& r) {
         o += "top-1 agreement " + std::to_string(d.tf_top1_agree) + "/" + std::to_string(d.tf_positions) + ", KL mean " +
              fmt("%.3g", d.tf_kl_mean) + " max " + fmt("%.3g", d.tf_kl_max) +
              (d.tf_first_disagree >= 0 ? ", first disagreement at " + std::to_string(d.tf_first_disagree) : "");
+      for (auto const& x : d.tf_disagreements) o += "\n      disagreement at " + x;
       if (!d.tf_note.empty()) o += (d.tf_positions > 0 ? "; " : "") + d.tf_note;
       o += "\n";
     }
@@ -88,6 +89,9 @@ std::string engines_jsonl(EnginesReport const& r) {
       j["tf_kl_mean"] = d.tf_kl_mean;
       j["tf_kl_max"] = d.tf_kl_max;
       j["tf_first_disagree"] = d.tf_first_disagree;
+      json::array dis;
+      for (auto const& x : d.tf_disagreements) dis.push_back(json::string(x));
+      j["tf_disagreements"] = std::move(dis);
       if (!d.tf_note.empty()) j["tf_note"] = d.tf_note;
     }
     o += json::serialize(j) + "\n";

@@ -10,6 +10,8 @@
 #include <memory>
 #include <random>
 
+#include <boost/json.hpp>
+
 #include "servers/openai/http/sha256.hpp"
 #include "tessera/ops/sampling.hpp"
 
@@ -332,6 +334,16 @@ std::string invariance_text(std::vector<GateResult> const& gates) {
     (g.verdict == Verdict::kPass ? pass : g.verdict == Verdict::kFail ? fail : skip)++;
   }
   o += std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " + std::to_string(skip) + " skipped\n";
+  return o;
+}
+
+std::string invariance_jsonl(std::vector<GateResult> const& gates) {
+  std::string o;
+  for (auto const& g : gates) {
+    boost::json::array ev;
+    for (auto const& e : g.evidence) ev.push_back(boost::json::string(e));
+    o += boost::json::serialize(boost::json::object{{"gate", g.name}, {"verdict", to_string(g.verdict)}, {"evidence", std::move(ev)}}) + "\n";
+  }
   return o;
 }
 

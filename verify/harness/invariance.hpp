@@ -44,5 +44,7 @@ std::vector<GateResult> run_invariance(model::LanguageModel& m, InvarianceOption
 
 /// One line per gate ("PASS batched == alone") followed by its evidence, indented.
 std::string invariance_text(std::vector<GateResult> const& gates);
+/// One JSON object per gate: {"gate", "verdict", "evidence": [...]}.
+std::string invariance_jsonl(std::vector<GateResult> const& gates);
 
 }  // namespace tessera::harness

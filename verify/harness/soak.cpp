@@ -273,4 +273,19 @@ std::string soak_text(SoakReport const& r, SoakOptions const& opt) {
   return o;
 }
 
+std::string soak_jsonl(SoakReport const& r) {
+  std::string o;
+  for (auto const& [name, k] : r.kinds)
+    o += json::serialize(json::object{{"kind", name}, {"sent", k.sent}, {"ok", k.ok}, {"cancelled", k.cancelled}, {"server_errors", k.server_errors},
+                                      {"http_errors", k.http_errors}, {"empty", k.empty}, {"tokens", k.tokens}}) + "\n";
+  json::array f;
+  for (auto const& x : r.findings) f.push_back(json::string(x));
+  size_t one = 0;
+  for (auto const& [key, hs] : r.hashes) one += hs.size() == 1;
+  json::object s{{"summary", true}, {"pass", r.pass()}, {"seconds", r.seconds}, {"findings", std::move(f)}, {"greedy_bodies", r.hashes.size()},
+                 {"greedy_bodies_one_hash", one}, {"idle", r.idle}, {"idle_checked", r.idle_checked}, {"health_checks", r.health_checks}};
+  if (!r.smoke.empty()) { s["smoke"] = r.smoke; s["smoke_ok"] = r.smoke_ok; }
+  return o + json::serialize(s) + "\n";
+}
+
 }  // namespace tessera::harness

@@ -50,5 +50,7 @@ struct SoakReport {
 
 SoakReport run_soak(SoakOptions const& opt);
 std::string soak_text(SoakReport const& r, SoakOptions const& opt);
+/// One JSON object per traffic kind, then a summary object (pass, findings, hashes, idle, smoke).
+std::string soak_jsonl(SoakReport const& r);
 
 }  // namespace tessera::harness

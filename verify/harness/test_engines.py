@@ -131,7 +131,12 @@ def main():
                            capture_output=True, text=True, timeout=30)
         check(p.returncode == 2 and "line 1" in p.stderr and "messages" in p.stderr, "malformed requests file → exit 2 naming line and field")
         # The invariance suite through the CLI on the stub model.
-        p = subprocess.run([exe, "verify", "invariance", "--model", "stub", "--decode-tokens", "8"], capture_output=True, text=True, timeout=60)
+        ij = os.path.join(tmp, "inv.jsonl")
+        p = subprocess.run([exe, "verify", "invariance", "--model", "stub", "--decode-tokens", "8", "--report-json", ij],
+                           capture_output=True, text=True, timeout=60)
+        gates = [json.loads(l) for l in open(ij)]
+        check([g["verdict"] for g in gates] == ["PASS"] * 4 + ["SKIP"] * 2 and all(g["evidence"] for g in gates),
+              "invariance JSON report: 4 PASS then 2 SKIP, each with evidence")
         print(p.stdout[-3000:] + p.stderr[-1000:])
         check(p.returncode == 0 and "4 passed, 0 failed, 2 skipped" in p.stdout and "SKIP  drafted == serial" in p.stdout
               and "SKIP  graph == eager" in p.stdout, "verify invariance --model stub: 4 PASS, drafted/graph SKIP, exit 0")
