@@ -132,6 +132,48 @@ int64_t server_context(Url const& url) {
   return 0;
 }
 
+struct IdleState { bool checked = false, idle = false; std::string detail; };
+
+IdleState idle_state(Url const& url) {
+  IdleState st;
+  HttpResult h = http_request(url, "GET", "/health", "", 10);
+  boost::system::error_code ec;
+  json::value v = json::parse(h.body, ec);
+  if (h.status == 200 && !ec && v.is_object()) {
+    auto const& o = v.get_object();
+    auto num = [&](char const* k) -> int64_t { auto* x = o.if_contains(k); return x && x->is_int64() ? x->get_int64() : -1; };
+    int64_t busy = num("slots_busy"), queue = num("queue"), running = num("requests_running"), inflight = num("requests_in_flight");
+    if (busy >= 0 || running >= 0) {
+      st.checked = true;
+      st.idle = std::max<int64_t>(busy, 0) == 0 && std::max<int64_t>(queue, 0) == 0 && std::max<int64_t>(running, 0) == 0 &&
+                std::max<int64_t>(inflight, 0) == 0;
+      st.detail = "/health " + h.body;
+      return st;
+    }
+  }
+  // Prometheus text: sum every sample of the two gauges.
+  HttpResult m = http_request(url, "GET", "/metrics", "", 10);
+  if (m.status != 200) return st;
+  double total = 0;
+  bool seen = false;
+  size_t pos = 0;
+  while (pos < m.body.size()) {
+    size_t nl = m.body.find('\n', pos);
+    std::string line = m.body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? m.body.size() : nl + 1;
+    if (line.rfind("vllm:num_requests_running", 0) != 0 && line.rfind("vllm:num_requests_waiting", 0) != 0) continue;
+    size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    total += std::strtod(line.c_str() + sp + 1, nullptr);
+    seen = true;
+    st.detail += line + "; ";
+  }
+  st.checked = seen;
+  st.idle = seen && total == 0;
+  st.detail = "/metrics " + st.detail;
+  return st;
+}
+
 }  // namespace
 
 SoakReport run_soak(SoakOptions const& opt) {
@@ -184,7 +226,7 @@ SoakReport run_soak(SoakOptions const& opt) {
       json::value v = json::parse(h.body, ec);
       std::lock_guard lk(mu);
       ++rep.health_checks;
-      if (h.status != 200 || ec || !v.is_object())
+      if (h.status != 200 || (!h.body.empty() && (ec || !v.is_object())))  // vLLM answers 200 with an empty body
         if (rep.findings.size() < 200) rep.findings.push_back("/health: HTTP " + std::to_string(h.status) + " " + h.error + " " + h.body.substr(0, 200));
     }
   };
@@ -199,32 +241,20 @@ SoakReport run_soak(SoakOptions const& opt) {
   for (auto const& [key, hs] : rep.hashes)
     if (hs.size() != 1) finding("greedy body gave " + std::to_string(hs.size()) + " different replies: " + key.substr(0, 160));
 
-  // Idle within the drain window.
+  // Idle within the drain window: /health slot fields (Tessera), else the vLLM gauges of /metrics.
   auto const idle_deadline = Clock::now() + std::chrono::duration<double>(opt.idle_wait_s);
   for (;;) {
-    HttpResult h = http_request(opt.url, "GET", "/health", "", 10);
-    rep.final_health = h.body;
-    boost::system::error_code ec;
-    json::value v = json::parse(h.body, ec);
-    if (h.status == 200 && !ec && v.is_object()) {
-      auto const& o = v.get_object();
-      auto num = [&](char const* k) -> int64_t { auto* x = o.if_contains(k); return x && x->is_int64() ? x->get_int64() : -1; };
-      int64_t busy = num("slots_busy"), queue = num("queue"), running = num("requests_running"), inflight = num("requests_in_flight");
-      if (busy < 0 && running < 0) {
-        rep.idle_checked = false;
-        rep.idle = true;
-        rep.findings.push_back("/health reports no slot fields (slots_busy / requests_running): slot release not checkable");
-        break;
-      }
-      rep.idle_checked = true;
-      if (std::max(busy, int64_t{0}) == 0 && std::max(queue, int64_t{0}) == 0 && std::max(running, int64_t{0}) == 0 &&
-          std::max(inflight, int64_t{0}) == 0) {
-        rep.idle = true;
-        break;
-      }
+    IdleState st = idle_state(opt.url);
+    rep.final_health = st.detail;
+    if (!st.checked) {
+      rep.findings.push_back("neither /health (slots_busy, requests_running) nor /metrics (vllm:num_requests_running) reports running "
+                             "requests: slot release not checkable");
+      break;
     }
+    rep.idle_checked = true;
+    if (st.idle) { rep.idle = true; break; }
     if (Clock::now() > idle_deadline) {
-      rep.findings.push_back("server not idle " + std::to_string(opt.idle_wait_s) + " s after the traffic: " + h.body.substr(0, 300));
+      rep.findings.push_back("server not idle " + std::to_string(opt.idle_wait_s) + " s after the traffic: " + st.detail.substr(0, 300));
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

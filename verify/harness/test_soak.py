@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import Server  # noqa: E402
 
 
-def faulty_server():
+def faulty_server(faulty=True):
     import itertools
     import json
     import threading
@@ -32,14 +32,17 @@ def faulty_server():
 
         def do_GET(self):
             if self.path.startswith("/health"):
-                self.reply(200, json.dumps({"status": "ok", "slots_busy": 1, "queue": 0}).encode())
+                self.reply(200, json.dumps({"status": "ok", "slots_busy": 1, "queue": 0}).encode() if faulty else b"")
+            elif self.path.startswith("/metrics"):
+                self.reply(200, b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 0.0\n'
+                                b'vllm:num_requests_waiting{model_name="m"} 0.0\n', "text/plain")
             else:
                 self.reply(200, json.dumps({"data": [{"id": "m", "max_model_len": 4096}]}).encode())
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            n = next(counter)
-            if n % 7 == 3:
+            n = next(counter) if faulty else 0
+            if faulty and n % 7 == 3:
                 self.reply(500, b'{"error": {"message": "boom", "type": "server_error"}}')
                 return
             chat = "messages" in body
@@ -51,7 +54,7 @@ def faulty_server():
                 c = {"index": 0, "finish_reason": None, "token_ids": [n % 50]}
                 c["delta" if chat else "text"] = {"content": text} if chat else text
                 self.wfile.write(b"data: " + json.dumps({"choices": [c]}).encode() + b"\n\n")
-                if n % 5 != 1:
+                if not faulty or n % 5 != 1:
                     self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
                 return
             c = {"index": 0, "finish_reason": "stop", "token_ids": [n % 50]}
@@ -123,6 +126,16 @@ def main():
         check("SSE stream ended without [DONE]" in out, "faulty server: a stream without [DONE] is a finding")
         check("different replies" in out, "faulty server: a greedy body with several replies is a finding")
         check("server not idle" in out and "after: NOT idle" in out, "faulty server: a busy slot after the soak is a finding")
+    finally:
+        mock.shutdown()
+
+    # A well-behaved foreign server whose /health is empty: slot release is read from vLLM's /metrics gauges.
+    mock = faulty_server(faulty=False)
+    try:
+        p = subprocess.run([exe, "verify", "soak", "--url", f"http://127.0.0.1:{mock.server_port}", "--minutes", "0.1", "--max-requests",
+                            "40", "--workers", "2", "--idle-wait", "1"], capture_output=True, text=True, timeout=60)
+        print(p.stdout[-2000:])
+        check(p.returncode == 0 and "PASS in" in p.stdout and "after: idle" in p.stdout, "foreign server: idle read from /metrics, PASS")
     finally:
         mock.shutdown()
     print(f"{len(failures)} failed")
