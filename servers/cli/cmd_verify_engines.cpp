@@ -20,17 +20,18 @@ static bool write_file(std::string const& path, std::string const& text) {
 }
 
 int cmd_verify_engines(std::vector<std::string> const& args) {
-  ArgParser a(args, {"a", "b", "requests", "concurrency", "report-json", "report-html", "timeout", "context", "tf-top-k", "tf-max-positions"},
+  ArgParser a(args, {"a", "b", "requests", "concurrency", "report-json", "report-html", "timeout", "context", "tf-top-k", "tf-max-positions", "a-extra", "b-extra"},
               {"teacher-forced", "help"});
   if (!a.error().empty() || a.has("help") || !a.has("a") || !a.has("b") || !a.has("requests") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera verify engines: %s\n", a.error().c_str());
     std::fprintf(stderr,
                  "usage: tessera verify engines --a URL --b URL --requests FILE [--concurrency 1] [--report-json F]\n"
                  "         [--report-html F] [--timeout 120] [--context 8] [--teacher-forced [--tf-top-k 20]\n"
-                 "         [--tf-max-positions 64]]\n"
+                 "         [--tf-max-positions 64]] [--a-extra JSON] [--b-extra JSON]\n"
                  "Sends the same greedy requests to both servers and compares the reply tokens; exit 0 only if all are equal.\n"
                  "FILE: JSON lines of OpenAI request bodies (+ \"name\", \"followups\", \"tool_results\"); see\n"
-                 "verify/harness/requests/default.jsonl.\n");
+                 "verify/harness/requests/default.jsonl. --a-extra/--b-extra merge fields into one side's requests, e.g.\n"
+                 "--b-extra '{\"draft\": false}' with --a and --b the same server compares drafted with serial decoding.\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
   }
   harness::EnginesOptions o;
@@ -61,6 +62,14 @@ int cmd_verify_engines(std::vector<std::string> const& args) {
   o.teacher_forced = a.has("teacher-forced");
   o.tf_top_k = static_cast<int>(k);
   o.tf_max_positions = static_cast<int>(maxp);
+  for (auto [name, dst] : {std::pair<char const*, boost::json::object*>{"a-extra", &o.a_extra}, {"b-extra", &o.b_extra}}) {
+    auto v = a.get(name);
+    if (!v) continue;
+    boost::system::error_code ec;
+    boost::json::value j = boost::json::parse(*v, ec);
+    if (ec || !j.is_object()) { std::fprintf(stderr, "tessera verify engines: --%s must be a JSON object\n", name); return 2; }
+    *dst = std::move(j.get_object());
+  }
   auto reqs = harness::load_requests(*a.get("requests"));
   if (!reqs.ok()) { std::fprintf(stderr, "tessera verify engines: %s\n", reqs.status().message().c_str()); return 2; }
   harness::EnginesReport rep = harness::run_engines(*reqs, o);

@@ -166,9 +166,11 @@ json::object assistant_message(Reply const& r) {
 }
 
 // Runs one request (all its turns) against one server.
-std::vector<Reply> run_side(Url const& url, RequestSpec const& s, EnginesOptions const& opt, std::vector<json::object>* bodies = nullptr) {
+std::vector<Reply> run_side(Url const& url, json::object const& extra, RequestSpec const& s, EnginesOptions const& opt,
+                            std::vector<json::object>* bodies = nullptr) {
   std::vector<Reply> out;
   json::object body = prepared(s.body, s.chat);
+  for (auto const& kv : extra) body[kv.key()] = kv.value();
   CallOptions co;
   co.timeout_s = opt.timeout_s;
   for (size_t turn = 0;; ++turn) {
@@ -362,7 +364,7 @@ EnginesReport run_engines(std::vector<RequestSpec> const& requests, EnginesOptio
     for (size_t i; (i = next.fetch_add(1)) < requests.size();) {
       auto const& s = requests[i];
       std::vector<json::object> bodies;
-      std::vector<Reply> ra = run_side(opt.a, s, opt, &bodies), rb = run_side(opt.b, s, opt);
+      std::vector<Reply> ra = run_side(opt.a, opt.a_extra, s, opt, &bodies), rb = run_side(opt.b, opt.b_extra, s, opt);
       size_t turns = std::max(ra.size(), rb.size());
       for (size_t t = 0; t < turns; ++t) {
         ReplyDiff d;

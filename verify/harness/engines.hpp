@@ -46,6 +46,7 @@ struct EnginesOptions {
   bool teacher_forced = false;
   int tf_top_k = 20;
   int tf_max_positions = 64;           // step-wise teacher forcing: positions per reply at most
+  boost::json::object a_extra, b_extra;  // fields merged into every request of one side (e.g. {"draft": false})
 };
 
 /// One compared reply (a request's turn).

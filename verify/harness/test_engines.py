@@ -69,6 +69,16 @@ def main():
             check(ntok >= 50 and sum(r["a_tokens"] > 0 for r in rows) >= want // 2, f"replies carry tokens ({ntok} in all)")
             check(any(r["name"].endswith("#3") for r in rows), "multi-turn followups compared as their own replies")
             check(html.startswith("<!DOCTYPE html>") and f"{want}/{want} replies equal" in html, "HTML report written")
+            # One server against itself, B's requests with "draft": false (drafted == serial at HTTP level).
+            rc, out, rows, summ, html = verify(exe, a, a, DEFAULT, tmp, "--concurrency", "2", "--b-extra", '{"draft": false}')
+            check(rc == 0 and summ["equal"] == want, "same server, B with draft=false: all equal")
+            # --b-extra really reaches B: a shorter max_tokens ends B's reply at index 3.
+            short = os.path.join(tmp, "short.jsonl")
+            with open(short, "w") as f:
+                f.write(json.dumps({"name": "long", "prompt": [65, 66, 67], "max_tokens": 20, "ignore_eos": True}) + "\n")
+            rc, out, rows, summ, html = verify(exe, a, b, short, tmp, "--b-extra", '{"max_tokens": 3}')
+            check(rc == 1 and rows[0].get("first_diff") == 3 and rows[0]["b_token"].startswith("<end: finish_reason length"),
+                  "--b-extra max_tokens 3: B ends at index 3 (finish_reason length)")
             a.wait_idle()
             b.wait_idle()
 
