@@ -71,6 +71,8 @@ int cmd_serve(std::vector<std::string> const& args);
 int cmd_verify_engines(std::vector<std::string> const& args);
 int cmd_verify_invariance(std::vector<std::string> const& args);
 int cmd_verify_soak(std::vector<std::string> const& args);
+int cmd_generate(std::vector<std::string> const& args);
+int cmd_verify_golden(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
@@ -82,6 +84,8 @@ static Command const kCommands[] = {
     {"verify soak", "bounded mixed traffic against a server: errors, slot leaks, one reply per greedy body", cmd_verify_soak},
     {"verify exl3", "EXL3 test ladder on the golden fixtures (spec/exl3.md §7.4)", cmd_verify_exl3},
     {"quantize", "quantize a bf16/fp32/FP8 checkpoint to EXL3 (--bits AVG, per-tensor K)", cmd_quantize},
+    {"generate", "greedy token ids from a DeepSeek-V4.1 model folder on the CPU", cmd_generate},
+    {"verify golden", "golden parity gate of a model folder against golden.safetensors", cmd_verify_golden},
     // [commands]
 };
 
