@@ -10,10 +10,7 @@
 #include "servers/cli/command.hpp"
 #include "servers/openai/engine/stub_model.hpp"
 #include "verify/harness/invariance.hpp"
-#if __has_include("tessera/models/deepseek_v41/loader.hpp")
 #include "tessera/models/deepseek_v41/loader.hpp"
-#define TESSERA_VERIFY_HAVE_DSV41 1
-#endif
 
 namespace tessera::cli {
 
@@ -56,7 +53,6 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
     for (int t = 32; t < 127; ++t) sc.allowed_tokens.push_back(t);
     m = std::make_unique<server::StubModel>(sc);
   } else {
-#ifdef TESSERA_VERIFY_HAVE_DSV41
     if (device != "cpu") { std::fprintf(stderr, "tessera verify invariance: --device %s: the DeepSeek-V4.1 model runs on the CPU in this build\n", device.c_str()); return 2; }
     std::string const numerics = a.get_or("numerics", "fp32");
     if (numerics != "fp32" && numerics != "bf16") { std::fprintf(stderr, "tessera verify invariance: --numerics must be fp32 or bf16\n"); return 2; }
@@ -65,10 +61,6 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
     auto loaded = model::dsv41::load_model(dir, mo);
     if (!loaded.ok()) { std::fprintf(stderr, "tessera verify invariance: --model %s: %s\n", dir.c_str(), loaded.status().message().c_str()); return 2; }
     m = std::move(*loaded);
-#else
-    std::fprintf(stderr, "tessera verify invariance: --model %s: this build has no DeepSeek-V4.1 model module yet; use --model stub\n", dir.c_str());
-    return 2;
-#endif
   }
   auto const& info = m->info();
   std::printf("model %s (%s, vocab %lld, context %lld, %s %s)\n", info.name.c_str(), info.model_type.c_str(),
