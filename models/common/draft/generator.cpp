@@ -100,6 +100,18 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
     if (opts.grammar) {
       masks.assign(static_cast<size_t>((k + 1) * words), 0u);
       k = static_cast<int64_t>(opts.grammar->fill_draft_masks(d.tokens, masks.data()));
+      // A complete sentence with no EOS in the vocabulary allows nothing: the reply ends here.
+      // A complete sentence with no EOS in the vocabulary allows nothing: the reply ends there, so the
+      // window stops before the first row that allows nothing (and the round is the last if it is row 0).
+      auto empty_row = [&](int64_t r) {
+        return std::all_of(masks.begin() + r * words, masks.begin() + (r + 1) * words, [](uint32_t w) { return w == 0; });
+      };
+      if (empty_row(0)) break;
+      for (int64_t r = 1; r <= k; ++r)
+        if (empty_row(r)) {
+          k = r - 1;
+          break;
+        }
       d.tokens.resize(static_cast<size_t>(k));
       masks.resize(static_cast<size_t>((k + 1) * words));
     }
@@ -152,7 +164,7 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
       out.push_back(t);
       committed.push_back(t);
       ++st.emitted;
-      done = (is_eos(t) && !opts.ignore_eos) || static_cast<int64_t>(out.size()) >= opts.max_new_tokens ||
+      done = (is_eos(t) && !opts.ignore_eos) || (opts.grammar && opts.grammar->is_terminated()) || static_cast<int64_t>(out.size()) >= opts.max_new_tokens ||
              L + x + i + 1 > info.max_context;
     }
     pending.assign(1, out.back());
