@@ -63,13 +63,13 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_verify_exl3(std::vector<std::string> const& args);
+int cmd_quantize(std::vector<std::string> const& args);
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
 int cmd_generate(std::vector<std::string> const& args);
 int cmd_verify_golden(std::vector<std::string> const& args);
 int cmd_serve(std::vector<std::string> const& args);
-int cmd_verify_exl3(std::vector<std::string> const& args);
-int cmd_quantize(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
