@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The `compile` suite's report: every public header compiled on its own (one generated translation unit
-/// each, linked into this program), with g++ and, in CUDA builds, with nvcc. Building is the check; this
+/// each, linked into this program) with g++, and in CUDA builds all of them in one nvcc unit. Building is the check; this
 /// program prints what was covered and fails if the list is empty.
 #include <cstdio>
 
