@@ -61,9 +61,9 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   // Prompt ids.
   std::vector<int32_t> prompt;
   if (chat) {
-    auto text = model_.chat->render(r.messages, r.render);
-    if (!text.ok()) return error_response(err(400, text.status().message(), "invalid_request_error", {}, "messages"));
-    prompt = model_.codec->encode(*text, true);
+    auto ids = model_.chat->encode(r.messages, r.render, *model_.codec);
+    if (!ids.ok()) return error_response(err(400, ids.status().message(), "invalid_request_error", {}, "messages"));
+    prompt = std::move(*ids);
   } else if (r.prompt_text) {
     prompt = model_.codec->encode(*r.prompt_text, true);
   } else {

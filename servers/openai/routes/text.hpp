@@ -63,6 +63,14 @@ class ChatFormat {
  public:
   virtual ~ChatFormat() = default;
   virtual Result<std::string> render(std::vector<ChatMessage> const& messages, ChatRenderOptions const& opt) const = 0;
+  /// Prompt token ids. Default: render() then encode with special-token matching; an encoder that knows
+  /// which segments are markup overrides this so user text never turns into special tokens.
+  virtual Result<std::vector<int32_t>> encode(std::vector<ChatMessage> const& messages, ChatRenderOptions const& opt,
+                                              TextCodec const& codec) const {
+    auto text = render(messages, opt);
+    if (!text.ok()) return text.status();
+    return codec.encode(*text, true);
+  }
 };
 
 /// What a piece of reply text adds to the OpenAI message.
