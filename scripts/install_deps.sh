@@ -36,3 +36,6 @@ python3 -c "import openai" 2>/dev/null || pip_install openai
 for req in ${TESSERA_PY_REQUIREMENTS:-}; do
   python3 -c "import ${req%%=*}" 2>/dev/null || pip_install "$req"
 done
+
+# The DeepSeek tokenizer.json for the embedded default (cached; see docs/tokenizer.md). Not fatal offline.
+bash "$(dirname "$0")/fetch_tokenizer.sh" >/dev/null || echo "install_deps: tokenizer.json not fetched (see docs/tokenizer.md)" >&2

@@ -320,7 +320,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) con
   bool cacheable = piece.size() <= kCacheMaxPieceBytes;
   if (cacheable) {
     std::lock_guard lock(cache_mutex);
-    if (auto it = cache.find(std::string(piece)); it != cache.end()) {
+    if (auto it = cache.find(piece); it != cache.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }

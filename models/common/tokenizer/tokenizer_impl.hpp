@@ -95,7 +95,11 @@ struct Tokenizer::Impl {
 
   // BPE result cache for pre-tokenized pieces (bounded; cleared when full).
   mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<TokenId>> cache;
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>> cache;
   static constexpr size_t kCacheMaxEntries = 1 << 16;
   static constexpr size_t kCacheMaxPieceBytes = 256;
 
