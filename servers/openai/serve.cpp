@@ -14,6 +14,7 @@
 #include <boost/json.hpp>
 
 #include "servers/openai/engine/stub_model.hpp"
+#include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
 
 namespace tessera::server {
@@ -50,8 +51,9 @@ namespace {
 // The stand-in served model: StubModel over the byte-level codec (vocabulary 264: bytes + specials) or
 // over a real tokenizer (--tokenizer), whose printable-ASCII tokens get the random logits.
 struct StubBundle {
+  std::shared_ptr<models::Tokenizer const> tokenizer;  // null with the byte-level codec
   std::unique_ptr<TextCodec> codec;
-  std::unique_ptr<ChatFormat> chat = make_v41_chat_format();
+  std::unique_ptr<ChatFormat> chat;
   std::unique_ptr<StubModel> model;
 };
 
@@ -60,10 +62,12 @@ Result<std::unique_ptr<StubBundle>> make_stub(ServeConfig const& cfg) {
   if (cfg.tokenizer_file.empty()) {
     b->codec = make_byte_codec();
   } else {
-    auto c = load_tokenizer_codec(cfg.tokenizer_file);
-    if (!c.ok()) return c.status();
-    b->codec = std::move(*c);
+    auto t = load_v41_tokenizer(cfg.tokenizer_file);
+    if (!t.ok()) return t.status();
+    b->tokenizer = std::move(t->tokenizer);
+    b->codec = std::move(t->codec);
   }
+  b->chat = make_deepseek_chat_format(b->tokenizer.get());
   for (char const* t : {"<｜end▁of▁sentence｜>", "<｜Assistant｜>"})
     if (!b->codec->special_id(t)) return malformed(std::string("the tokenizer has no special token ") + t);
   StubModelConfig sc;
@@ -144,7 +148,12 @@ int serve_main(ServeConfig cfg) {
   served.description = description;
   served.codec = stub->codec.get();
   served.chat = stub->chat.get();
-  served.parser = &make_v41_output_parser;
+  served.parser = &make_deepseek_output_parser;
+  {
+    auto f = ConstraintFactory::create(*served.codec, stub->model->info().eos_token_ids);
+    if (!f.ok()) { std::fprintf(stderr, "tessera serve: grammar vocabulary: %s\n", f.status().message().c_str()); return 1; }
+    served.constraints = std::move(*f);
+  }
   served.engine = &engine;
   Api api(served, cfg.api);
   HttpServer http(api, cfg.http);

@@ -95,6 +95,11 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   g.timeout_s = options_.request_timeout_s;
   g.draft = r.draft;
+  if (model_.constraints) {
+    auto c = model_.constraints->for_request(r);
+    if (auto* e = std::get_if<ApiError>(&c)) return error_response(*e);
+    g.constraint = std::get<std::shared_ptr<TokenConstraint>>(c);
+  }
   auto submitted = model_.engine->submit(std::move(g));
   if (!submitted.ok()) {
     if (submitted.status().code() == StatusCode::kOutOfMemory) {

@@ -275,21 +275,23 @@ def test_keepalive_comments_during_prefill(srv):
 
 
 def test_real_tokenizer_wiring(srv):
-    # The DeepSeek BPE tokenizer behind /tokenize and /detokenize gives the Hugging Face reference ids.
+    # The DeepSeek BPE tokenizer behind /tokenize and /detokenize gives the Hugging Face reference ids
+    # (texts with special-token spellings are left out: the server overlays the V4.1 special table on this
+    # V3 file, so `<think>` and `｜…｜` tokens legitimately differ from the V3 reference).
     shared = os.environ.get("TESSERA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "../../../../shared"))
     tok_dir = os.path.join(shared, "golden", "tokenizer")
     ref = json.load(open(os.path.join(tok_dir, "reference-encodings.json"), encoding="utf-8"))["cases"]
     with harness.Server(EXE, "--tokenizer", os.path.join(tok_dir, "deepseek-v3-tokenizer.json")) as real:
         checked = 0
         for case in ref:
-            if not case["text"]:
+            if not case["text"] or "think>" in case["text"] or "\uff5c" in case["text"]:
                 continue
             s, _, b = real.request("POST", "/tokenize", {"prompt": case["text"]})
             assert s == 200 and json.loads(b)["tokens"] == case["ids"], case["text"][:60]
             s, _, b = real.request("POST", "/detokenize", {"tokens": case["ids"]})
             assert s == 200 and json.loads(b)["prompt"] == case["decoded"], case["text"][:60]
             checked += 1
-        assert checked >= 70, checked
+        assert checked >= 60, checked
         s, _, b = real.request("POST", CHAT, {"messages": msgs("hello"), "max_tokens": 8, "ignore_eos": True})
         assert s == 200 and json.loads(b)["usage"]["completion_tokens"] == 8
 
