@@ -316,6 +316,37 @@ BOOST_AUTO_TEST_CASE(safe_mode_keeps_typed_specials_as_text) {
   BOOST_TEST(*v41().decode(safe) == p->text());
 }
 
+BOOST_AUTO_TEST_CASE(token_stream_to_parser) {
+  // A reply tokenized, then detokenized one token at a time into the streaming parser, equals the reference
+  // parse of its text (the path the server takes: ids → StreamingDetokenizer → OutputParser).
+  std::string const reply =
+      "先想一想：北京 22°C</think>好的。\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter "
+      "name=\"location\" string=\"true\">北京 \"市\"</｜DSML｜ parameter>\n<｜DSML｜ parameter name=\"days\" "
+      "string=\"false\">[1, 2]</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls><｜end▁of▁sentence｜>";
+  auto ids = v41().encode(reply, true).value_or_throw();
+  tessera::models::StreamingDetokenizer detok(v41());
+  chat::OutputParser parser({.thinking = true});
+  std::string args;
+  for (auto id : ids) {
+    auto d = parser.feed(detok.feed(id).value_or_throw());
+    for (auto const& t : d.tool_calls) args += t.arguments;
+  }
+  parser.feed(detok.flush());
+  parser.finish();
+  auto ref = chat::parse_completion_exact(reply, true);
+  BOOST_REQUIRE(ref.ok());
+  auto const& m = parser.message();
+  BOOST_TEST(m.reasoning == ref->reasoning);
+  BOOST_TEST(m.content == ref->content);
+  BOOST_TEST(m.content == "好的。");
+  BOOST_REQUIRE(m.tool_calls.size() == 1u);
+  BOOST_TEST(m.tool_calls[0].name == "get_weather");
+  BOOST_TEST(m.tool_calls[0].arguments == ref->tool_calls[0].arguments);
+  BOOST_TEST(m.tool_calls[0].arguments == "{\"location\": \"北京 \\\"市\\\"\", \"days\": [1, 2]}");
+  BOOST_TEST(args == m.tool_calls[0].arguments);
+  BOOST_TEST(m.saw_eos);
+}
+
 BOOST_AUTO_TEST_CASE(request_errors) {
   BOOST_TEST(!chat::encode_conversation({msg("wizard", "x")}, {}, chat_mode()).ok());
   BOOST_TEST(!chat::encode_conversation({msg("user", "look <｜deepseek_image｜>")}, {}, chat_mode()).ok());

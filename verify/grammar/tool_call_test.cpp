@@ -268,6 +268,16 @@ BOOST_AUTO_TEST_CASE(factory_choices_and_errors) {
   GrammarMatcher m = (*rf)();
   BOOST_TEST(m.accept_bytes("{\"k\": [1, true]}"));
   BOOST_TEST(m.is_complete());
+  boost::json::value const resp_style =
+      boost::json::parse(R"({"type":"function","name":"noargs"})");
+  auto rn = model::tool_call_matcher_factory(tools, &resp_style, small_vocab());
+  BOOST_TEST_REQUIRE(rn.ok());
+  GrammarMatcher nm = (*rn)();
+  BOOST_TEST(nm.accept_bytes("\n\n<" + kDsml + " calls>\n<" + kDsml +
+                             " invoke name=\"noargs\">\n\n</" + kDsml + " invoke>\n</" + kDsml +
+                             " calls>"));
+  BOOST_TEST(nm.is_complete());
+  model::prewarm_grammar_caches(small_vocab());
   auto rt = model::response_format_matcher_factory(boost::json::parse(R"({"type":"text"})"),
                                                    small_vocab());
   BOOST_TEST_REQUIRE(rt.ok());

@@ -190,10 +190,12 @@ struct LeafEntry {
   std::vector<std::pair<uint32_t, int32_t>> inside_chars;
   std::vector<uint32_t> exit_chars;
 };
+/// Bounded by bytes: when full it is emptied (entries are cheap to recompute relative to a miss).
 struct MaskCache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<std::vector<uint32_t> const>> full;
-  static constexpr size_t kMaxFull = 4096;
+  size_t bytes = 0;
+  static constexpr size_t kMaxBytes = size_t{16} << 20;  // ~1000 masks of a 129k vocabulary
 };
 /// Leaf entries live with the vocabulary, keyed by the leaf's signature (kind, bounds, terminator,
 /// forbidden strings, frame state without the node id), so every grammar on that vocabulary shares
@@ -201,7 +203,8 @@ struct MaskCache {
 struct LeafCache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<LeafEntry const>> map;
-  static constexpr size_t kMaxLeaf = 1024;  // 16 KiB masks on a 129k vocabulary: ≤ 16 MiB
+  size_t bytes = 0;
+  static constexpr size_t kMaxBytes = size_t{128} << 20;  // counted entries hold ~1 MiB of counts
 };
 
 /// Wraps a finalized definition into a Grammar with empty caches.

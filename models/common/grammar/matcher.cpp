@@ -305,9 +305,15 @@ std::shared_ptr<LeafEntry const> leaf_entry(Grammar const& gr, Frame const& top)
     ++i;
   }
   std::sort(e->inside_chars.begin(), e->inside_chars.end(), std::greater<>());
+  size_t const size = key.size() + e->inside.size() * sizeof(uint32_t) +
+                      e->exits.size() * 2 * sizeof(uint32_t) +
+                      e->inside_chars.size() * sizeof(e->inside_chars[0]);
   std::lock_guard<std::mutex> lk(c.mu);
-  if (c.map.size() >= LeafCache::kMaxLeaf) c.map.clear();
-  c.map.emplace(key, e);
+  if (c.bytes + size > LeafCache::kMaxBytes) {
+    c.map.clear();
+    c.bytes = 0;
+  }
+  if (c.map.emplace(key, e).second) c.bytes += size;
   return e;
 }
 
@@ -366,9 +372,13 @@ void compute_mask(Grammar const& gr, StateSet const& s, uint32_t* words) {
   if (can_finish(g, s))
     for (int32_t id : gr.vocab().eos_ids()) w[id >> 5] |= 1u << (id & 31);
   std::memcpy(words, w, nw * sizeof(uint32_t));
+  size_t const size = key.size() + m->size() * sizeof(uint32_t);
   std::lock_guard<std::mutex> lk(c.mu);
-  if (c.full.size() >= MaskCache::kMaxFull) c.full.clear();
-  c.full.emplace(key, std::move(m));
+  if (c.bytes + size > MaskCache::kMaxBytes) {
+    c.full.clear();
+    c.bytes = 0;
+  }
+  if (c.full.emplace(key, std::move(m)).second) c.bytes += size;
 }
 
 }  // namespace grammar_detail

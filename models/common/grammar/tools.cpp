@@ -295,8 +295,11 @@ Result<std::function<GrammarMatcher()>> tool_call_matcher_factory(
         return invalid_argument(
             "tool_choice: expected \"none\", \"auto\", \"required\" or an object");
     } else if (choice->is_object()) {
+      // Chat Completions: {"type":"function","function":{"name":…}}; Responses:
+      // {"type":"function","name":…}.
       auto const* f = choice->get_object().if_contains("function");
-      auto const* nm = f && f->is_object() ? f->get_object().if_contains("name") : nullptr;
+      auto const* nm = f && f->is_object() ? f->get_object().if_contains("name")
+                                           : choice->get_object().if_contains("name");
       if (!nm || !nm->is_string())
         return invalid_argument("tool_choice.function.name: missing or not a string");
       named = std::string(nm->get_string());
@@ -332,6 +335,25 @@ Result<std::function<GrammarMatcher()>> tool_call_matcher_factory(
   if (!g) return g.status();
   std::shared_ptr<Grammar const> gp = *g;
   return std::function<GrammarMatcher()>([gp] { return GrammarMatcher(gp); });
+}
+
+void prewarm_grammar_caches(std::shared_ptr<GrammarVocabulary const> const& vocab) {
+  // The leaf tables every request meets first: text inside a JSON string, reasoning text before
+  // </think>, and a raw DSML parameter value. Each costs one walk of the vocabulary trie.
+  std::vector<uint32_t> mask(vocab->mask_words());
+  if (auto g = Grammar::json_object(vocab, GrammarOptions{.thinking_prefix = true}); g.ok()) {
+    GrammarMatcher m(*g);
+    m.fill_mask(mask.data());
+    if (m.accept_bytes("x</think>{\"k\": \"v")) m.fill_mask(mask.data());
+  }
+  ToolSpec const tool{"t", R"({"type":"object","properties":{"a":{"type":"string"}}})"};
+  if (auto g = Grammar::tool_calls(std::span<ToolSpec const>(&tool, 1), vocab); g.ok()) {
+    GrammarMatcher m(*g);
+    if (m.accept_bytes(std::string("\n\n<") + kDsml + " calls>\n<" + kDsml +
+                       " invoke name=\"t\">\n<" + kDsml +
+                       " parameter name=\"a\" string=\"true\">v"))
+      m.fill_mask(mask.data());
+  }
 }
 
 Result<std::function<GrammarMatcher()>> response_format_matcher_factory(

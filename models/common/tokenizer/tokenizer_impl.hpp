@@ -105,6 +105,8 @@ struct Tokenizer::Impl {
 
   /// BPE of one pre-tokenized piece; appends ids.
   void bpe(std::string_view piece, std::vector<TokenId>& out) const;
+  /// The pre-tokenizer's pieces of text[s.begin, s.end).
+  std::vector<detail::Piece> pieces(std::string_view text, detail::Piece s) const;
   /// Pre-tokenize text[s.begin, s.end) and BPE every piece; appends ids (and byte spans if non-null).
   void encode_plain(std::string_view text, detail::Piece s, std::vector<TokenId>& ids,
                     std::vector<ByteSpan>* spans) const;

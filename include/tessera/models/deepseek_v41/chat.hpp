@@ -124,8 +124,9 @@ enum class TokenizeMode {
 };
 
 /// Renders `messages` (top-level `tools` attach to messages[0] when it is a system message, else to a
-/// synthetic empty system message inserted at index 0). Errors: unknown role, invalid effort, an image
-/// part or a literal `<｜deepseek_image｜>` in text (text-only path), invalid tool JSON.
+/// synthetic empty system message inserted at index 0; for `tool_choice: "none"` pass no tools). Errors:
+/// unknown role, invalid effort, an image part or a literal `<｜deepseek_image｜>` in text (text-only path),
+/// invalid tool JSON; each names the message or field.
 Result<Prompt> encode_conversation(std::vector<Message> const& messages, std::vector<Tool> const& tools,
                                    EncodeOptions const& options);
 /// Token ids of a rendered prompt (no BOS added beyond what the prompt holds).
@@ -198,7 +199,8 @@ struct ParseDelta {
 /// reasoning ends the reasoning; a stray `</think>` in content and a repeated `<think>` in reasoning are
 /// dropped; V4 spellings (`<｜DSML｜tool_calls>`, `<｜DSML｜invoke`, `<｜DSML｜parameter`) are accepted; a bare
 /// `<｜DSML｜ invoke` opens a call block; any other `｜DSML｜` markup is removed from content; text after EOS
-/// is ignored; every tool name is surfaced (no check against the declared tools).
+/// is ignored; every tool name is surfaced (no check against the declared tools); removed markup never
+/// splices the halves of a `｜DSML｜` or EOS spelling together in reasoning or content.
 class OutputParser {
  public:
   struct Options {

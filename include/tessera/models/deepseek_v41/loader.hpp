@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Loading a DeepSeek-V4.1 model folder: config.json through `load_config` (flat, composite or golden
+/// form), the weights through `io::Checkpoint`, and the Engram hash state's stored data (multipliers and
+/// compressed token map, see engram_tables.hpp) from, in order: the checkpoint itself
+/// (`engram_hash.*`), `<dir>/engram_hash.safetensors`, or the golden fixture `<dir>/golden.safetensors`
+/// (`static.engram.*`).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/config.hpp"
+#include "tessera/models/deepseek_v41/model.hpp"
+
+namespace tessera::model::dsv41 {
+
+/// A WeightSource over one or more checkpoints (the first holding a name wins).
+class CheckpointSource final : public WeightSource {
+ public:
+  void add(io::Checkpoint ckpt, std::string label);
+  /// Opens `path` (file or folder) and adds it.
+  Status open(std::string const& path);
+  bool contains(std::string const& name) const override;
+  Result<std::vector<int64_t>> shape(std::string const& name) const override;
+  Result<DType> dtype(std::string const& name) const override;
+  Result<Tensor> load_f32(std::string const& name) const override;
+  Result<Tensor> load_i64(std::string const& name) const override;
+  std::string describe() const override;
+
+ private:
+  io::Checkpoint const* find(std::string const& name) const;
+  std::vector<io::Checkpoint> ckpts_;
+  std::vector<std::string> labels_;
+};
+
+/// The model's view of a validated Config.
+Result<ModelSpec> spec_from_config(Config const& c);
+
+/// Loads `dir` (config.json + weights + Engram hash data) with the given numerics.
+Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts);
+
+}  // namespace tessera::model::dsv41

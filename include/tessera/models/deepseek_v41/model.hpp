@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The DeepSeek-V4.1 text model on the CPU op backend (spec/deepseek-v41.md §2-§3), the plain and
+/// trustworthy implementation every fast path is checked against. One decode state per sequence:
+/// window rings (post-RoPE, FP8-fake-quantised K=V, last W−1 entries), compressor partial-group buffers
+/// (raw fp32 projections), compressed KV and index-key caches (post-RoPE, FP4), and the Engram look-back
+/// (compressed ids by position). Prefill takes chunks of any size, decode is a chunk of one token, and
+/// every row is computed by the same per-row code with fixed reduction orders, so a token's logits are
+/// bit-identical whatever the chunking and whatever else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/core/context.hpp"
+#include "tessera/models/common/language_model.hpp"
+#include "tessera/models/deepseek_v41/engram_tables.hpp"
+#include "tessera/models/deepseek_v41/model_spec.hpp"
+#include "tessera/models/deepseek_v41/weights.hpp"
+
+namespace tessera::model::dsv41 {
+
+/// One exact top-k cutoff tie: the k-th and (k+1)-th finite values were equal, so the selection was
+/// decided by the tie rule (lower index wins, ref/indexer_ref.hpp).
+struct CutoffTie {
+  enum class Site : uint8_t { kIndexer, kCandidateBlocks, kRouter } site;
+  int32_t layer = 0;
+  int64_t position = 0;  // absolute position of the query / token
+};
+
+/// Exact top-k cutoff ties met while computing a sequence (each counted once per row and call site).
+struct TieCounts {
+  int64_t indexer = 0, candidate = 0, router = 0;
+  std::vector<CutoffTie> events;  // every tie, in the order met
+  int64_t total() const { return indexer + candidate + router; }
+};
+
+/// A quantiser decision within `boundary_ulps` of a rounding boundary (ModelOptions::boundary_ulps):
+/// summation-order noise of another engine can flip it (the fp32 counterpart of a top-k tie).
+struct QuantBoundary {
+  enum class Site : uint8_t { kWindowKv, kCompressedKv, kIndexKey, kIndexQuery } site;
+  int32_t layer = 0;
+  int64_t position = 0;  // token position (window KV, index query) or group position (compressed, keys)
+};
+
+/// Per-layer decode state. The window keeps W−1 + max_rollback entries and ratio > 1 KV sources keep the
+/// raw projections of their last max_rollback + r tokens, so `truncate` can rebuild the exact state of
+/// any length within the last max_rollback tokens.
+struct LayerState {
+  std::vector<float> window;        // [≤ W−1+max_rollback, hd] oldest first
+  std::vector<int64_t> window_pos;  // positions of `window`
+  std::vector<float> buf_kv, buf_gate;  // [< r, hd] fp32 partial group (ratio > 1 KV sources)
+  std::vector<float> raw_kv, raw_gate;  // [≤ max_rollback + r, hd] recent raw projections (ratio > 1)
+  std::vector<int64_t> raw_pos;         // positions of raw_kv rows
+  int64_t entry_count = 0;          // groups emitted
+  std::vector<float> ckv;           // [T, hd] compressed KV
+  std::vector<float> index_k;       // [T, di] index keys
+};
+
+class Dsv41State final : public SequenceState {
+ public:
+  int64_t length() const override { return length_; }
+  size_t memory_bytes() const override;
+  TieCounts const& ties() const { return ties_; }
+  std::vector<QuantBoundary> const& quant_boundaries() const { return boundaries_; }
+
+ private:
+  friend class Dsv41Model;
+  int64_t length_ = 0;
+  std::vector<LayerState> layers_;
+  std::vector<int64_t> history_;    // compressed token id per position (Engram look-back)
+  TieCounts ties_;
+  std::vector<QuantBoundary> boundaries_;
+};
+
+/// Optional observer of intermediate tensors, named like the golden's `debug.*` keys without the
+/// prefix (e.g. "model.layers.3.attn.out0"); rows are the chunk's rows. For tests and bisection.
+using DebugTap = std::function<void(std::string const& name, std::vector<int64_t> const& shape,
+                                    std::span<float const> values)>;
+
+struct ModelOptions {
+  Numerics numerics = Numerics::kFp32;
+  ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
+  int64_t max_rollback = 64;   // truncate() reaches back this many tokens (state kept for it)
+  int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
+};
+
+class Dsv41Model final : public LanguageModel {
+ public:
+  /// Loads weights and the Engram tables from `src` for `spec`.
+  static Result<std::unique_ptr<Dsv41Model>> create(ModelSpec spec, WeightSource const& src, ModelOptions opts);
+
+  ModelInfo const& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence() override;
+  Status forward(std::span<SequenceStep> batch) override;
+  Result<std::unique_ptr<SequenceState>> clone(SequenceState const& state) override;
+  /// Rolls back to the first `length` tokens, bit-exactly (continuing from there equals never having gone
+  /// further); kNotSupported beyond ModelOptions::max_rollback tokens back.
+  Status truncate(SequenceState& state, int64_t length) override;
+  size_t state_bytes_for(int64_t num_tokens) const override;
+
+  ModelSpec const& spec() const { return spec_; }
+  EngramTables const& engram() const { return engram_; }
+  Numerics numerics() const { return opts_.numerics; }
+  void set_boundary_ulps(int ulps) { opts_.boundary_ulps = ulps; }
+  std::vector<float> const& main_inv_freq() const { return main_inv_freq_; }
+  std::vector<float> const& compress_inv_freq() const { return compress_inv_freq_; }
+  void set_debug_tap(DebugTap tap) { tap_ = std::move(tap); }
+
+  /// Appends `tokens` to one sequence and writes logits for its last `num_logit_rows` tokens.
+  Status forward_one(Dsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits);
+  /// Engram hash ids [S, L_e, C] the chunk would use (advances nothing); for the hash_ids fixtures.
+  std::vector<int64_t> hash_ids(Dsv41State const& st, std::span<int32_t const> tokens) const;
+
+ private:
+  Dsv41Model() = default;
+  struct Chunk;
+  void attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vector<float> const& xa, std::vector<float>& out);
+  void tap(std::string const& name, std::vector<int64_t> shape, std::span<float const> v) const {
+    if (tap_) tap_(name, shape, v);
+  }
+
+  ModelSpec spec_;
+  ModelOptions opts_;
+  ModelInfo info_;
+  Weights w_;
+  EngramTables engram_;
+  std::vector<float> main_inv_freq_, compress_inv_freq_;
+  DebugTap tap_;
+};
+
+}  // namespace tessera::model::dsv41

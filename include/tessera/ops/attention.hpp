@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CSA2 attention family (spec/deepseek-v41.md §2.5.5): shared K=V latent, per-head sinks, softmax in fp32
+/// with the logits, probabilities and output rounded to md. Each query row attends the key rows listed
+/// for it (CSR: key_ids[row_offsets[r] .. row_offsets[r+1])): its visible window entries in position
+/// order, then its selected compressed entries in entry order. Masked keys are simply absent (they
+/// contribute exactly 0 in the reference). Reference: ref/attention_ref.hpp.
+#pragma once
+
+#include <ostream>
+
+#include "tessera/ops/op_common.hpp"
+
+namespace tessera::ops {
+
+struct AttentionDesc {
+  int64_t rows = 0, heads = 0, head_dim = 0, num_keys = 0;
+  float scale = 0.f;  // hd^(−1/2)
+  DType md = DType::kF32;
+  friend bool operator==(AttentionDesc const&, AttentionDesc const&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, AttentionDesc const& d) {
+  return os << "AttentionDesc{"
+            << " rows=" << d.rows
+            << " heads=" << d.heads
+            << " head_dim=" << d.head_dim
+            << " num_keys=" << d.num_keys
+            << " scale=" << d.scale
+            << " md=" << dtype_name(d.md) << " }";
+}
+
+struct AttentionArgs {
+  TensorView<float const, 2> q;             // [rows, heads·head_dim]
+  TensorView<float const, 2> keys;          // [num_keys, head_dim]  K = V
+  TensorView<int64_t const, 1> row_offsets; // [rows + 1]
+  TensorView<int32_t const, 1> key_ids;     // [row_offsets[rows]]
+  TensorView<float const, 1> sinks;         // [heads] fp32
+  TensorView<float, 2> out;                 // [rows, heads·head_dim]
+  TensorView<float, 2> probs;               // optional [heads, row_offsets[rows]]: p per listed key
+};
+
+template <Backend B> struct Attention;
+template <> struct Attention<Backend::kCpu> {
+  static Status check(AttentionDesc const&, AttentionArgs const&);
+  static Status run(AttentionDesc const&, AttentionArgs const&, ExecContext&);
+};
+static_assert(BackendOp<Attention<Backend::kCpu>, AttentionDesc, AttentionArgs>);
+
+Status attention(ExecContext&, AttentionDesc const&, AttentionArgs const&);
+
+}  // namespace tessera::ops

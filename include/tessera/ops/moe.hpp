@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+/// MoE family (spec/deepseek-v41.md §2.6): MoeRoute (sqrt-softplus scores in fp32, selection-only bias,
+/// renormalisation, routed scaling; ties → lower expert id) and MoeExperts (clamped SwiGLU experts, the
+/// routing weight applied before w2, routed outputs summed in ascending expert id from a zero fp32
+/// buffer, the shared expert added last, →md). Reference: ref/moe_ref.hpp.
+#pragma once
+
+#include <span>
+
+#include <ostream>
+
+#include "tessera/ops/op_common.hpp"
+
+namespace tessera::ops {
+
+struct MoeRouteDesc {
+  int64_t rows = 0, experts = 0, dim = 0, top_k = 1;
+  float gate_temp = 1.f, routed_scale = 1.f;
+  bool norm_top_k = true;
+  friend bool operator==(MoeRouteDesc const&, MoeRouteDesc const&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, MoeRouteDesc const& d) {
+  return os << "MoeRouteDesc{"
+            << " rows=" << d.rows
+            << " experts=" << d.experts
+            << " dim=" << d.dim
+            << " top_k=" << d.top_k
+            << " gate_temp=" << d.gate_temp
+            << " routed_scale=" << d.routed_scale
+            << " norm_top_k=" << d.norm_top_k << " }";
+}
+
+struct MoeRouteArgs {
+  TensorView<float const, 2> x;      // [rows, dim] router input (md values)
+  TensorView<float const, 2> gate;   // [experts, dim]
+  TensorView<float const, 1> bias;   // [experts] selection-only bias; empty = none
+  TensorView<float, 2> weights;      // [rows, top_k]
+  TensorView<int32_t, 2> ids;        // [rows, top_k], descending biased score
+  TensorView<uint8_t, 1> cutoff_tie; // [rows]
+};
+
+struct MoeExpertsDesc {
+  int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
+  float swiglu_limit = 0.f;  // ≤ 0 disables the clamp
+  bool shared_expert = true;
+  DType md = DType::kF32;
+  friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
+  return os << "MoeExpertsDesc{"
+            << " rows=" << d.rows
+            << " experts=" << d.experts
+            << " dim=" << d.dim
+            << " inter=" << d.inter
+            << " top_k=" << d.top_k
+            << " swiglu_limit=" << d.swiglu_limit
+            << " shared_expert=" << d.shared_expert
+            << " md=" << dtype_name(d.md) << " }";
+}
+
+struct MoeExpertsArgs {
+  TensorView<float const, 2> x;                     // [rows, dim]
+  TensorView<int32_t const, 2> ids;                 // [rows, top_k]
+  TensorView<float const, 2> weights;               // [rows, top_k]
+  std::span<TensorView<float const, 2> const> w1;   // experts × [inter, dim]
+  std::span<TensorView<float const, 2> const> w3;   // experts × [inter, dim]
+  std::span<TensorView<float const, 2> const> w2;   // experts × [dim, inter]
+  TensorView<float const, 2> shared_w1, shared_w3;  // [inter, dim]
+  TensorView<float const, 2> shared_w2;             // [dim, inter]
+  TensorView<float, 2> out;                         // [rows, dim]
+};
+
+template <Backend B> struct MoeRoute;
+template <Backend B> struct MoeExperts;
+template <> struct MoeRoute<Backend::kCpu> {
+  static Status check(MoeRouteDesc const&, MoeRouteArgs const&);
+  static Status run(MoeRouteDesc const&, MoeRouteArgs const&, ExecContext&);
+};
+template <> struct MoeExperts<Backend::kCpu> {
+  static Status check(MoeExpertsDesc const&, MoeExpertsArgs const&);
+  static Status run(MoeExpertsDesc const&, MoeExpertsArgs const&, ExecContext&);
+};
+static_assert(BackendOp<MoeRoute<Backend::kCpu>, MoeRouteDesc, MoeRouteArgs>);
+
+Status moe_route(ExecContext&, MoeRouteDesc const&, MoeRouteArgs const&);
+Status moe_experts(ExecContext&, MoeExpertsDesc const&, MoeExpertsArgs const&);
+
+}  // namespace tessera::ops

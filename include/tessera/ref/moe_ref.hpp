@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+/// MoE routing and experts (spec/deepseek-v41.md §2.6).
+/// Router (fp32): s_e = sqrt(softplus(x·W_eᵀ / temp)); sel = top-k of s + b (descending, ties → lower id);
+///   w_i = s[sel_i]; if norm and k > 1: w_i /= (Σ_i w_i + 1e-20) (sum in sel order); w_i ·= routed_scale.
+/// Expert (clamped SwiGLU): g = f32(→md(w1·x)), u = f32(→md(w3·x)); u = clamp(u, ±L), g = min(g, L) (L > 0);
+///   a = →md(w·(silu(g)·u)); y = f32(→md(w2·a)).
+/// Block: out = →md(Σ_{selected e ascending} y_e + y_shared), accumulated in fp32 from zero.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/ref/indexer_ref.hpp"
+
+namespace tessera::ref {
+
+/// x [D], gate [E, D], bias [E] → ids [k] (descending biased score), weights [k]; returns the cutoff tie.
+inline bool moe_route_row(float const* x, float const* gate, float const* bias, int64_t experts, int64_t d,
+                          int64_t k, float temp, bool norm, float routed_scale, int32_t* ids, float* weights) {
+  std::vector<float> s(static_cast<size_t>(experts)), biased(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    s[e] = std::sqrt(softplus(dot(x, gate + e * d, d) / temp));
+    biased[e] = s[e] + (bias ? bias[e] : 0.f);
+  }
+  std::vector<int32_t> sel;
+  bool tie = false;
+  topk_select(biased.data(), experts, k, sel, &tie);
+  float sum = 0.f;
+  for (int64_t i = 0; i < k; ++i) { ids[i] = sel[i]; weights[i] = s[sel[i]]; sum += weights[i]; }
+  if (norm && k > 1)
+    for (int64_t i = 0; i < k; ++i) weights[i] = weights[i] / (sum + 1e-20f);
+  for (int64_t i = 0; i < k; ++i) weights[i] = weights[i] * routed_scale;
+  return tie;
+}
+
+/// One expert on one token: x [D], w1/w3 [I, D], w2 [D, I]; `weight` < 0 means unweighted (shared
+/// expert). Adds f32(y) to acc [D]. `scratch` ≥ 2·I floats.
+inline void moe_expert_row_accumulate(float const* x, float const* w1, float const* w3, float const* w2, int64_t d,
+                                      int64_t inter, float limit, bool weighted, float weight, DType md, float* acc,
+                                      float* scratch) {
+  float* a = scratch;
+  for (int64_t i = 0; i < inter; ++i) {
+    float g = round_md(dot(x, w1 + i * d, d), md);
+    float u = round_md(dot(x, w3 + i * d, d), md);
+    if (limit > 0.f) { u = std::clamp(u, -limit, limit); g = std::min(g, limit); }
+    float y = silu(g) * u;
+    if (weighted) y = weight * y;
+    a[i] = round_md(y, md);
+  }
+  for (int64_t o = 0; o < d; ++o) acc[o] += round_md(dot(a, w2 + o * inter, inter), md);
+}
+
+}  // namespace tessera::ref

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Model-folder loading: Config → ModelSpec, checkpoints as a WeightSource, Engram hash data lookup.
+#include "tessera/models/deepseek_v41/loader.hpp"
+
+#include <cstring>
+#include <filesystem>
+
+namespace tessera::model::dsv41 {
+
+void CheckpointSource::add(io::Checkpoint ckpt, std::string label) {
+  ckpts_.push_back(std::move(ckpt));
+  labels_.push_back(std::move(label));
+}
+
+Status CheckpointSource::open(std::string const& path) {
+  auto c = io::Checkpoint::open(path);
+  if (!c) return c.status();
+  add(std::move(*c), path);
+  return {};
+}
+
+io::Checkpoint const* CheckpointSource::find(std::string const& name) const {
+  for (auto const& c : ckpts_)
+    if (c.contains(name)) return &c;
+  return nullptr;
+}
+
+bool CheckpointSource::contains(std::string const& name) const { return find(name) != nullptr; }
+
+Result<std::vector<int64_t>> CheckpointSource::shape(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  auto const* t = c->find(name);
+  std::vector<int64_t> s = t->shape;
+  if (t->dtype == DType::kF4E2m1x2 && !s.empty()) s.back() *= 2;  // logical shape of packed fp4
+  return s;
+}
+
+Result<DType> CheckpointSource::dtype(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  return c->find(name)->dtype;
+}
+
+Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  return c->load_f32(name);
+}
+
+Result<Tensor> CheckpointSource::load_i64(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  auto t = c->load(name);
+  if (!t) return t.status();
+  if (t->dtype() == DType::kI64) return t;
+  Tensor out = Tensor::zeros(DType::kI64, t->shape());
+  for (int64_t i = 0; i < t->numel(); ++i) {
+    DType dt = t->dtype();
+    if (dt == DType::kI32) out.data_as<int64_t>()[i] = t->data_as<int32_t>()[i];
+    else if (dt == DType::kU8 || dt == DType::kBool) out.data_as<int64_t>()[i] = t->data_as<uint8_t>()[i];
+    else return malformed(describe() + ": tensor " + name + " has dtype " + std::string(dtype_name(dt)) + ", expected an integer type");
+  }
+  return out;
+}
+
+std::string CheckpointSource::describe() const {
+  std::string s;
+  for (size_t i = 0; i < labels_.size(); ++i) s += (i ? " + " : "") + labels_[i];
+  return s.empty() ? "(no checkpoint)" : s;
+}
+
+Result<ModelSpec> spec_from_config(Config const& c) {
+  ModelSpec s;
+  s.name = c.model_type;
+  s.vocab_size = c.vocab_size;
+  s.hidden_size = c.hidden_size;
+  s.num_layers = c.num_hidden_layers;
+  s.num_heads = c.num_attention_heads;
+  s.head_dim = c.head_dim;
+  s.q_lora_rank = c.q_lora_rank;
+  s.rope_dim = c.qk_rope_head_dim;
+  s.o_groups = c.o_groups;
+  s.o_lora_rank = c.o_lora_rank;
+  s.sliding_window = c.sliding_window;
+  s.max_position_embeddings = c.max_position_embeddings;
+  s.compress_ratios.assign(c.compress_ratios.begin(),
+                           c.compress_ratios.begin() + std::min<size_t>(c.compress_ratios.size(), c.num_hidden_layers));
+  s.kv_source_layers = c.kv_source_layer_ids;
+  s.index_source_layers = c.index_source_layer_ids;
+  s.candidate_source_layer = c.candidate_source_layer_id;
+  s.candidate_topk_blocks = c.candidate_topk_blocks;
+  s.candidate_block_size = c.candidate_block_size;
+  s.index_n_heads = c.index_n_heads;
+  s.index_head_dim = c.index_head_dim;
+  s.index_topk = c.index_topk;
+  s.moe_inter = c.moe_intermediate_size;
+  s.n_experts = c.n_routed_experts;
+  s.n_shared_experts = c.n_shared_experts;
+  s.top_k = c.num_experts_per_tok;
+  s.gate_temp = static_cast<float>(c.gate_temp);
+  s.routed_scale = static_cast<float>(c.routed_scaling_factor);
+  s.norm_topk_prob = c.norm_topk_prob;
+  s.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  s.hc_mult = c.hc_mult;
+  s.hc_sinkhorn_iters = c.hc_sinkhorn_iters;
+  s.hc_eps = static_cast<float>(c.hc_eps);
+  s.rms_eps = static_cast<float>(c.rms_norm_eps);
+  s.engram_layers = c.engram_layer_ids;
+  s.engram_num_embeddings = c.engram_num_embeddings;
+  s.engram_vocab_size = c.engram_vocab_size;
+  s.engram_max_ngram = c.engram_max_ngram_size;
+  s.engram_n_heads = c.engram_n_heads;
+  s.engram_head_dim = c.engram_head_dim;
+  s.engram_pad_id = c.engram_pad_id;
+  s.engram_compressed_vocab = c.engram_compressed_vocab_size;
+  s.rope_theta = c.rope_main.rope_theta;
+  s.compress_rope_theta = c.rope_compress.rope_theta;
+  if (c.rope_main.rope_type != "default")
+    return not_supported("rope_parameters.main.rope_type '" + c.rope_main.rope_type + "' (only 'default')");
+  if (c.rope_compress.rope_type == "yarn") {
+    if (!c.rope_compress.truncate) return not_supported("YaRN with truncate = false");
+    s.yarn = true;
+    s.yarn_factor = c.rope_compress.factor;
+    s.yarn_beta_fast = c.rope_compress.beta_fast;
+    s.yarn_beta_slow = c.rope_compress.beta_slow;
+    s.yarn_original_max_pos = static_cast<double>(c.rope_compress.original_max_position_embeddings);
+  } else if (c.rope_compress.rope_type != "default") {
+    return not_supported("rope_parameters.compress.rope_type '" + c.rope_compress.rope_type + "'");
+  }
+  if (c.scoring_func != "sqrtsoftplus") return not_supported("scoring_func '" + c.scoring_func + "' (only sqrtsoftplus)");
+  if (c.hidden_act != "silu") return not_supported("hidden_act '" + c.hidden_act + "' (only silu)");
+  for (int64_t e : c.eos_token_id) s.eos_token_ids.push_back(static_cast<int32_t>(e));
+  TESSERA_TRY(s.validate());
+  return s;
+}
+
+Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts) {
+  namespace fs = std::filesystem;
+  auto cfg = load_config(dir);
+  if (!cfg) return cfg.status();
+  auto spec = spec_from_config(*cfg);
+  if (!spec) return spec.status();
+  CheckpointSource src;
+  fs::path folder = fs::is_directory(dir) ? fs::path(dir) : fs::path(dir).parent_path();
+  fs::path model_file = folder / "model.safetensors";
+  TESSERA_TRY(src.open(fs::exists(model_file) ? model_file.string() : folder.string()));
+  if (!spec->engram_layers.empty() && !src.contains("engram_hash.multipliers")) {
+    for (char const* extra : {"engram_hash.safetensors", "golden.safetensors"}) {
+      fs::path p = folder / extra;
+      if (fs::exists(p)) {
+        TESSERA_TRY(src.open(p.string()));
+        break;
+      }
+    }
+  }
+  auto m = Dsv41Model::create(std::move(*spec), src, opts);
+  if (!m) return m.status();
+  return std::move(*m);
+}
+
+}  // namespace tessera::model::dsv41

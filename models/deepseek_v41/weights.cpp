@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Weight loading by logical name over the OLD / NEW / native naming schemes (spec §4.1, §8.2), with
+/// shape checks, the NEW fused-expert split, fp8 Engram-table dequantisation, and bf16 rounding of every
+/// non-fp32-kept parameter in bf16 mode.
+#include "tessera/models/deepseek_v41/weights.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "tessera/core/dtype.hpp"
+
+namespace tessera::model::dsv41 {
+
+namespace {
+
+std::string join(std::vector<std::string> const& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+class Loader {
+ public:
+  Loader(WeightSource const& src, Numerics num) : src_(src), num_(num) {}
+
+  /// The first present name, checked against `shape`; rounded to bf16 unless `keep_fp32`.
+  Result<Tensor> get(std::vector<std::string> const& names, std::vector<int64_t> const& shape, bool keep_fp32 = false) {
+    for (auto const& n : names) {
+      if (!src_.contains(n)) continue;
+      auto sh = src_.shape(n);
+      if (!sh) return sh.status();
+      if (*sh != shape)
+        return malformed(src_.describe() + ": tensor " + n + " has shape " + shape_to_string(*sh) + ", expected " +
+                         shape_to_string(shape));
+      auto t = src_.load_f32(n);
+      if (!t) return t.status();
+      if (!keep_fp32) round(*t);
+      return t;
+    }
+    return not_found(src_.describe() + ": missing tensor " + names.front() +
+                     (names.size() > 1 ? " (also looked for " + join({names.begin() + 1, names.end()}) + ")" : ""));
+  }
+  void round(Tensor& t) const {
+    if (num_ != Numerics::kBf16) return;
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_to_bf16(p[i]);
+  }
+  WeightSource const& src() const { return src_; }
+
+ private:
+  WeightSource const& src_;
+  Numerics num_;
+};
+
+/// Candidate names of a per-layer tensor: OLD, NEW, native.
+std::vector<std::string> lname(int64_t l, std::string const& old_suffix, std::string const& new_suffix) {
+  std::string i = std::to_string(l);
+  return {"model.layers." + i + "." + old_suffix, "model.layers." + i + "." + new_suffix, "layers." + i + "." + old_suffix};
+}
+
+/// Rows [r0, r0 + rows) of expert e of a fused [E, R, C] tensor.
+Tensor slice_expert(Tensor const& fused, int64_t e, int64_t r0, int64_t rows) {
+  int64_t r_all = fused.dim(1), c = fused.dim(2);
+  Tensor out = Tensor::zeros(DType::kF32, {rows, c});
+  std::memcpy(out.data(), fused.data_as<float>() + (e * r_all + r0) * c, static_cast<size_t>(rows * c) * sizeof(float));
+  return out;
+}
+
+#define TRY_ASSIGN(dst, expr)        \
+  do {                               \
+    auto r_ = (expr);                \
+    if (!r_) return r_.status();     \
+    dst = std::move(*r_);            \
+  } while (0)
+
+Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
+  int64_t D = s.hidden_size, n = s.hc_mult, nm = (2 + n) * n, hd = s.head_dim, H = s.num_heads;
+  int64_t I = s.moe_inter, E = s.n_experts;
+  TRY_ASSIGN(w.hc_attn_fn, ld.get(lname(l, "hc_attn_fn", "attn_hc.fn"), {nm, n * D}, true));
+  TRY_ASSIGN(w.hc_attn_base, ld.get(lname(l, "hc_attn_base", "attn_hc.base"), {nm}, true));
+  TRY_ASSIGN(w.hc_attn_scale, ld.get(lname(l, "hc_attn_scale", "attn_hc.scale"), {3}, true));
+  TRY_ASSIGN(w.hc_ffn_fn, ld.get(lname(l, "hc_ffn_fn", "ffn_hc.fn"), {nm, n * D}, true));
+  TRY_ASSIGN(w.hc_ffn_base, ld.get(lname(l, "hc_ffn_base", "ffn_hc.base"), {nm}, true));
+  TRY_ASSIGN(w.hc_ffn_scale, ld.get(lname(l, "hc_ffn_scale", "ffn_hc.scale"), {3}, true));
+  TRY_ASSIGN(w.attn_norm, ld.get(lname(l, "attn_norm.weight", "input_layernorm.weight"), {D}));
+  TRY_ASSIGN(w.ffn_norm, ld.get(lname(l, "ffn_norm.weight", "post_attention_layernorm.weight"), {D}));
+  TRY_ASSIGN(w.wq_a, ld.get(lname(l, "attn.wq_a.weight", "self_attn.q_a_proj.weight"), {s.q_lora_rank, D}));
+  TRY_ASSIGN(w.q_norm, ld.get(lname(l, "attn.q_norm.weight", "self_attn.q_a_norm.weight"), {s.q_lora_rank}));
+  TRY_ASSIGN(w.wq_b, ld.get(lname(l, "attn.wq_b.weight", "self_attn.q_b_proj.weight"), {H * hd, s.q_lora_rank}));
+  TRY_ASSIGN(w.wkv, ld.get(lname(l, "attn.wkv.weight", "self_attn.kv_proj.weight"), {hd, D}));
+  TRY_ASSIGN(w.kv_norm, ld.get(lname(l, "attn.kv_norm.weight", "self_attn.kv_norm.weight"), {hd}));
+  TRY_ASSIGN(w.wo_a, ld.get(lname(l, "attn.wo_a.weight", "self_attn.o_a_proj.weight"),
+                            {s.o_groups * s.o_lora_rank, H * hd / s.o_groups}));
+  TRY_ASSIGN(w.wo_b, ld.get(lname(l, "attn.wo_b.weight", "self_attn.o_b_proj.weight"), {D, s.o_groups * s.o_lora_rank}));
+  TRY_ASSIGN(w.attn_sink, ld.get(lname(l, "attn.attn_sink", "self_attn.sinks"), {H}, true));
+  int64_t ratio = s.compress_ratios[l];
+  if (s.is_kv_source(l)) {
+    TRY_ASSIGN(w.c_wkv, ld.get(lname(l, "attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"), {hd, D}));
+    if (ratio > 1)
+      TRY_ASSIGN(w.c_wgate, ld.get(lname(l, "attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"), {hd, D}));
+    TRY_ASSIGN(w.c_norm, ld.get(lname(l, "attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"), {hd}));
+  }
+  if (s.is_index_source(l)) {
+    int64_t Hi = s.index_n_heads, di = s.index_head_dim;
+    TRY_ASSIGN(w.i_wq_b, ld.get(lname(l, "attn.indexer.wq_b.weight", "self_attn.indexer.q_b_proj.weight"), {Hi * di, s.q_lora_rank}));
+    TRY_ASSIGN(w.i_weights_proj, ld.get(lname(l, "attn.indexer.weights_proj.weight", "self_attn.indexer.weights_proj.weight"), {Hi, D}));
+    if (s.is_kv_source(l)) {
+      TRY_ASSIGN(w.i_wk, ld.get(lname(l, "attn.indexer.wk.weight", "self_attn.indexer.k_proj.weight"), {di, hd}));
+      TRY_ASSIGN(w.i_k_norm, ld.get(lname(l, "attn.indexer.k_norm.weight", "self_attn.indexer.k_norm.weight"), {di}));
+    }
+  }
+  TRY_ASSIGN(w.gate, ld.get(lname(l, "ffn.gate.weight", "mlp.gate.weight"), {E, D}));
+  TRY_ASSIGN(w.gate_bias, ld.get(lname(l, "ffn.gate.bias", "mlp.gate.e_score_correction_bias"), {E}, true));
+  w.experts.resize(static_cast<size_t>(E));
+  std::string fused_gu = "model.layers." + std::to_string(l) + ".mlp.experts.gate_up_proj";
+  std::string fused_dn = "model.layers." + std::to_string(l) + ".mlp.experts.down_proj";
+  if (ld.src().contains(fused_gu)) {
+    Tensor gu, dn;
+    TRY_ASSIGN(gu, ld.get({fused_gu}, {E, 2 * I, D}));
+    TRY_ASSIGN(dn, ld.get({fused_dn}, {E, D, I}));
+    for (int64_t e = 0; e < E; ++e) {
+      w.experts[e].w1 = slice_expert(gu, e, 0, I);
+      w.experts[e].w3 = slice_expert(gu, e, I, I);
+      w.experts[e].w2 = slice_expert(dn, e, 0, D);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      std::string p = "ffn.experts." + std::to_string(e) + ".";
+      TRY_ASSIGN(w.experts[e].w1, ld.get(lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w3, ld.get(lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w2, ld.get(lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
+    }
+  }
+  TRY_ASSIGN(w.shared.w1, ld.get(lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));
+  TRY_ASSIGN(w.shared.w3, ld.get(lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D}));
+  TRY_ASSIGN(w.shared.w2, ld.get(lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I}));
+  int64_t ei = s.engram_index(l);
+  if (ei >= 0) {
+    int64_t de = s.engram_head_dim, C = (s.engram_max_ngram - 1) * s.engram_n_heads;
+    int64_t rows = s.engram_num_embeddings[ei];
+    auto names = lname(l, "engram.embed.weight", "engram.embed.weight");
+    names.push_back("model.engram_tables." + std::to_string(l) + ".weight");
+    TRY_ASSIGN(w.e_table, ld.get(names, {rows, de}));
+    for (auto const& n : names) {
+      if (!ld.src().contains(n)) continue;
+      auto dt = ld.src().dtype(n);
+      if (!dt) return dt.status();
+      if (*dt != DType::kF8E4m3) break;
+      // fp8 rows are dequantised with their per-32-channel scales (spec §2.4.3 step 1).
+      std::string sn = n.substr(0, n.size() - std::string("weight").size());
+      Tensor sc;
+      TRY_ASSIGN(sc, ld.get({sn + "scale", sn + "weight_scale_inv"}, {rows, de / 32}, true));
+      float* p = w.e_table.data_as<float>();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < de; ++c) p[r * de + c] *= sc.data_as<float>()[r * (de / 32) + c / 32];
+      ld.round(w.e_table);
+      break;
+    }
+    TRY_ASSIGN(w.e_wkv, ld.get(lname(l, "engram.wkv.weight", "engram.wkv.weight"), {(n + 1) * D, C * de}));
+    Tensor q, k;
+    TRY_ASSIGN(q, ld.get(lname(l, "engram.q_weight", "engram.q_weight"), {n, D}));
+    TRY_ASSIGN(k, ld.get(lname(l, "engram.k_weight", "engram.k_weight"), {n, D}));
+    w.e_qk = Tensor::zeros(DType::kF32, {n, D});
+    for (int64_t i = 0; i < n * D; ++i) w.e_qk.data_as<float>()[i] = q.data_as<float>()[i] * k.data_as<float>()[i];
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Weights> load_weights(ModelSpec const& s, WeightSource const& src, Numerics num) {
+  Loader ld(src, num);
+  Weights w;
+  int64_t V = s.vocab_size, D = s.hidden_size;
+  TRY_ASSIGN(w.embed, ld.get({"model.embed.weight", "model.embed_tokens.weight", "embed.weight"}, {V, D}));
+  TRY_ASSIGN(w.norm, ld.get({"model.norm.weight", "norm.weight"}, {D}));
+  TRY_ASSIGN(w.lm_head, ld.get({"lm_head.weight", "head.weight"}, {V, D}));
+  w.layers.resize(static_cast<size_t>(s.num_layers));
+  for (int64_t l = 0; l < s.num_layers; ++l) TESSERA_TRY(load_layer(s, ld, l, w.layers[l]));
+  return w;
+}
+
+}  // namespace tessera::model::dsv41

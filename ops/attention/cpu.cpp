@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CPU backend of the attention family: ref/attention_ref.hpp per query row over its listed keys.
+#include <vector>
+
+#include "ops/cpu_common.hpp"
+#include "tessera/ops/attention.hpp"
+#include "tessera/ref/attention_ref.hpp"
+
+namespace tessera::ops {
+
+Status Attention<Backend::kCpu>::check(AttentionDesc const& d, AttentionArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
+  TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "attention q"));
+  TESSERA_TRY(check_shape(a.keys, {d.num_keys, d.head_dim}, "attention keys"));
+  TESSERA_TRY(check_shape(a.row_offsets, {d.rows + 1}, "attention row_offsets"));
+  TESSERA_TRY(check_shape(a.sinks, {d.heads}, "attention sinks"));
+  TESSERA_TRY(check_shape(a.out, {d.rows, d.heads * d.head_dim}, "attention out"));
+  int64_t nnz = a.row_offsets(d.rows);
+  TESSERA_TRY(check_shape(a.key_ids, {nnz}, "attention key_ids"));
+  if (a.probs.data) TESSERA_TRY(check_shape(a.probs, {d.heads, nnz}, "attention probs"));
+  for (int64_t r = 0; r < d.rows; ++r)
+    TESSERA_CHECK(a.row_offsets(r) <= a.row_offsets(r + 1), "attention row_offsets must be non-decreasing");
+  for (int64_t i = 0; i < nnz; ++i)
+    TESSERA_CHECK(a.key_ids(i) >= 0 && a.key_ids(i) < d.num_keys, "attention key id out of range");
+  return {};
+}
+
+Status Attention<Backend::kCpu>::run(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
+  detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
+    std::vector<float const*> keys;
+    std::vector<float> scratch;
+    for (int64_t r = b; r < e; ++r) {
+      int64_t k0 = a.row_offsets(r), k1 = a.row_offsets(r + 1);
+      keys.resize(static_cast<size_t>(k1 - k0));
+      for (int64_t i = k0; i < k1; ++i) keys[i - k0] = &a.keys(a.key_ids(i), 0);
+      scratch.resize(keys.size() + 1);
+      ref::attention_row(&a.q(r, 0), keys.data(), k1 - k0, a.sinks.data, d.heads, d.head_dim, d.scale, d.md,
+                         &a.out(r, 0), scratch.data(), a.probs.data ? &a.probs(0, k0) : nullptr,
+                         a.probs.data ? a.probs.stride[0] : 0);
+    }
+  }, 2);
+  return {};
+}
+
+Status attention(ExecContext& ctx, AttentionDesc const& d, AttentionArgs const& a) {
+  return detail::dispatch_cpu<Attention>(ctx, d, a);
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CPU backend of the MoE family: ref/moe_ref.hpp per token (route, then its experts in ascending id and
+/// the shared expert last).
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu_common.hpp"
+#include "tessera/ops/moe.hpp"
+#include "tessera/ref/moe_ref.hpp"
+
+namespace tessera::ops {
+
+Status MoeRoute<Backend::kCpu>::check(MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
+  TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_route x"));
+  TESSERA_TRY(check_shape(a.gate, {d.experts, d.dim}, "moe_route gate"));
+  if (a.bias.data) TESSERA_TRY(check_shape(a.bias, {d.experts}, "moe_route bias"));
+  TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_route weights"));
+  TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_route ids"));
+  return check_shape(a.cutoff_tie, {d.rows}, "moe_route cutoff_tie");
+}
+
+Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a, ExecContext& ctx) {
+  detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      a.cutoff_tie(r) = ref::moe_route_row(&a.x(r, 0), a.gate.data, a.bias.data, d.experts, d.dim, d.top_k, d.gate_temp,
+                                           d.norm_top_k, d.routed_scale, &a.ids(r, 0), &a.weights(r, 0));
+  }, 8);
+  return {};
+}
+
+Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
+  TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
+  TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
+  TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
+  TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "moe_experts out"));
+  TESSERA_CHECK(static_cast<int64_t>(a.w1.size()) == d.experts && static_cast<int64_t>(a.w2.size()) == d.experts &&
+                    static_cast<int64_t>(a.w3.size()) == d.experts,
+                "moe_experts needs one w1/w2/w3 view per expert");
+  for (int64_t e = 0; e < d.experts; ++e) {
+    TESSERA_TRY(check_shape(a.w1[e], {d.inter, d.dim}, "moe_experts w1"));
+    TESSERA_TRY(check_shape(a.w3[e], {d.inter, d.dim}, "moe_experts w3"));
+    TESSERA_TRY(check_shape(a.w2[e], {d.dim, d.inter}, "moe_experts w2"));
+  }
+  if (d.shared_expert) {
+    TESSERA_TRY(check_shape(a.shared_w1, {d.inter, d.dim}, "moe_experts shared w1"));
+    TESSERA_TRY(check_shape(a.shared_w3, {d.inter, d.dim}, "moe_experts shared w3"));
+    TESSERA_TRY(check_shape(a.shared_w2, {d.dim, d.inter}, "moe_experts shared w2"));
+  }
+  for (int64_t r = 0; r < d.rows; ++r)
+    for (int64_t i = 0; i < d.top_k; ++i)
+      TESSERA_CHECK(a.ids(r, i) >= 0 && a.ids(r, i) < d.experts, "moe_experts expert id out of range");
+  return {};
+}
+
+Status MoeExperts<Backend::kCpu>::run(MoeExpertsDesc const& d, MoeExpertsArgs const& a, ExecContext& ctx) {
+  detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(static_cast<size_t>(d.dim)), scratch(static_cast<size_t>(2 * d.inter));
+    std::vector<std::pair<int32_t, float>> order(static_cast<size_t>(d.top_k));
+    for (int64_t r = b; r < e; ++r) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t i = 0; i < d.top_k; ++i) order[i] = {a.ids(r, i), a.weights(r, i)};
+      std::sort(order.begin(), order.end(), [](auto const& x, auto const& y) { return x.first < y.first; });
+      float const* x = &a.x(r, 0);
+      for (auto const& [id, w] : order)
+        ref::moe_expert_row_accumulate(x, a.w1[id].data, a.w3[id].data, a.w2[id].data, d.dim, d.inter, d.swiglu_limit,
+                                       true, w, d.md, acc.data(), scratch.data());
+      if (d.shared_expert)
+        ref::moe_expert_row_accumulate(x, a.shared_w1.data, a.shared_w3.data, a.shared_w2.data, d.dim, d.inter,
+                                       d.swiglu_limit, false, 0.f, d.md, acc.data(), scratch.data());
+      for (int64_t o = 0; o < d.dim; ++o) a.out(r, o) = ref::round_md(acc[o], d.md);
+    }
+  }, 2);
+  return {};
+}
+
+Status moe_route(ExecContext& ctx, MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  return detail::dispatch_cpu<MoeRoute>(ctx, d, a);
+}
+Status moe_experts(ExecContext& ctx, MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
+  return detail::dispatch_cpu<MoeExperts>(ctx, d, a);
+}
+
+}  // namespace tessera::ops

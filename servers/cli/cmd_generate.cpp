@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+/// `tessera generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--dtype fp32|bf16] [--ignore-eos]`:
+/// greedy decoding (first index of the max) with the CPU DeepSeek-V4.1 model; prints the generated ids,
+/// comma-separated, on one line. The dtype defaults to the checkpoint's (bf16 if lm_head is stored bf16).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "servers/cli/command.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
+
+namespace tessera::cli {
+
+/// fp32 unless `flag` says bf16, or, when empty, the checkpoint stores lm_head in bf16.
+Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag) {
+  using model::dsv41::Numerics;
+  if (flag == "fp32") return Numerics::kFp32;
+  if (flag == "bf16") return Numerics::kBf16;
+  if (!flag.empty()) return invalid_argument("--dtype must be fp32 or bf16, got '" + flag + "'");
+  model::dsv41::CheckpointSource src;
+  std::string f = dir + "/model.safetensors";
+  TESSERA_TRY(src.open(std::filesystem::exists(f) ? f : dir));
+  auto dt = src.dtype("lm_head.weight");
+  if (!dt) dt = src.dtype("head.weight");
+  return dt && *dt == DType::kBf16 ? Numerics::kBf16 : Numerics::kFp32;
+}
+
+static Result<std::vector<int32_t>> parse_ids(std::string const& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    std::string tok = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    try {
+      size_t used = 0;
+      long v = std::stol(tok, &used);
+      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (std::exception const&) {
+      return invalid_argument("--prompt-ids: '" + tok + "' is not a token id");
+    }
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  if (ids.empty()) return invalid_argument("--prompt-ids is empty");
+  return ids;
+}
+
+int cmd_generate(std::vector<std::string> const& args) {
+  ArgParser p(args, {"model", "prompt-ids", "max-new-tokens", "dtype"}, {"ignore-eos"});
+  if (!p.error().empty() || !p.has("model") || !p.has("prompt-ids")) {
+    std::fprintf(stderr, "usage: tessera generate --model DIR --prompt-ids 1,2,3 [--max-new-tokens N] "
+                         "[--dtype fp32|bf16] [--ignore-eos]\n%s\n", p.error().c_str());
+    return 2;
+  }
+  std::string dir = *p.get("model");
+  auto ids = parse_ids(*p.get("prompt-ids"));
+  if (!ids) throw Error(ids.status());
+  long n = std::stol(p.get_or("max-new-tokens", "16"));
+  auto num = numerics_for(dir, p.get_or("dtype", ""));
+  if (!num) throw Error(num.status());
+  model::dsv41::ModelOptions o;
+  o.numerics = *num;
+  auto m = model::dsv41::load_model(dir, o).value_or_throw();
+  int64_t V = m->info().vocab_size;
+  auto st = m->new_sequence();
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<int32_t> cur = *ids, out;
+  for (long k = 0; k < n; ++k) {
+    model::SequenceStep step{st.get(), cur, 1, logits.data()};
+    throw_if_error(m->forward({&step, 1}));
+    int32_t tok = static_cast<int32_t>(model::dsv41::argmax_first(logits.data(), V));
+    out.push_back(tok);
+    cur.assign(1, tok);
+    bool eos = false;
+    for (int32_t e : m->info().eos_token_ids) eos = eos || e == tok;
+    if (eos && !p.has("ignore-eos")) break;
+  }
+  for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+/// `tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16]`: the golden parity gate of
+/// models/deepseek_v41/golden_gate (free-running greedy and teacher-forced logits against every golden
+/// step, near-tie certification, derived tolerances). One line per prompt and per disagreement, then
+/// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
+/// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "servers/cli/command.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
+
+namespace tessera::cli {
+
+Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
+
+int cmd_verify_golden(std::vector<std::string> const& args) {
+  ArgParser p(args, {"model", "golden", "dtype"});
+  if (!p.error().empty() || !p.has("model") || !p.has("golden")) {
+    std::fprintf(stderr, "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16]\n%s\n",
+                 p.error().c_str());
+    return 2;
+  }
+  std::string dir = *p.get("model"), gdir = *p.get("golden");
+  auto num = numerics_for(dir, p.get_or("dtype", ""));
+  if (!num) throw Error(num.status());
+  model::dsv41::ModelOptions o;
+  o.numerics = *num;
+  auto m = model::dsv41::load_model(dir, o).value_or_throw();
+  model::dsv41::CheckpointSource golden;
+  std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;
+  throw_if_error(golden.open(gfile));
+  std::printf("model %s (%s), golden %s\n", dir.c_str(), m->info().dtype.c_str(), gfile.c_str());
+  auto rep = model::dsv41::run_golden_gate(*m, golden, [](std::string const& s) { std::printf("%s\n", s.c_str()); })
+                 .value_or_throw();
+  for (auto const& r : rep.reasons) std::printf("FAIL: %s\n", r.c_str());
+  std::printf("%s\n", rep.summary_line().c_str());
+  return rep.pass ? 0 : 1;
+}
+
+}  // namespace tessera::cli

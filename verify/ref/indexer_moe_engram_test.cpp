@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Indexer, MoE and Engram ops against independent formulations: per-query scoring loops in double,
+/// sort-based selection (value desc, index asc) with ties and empty visible sets, block maxima with the
+/// forced newest block, a per-token router/expert loop with the clamp biting, and a direct hash.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "tessera/ops/engram.hpp"
+#include "tessera/ops/indexer.hpp"
+#include "tessera/ops/moe.hpp"
+#include "tessera/ref/engram_ref.hpp"
+#include "verify/common/random.hpp"
+
+using namespace tessera;
+
+namespace {
+std::vector<int32_t> sort_select(std::vector<float> const& v, int64_t k) {
+  std::vector<int32_t> idx;
+  for (size_t j = 0; j < v.size(); ++j)
+    if (v[j] > -INFINITY) idx.push_back(static_cast<int32_t>(j));
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return v[a] > v[b]; });  // stable: index asc
+  idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(k)));
+  return idx;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(indexer)
+
+BOOST_AUTO_TEST_CASE(scores_visibility_vs_double) {
+  int64_t rows = 6, Hi = 4, di = 32, T = 10, ratio = 2;
+  auto q = verify::randn(rows * Hi * di, verify::test_seed(71));
+  auto w = verify::randn(rows * Hi, verify::test_seed(72));
+  auto k = verify::randn(T * di, verify::test_seed(73));
+  std::vector<int64_t> pos = {0, 1, 2, 7, 18, 19};
+  std::vector<float> s(rows * T);
+  ExecContext ctx;
+  float scale = 1.f / std::sqrt(32.f);
+  BOOST_REQUIRE(ops::index_score(ctx, {rows, Hi, di, T, ratio, scale},
+                                 {TensorView<float const, 2>(q.data(), {rows, Hi * di}), TensorView<float const, 2>(w.data(), {rows, Hi}),
+                                  TensorView<float const, 2>(k.data(), {T, di}), TensorView<int64_t const, 1>(pos.data(), {rows}),
+                                  TensorView<float, 2>(s.data(), {rows, T})}).ok());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < T; ++j) {
+      if (j >= (pos[r] + 1) / ratio) { BOOST_TEST(std::isinf(s[r * T + j])); continue; }  // pos 0: nothing visible
+      double acc = 0;
+      for (int64_t h = 0; h < Hi; ++h) {
+        double d = 0;
+        for (int64_t i = 0; i < di; ++i) d += static_cast<double>(q[(r * Hi + h) * di + i]) * k[j * di + i];
+        acc += w[r * Hi + h] * std::max(d, 0.0) * scale;
+      }
+      BOOST_TEST(std::fabs(s[r * T + j] - acc) <= 1e-5 * (1 + std::fabs(acc)));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(topk_ties_lower_index_and_empty_rows) {
+  // Row 0: many exact zeros at the cutoff (ReLU); row 1: fewer finite entries than k; row 2: empty.
+  int64_t T = 9, K = 4;
+  std::vector<float> s = {0.f, 0.5f, 0.f, -0.2f, 0.f, 0.f, 0.7f, 0.f, -INFINITY,
+                          0.3f, -INFINITY, 0.1f, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                          -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  std::vector<uint8_t> mask(3 * T, 1);
+  mask[1] = 0;  // candidate mask removes entry 1 of row 0
+  std::vector<int32_t> sel(3 * K);
+  std::vector<uint8_t> tie(3);
+  auto s_orig = s;
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::index_topk(ctx, {3, T, K},
+                                {TensorView<float, 2>(s.data(), {3, T}), TensorView<uint8_t const, 2>(mask.data(), {3, T}),
+                                 TensorView<int32_t, 2>(sel.data(), {3, K}), TensorView<uint8_t, 1>(tie.data(), {3})}).ok());
+  std::vector<int32_t> r0(sel.begin(), sel.begin() + K);
+  BOOST_TEST((r0 == std::vector<int32_t>{6, 0, 2, 4}));  // 0.7 then the three lowest-index zeros
+  BOOST_TEST(tie[0] == 1);
+  BOOST_TEST((std::vector<int32_t>(sel.begin() + K, sel.begin() + 2 * K) == std::vector<int32_t>{9 - 9, 2, -1, -1}));
+  BOOST_TEST(tie[1] == 0);
+  BOOST_TEST((std::vector<int32_t>(sel.begin() + 2 * K, sel.end()) == std::vector<int32_t>{-1, -1, -1, -1}));
+  // Random rows agree with a stable sort.
+  int64_t rows = 20, T2 = 37;
+  auto v = verify::randn(rows * T2, verify::test_seed(74));
+  for (auto& x : v) x = std::round(x * 2) / 2;  // quantised: many exact ties
+  std::vector<int32_t> sel2(rows * 6);
+  std::vector<uint8_t> tie2(rows);
+  auto v2 = v;
+  BOOST_REQUIRE(ops::index_topk(ctx, {rows, T2, 6},
+                                {TensorView<float, 2>(v2.data(), {rows, T2}), {}, TensorView<int32_t, 2>(sel2.data(), {rows, 6}),
+                                 TensorView<uint8_t, 1>(tie2.data(), {rows})}).ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    auto expect = sort_select(std::vector<float>(v.begin() + r * T2, v.begin() + (r + 1) * T2), 6);
+    BOOST_TEST((std::vector<int32_t>(sel2.begin() + r * 6, sel2.begin() + (r + 1) * 6) == expect));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(candidate_blocks_forced_newest_block) {
+  int64_t T = 14, Bc = 4, topb = 2, ratio = 1;
+  // Query at position 9: visible entries 0..9, blocks 0..2 visible, block 2 (entries 8..11) forced.
+  std::vector<float> s(T, -INFINITY);
+  float vals[10] = {0.9f, 0.1f, 0.f, 0.f, 0.95f, 0.f, 0.f, 0.f, -0.5f, -0.6f};
+  std::copy(vals, vals + 10, s.begin());
+  std::vector<int64_t> pos = {9};
+  std::vector<uint8_t> mask(T), tie(1);
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::candidate_blocks(ctx, {1, T, ratio, Bc, topb},
+                                      {TensorView<float const, 2>(s.data(), {1, T}), TensorView<int64_t const, 1>(pos.data(), {1}),
+                                       TensorView<uint8_t, 2>(mask.data(), {1, T}), TensorView<uint8_t, 1>(tie.data(), {1})}).ok());
+  // Block maxima: b0 = 0.9, b1 = 0.95, b2 = +inf (forced); keep b2 and b1.
+  for (int64_t j = 0; j < T; ++j) BOOST_TEST(mask[j] == ((j >= 4 && j < 12) ? 1 : 0));
+  // Position 0 with ratio 2: nothing visible, no block forced, nothing kept.
+  std::vector<float> none(T, -INFINITY);
+  std::vector<int64_t> p0 = {0};
+  BOOST_REQUIRE(ops::candidate_blocks(ctx, {1, T, 2, Bc, topb},
+                                      {TensorView<float const, 2>(none.data(), {1, T}), TensorView<int64_t const, 1>(p0.data(), {1}),
+                                       TensorView<uint8_t, 2>(mask.data(), {1, T}), TensorView<uint8_t, 1>(tie.data(), {1})}).ok());
+  BOOST_TEST(std::accumulate(mask.begin(), mask.end(), 0) == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(moe)
+
+BOOST_AUTO_TEST_CASE(route_and_experts_vs_token_loop_with_clamp) {
+  int64_t rows = 9, E = 8, D = 32, I = 16, K = 2;
+  float limit = 0.6f, rs = 1.5f;
+  auto x = verify::randn(rows * D, verify::test_seed(81));
+  auto gate = verify::randn(E * D, verify::test_seed(82), 0.3f);
+  auto bias = verify::randn(E, verify::test_seed(83), 0.1f);
+  x[3 * D] = 40.f;  // a large logit: softplus passes x > 20 through
+  std::vector<float> w(rows * K);
+  std::vector<int32_t> ids(rows * K);
+  std::vector<uint8_t> tie(rows);
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::moe_route(ctx, {rows, E, D, K, 1.f, rs, true},
+                               {TensorView<float const, 2>(x.data(), {rows, D}), TensorView<float const, 2>(gate.data(), {E, D}),
+                                TensorView<float const, 1>(bias.data(), {E}), TensorView<float, 2>(w.data(), {rows, K}),
+                                TensorView<int32_t, 2>(ids.data(), {rows, K}), TensorView<uint8_t, 1>(tie.data(), {rows})}).ok());
+  std::vector<std::vector<float>> w1(E), w3(E), w2(E);
+  std::vector<TensorView<float const, 2>> v1, v3, v2;
+  for (int64_t e = 0; e < E; ++e) {
+    w1[e] = verify::randn(I * D, verify::test_seed(100 + e), 0.4f);
+    w3[e] = verify::randn(I * D, verify::test_seed(200 + e), 0.4f);
+    w2[e] = verify::randn(D * I, verify::test_seed(300 + e), 0.3f);
+    v1.emplace_back(w1[e].data(), std::array<int64_t, 2>{I, D});
+    v3.emplace_back(w3[e].data(), std::array<int64_t, 2>{I, D});
+    v2.emplace_back(w2[e].data(), std::array<int64_t, 2>{D, I});
+  }
+  auto s1 = verify::randn(I * D, verify::test_seed(401), 0.4f), s3 = verify::randn(I * D, verify::test_seed(402), 0.4f),
+       s2 = verify::randn(D * I, verify::test_seed(403), 0.3f);
+  std::vector<float> out(rows * D);
+  ops::MoeExpertsArgs ma{TensorView<float const, 2>(x.data(), {rows, D}), TensorView<int32_t const, 2>(ids.data(), {rows, K}),
+                         TensorView<float const, 2>(w.data(), {rows, K}), v1, v3, v2,
+                         TensorView<float const, 2>(s1.data(), {I, D}), TensorView<float const, 2>(s3.data(), {I, D}),
+                         TensorView<float const, 2>(s2.data(), {D, I}), TensorView<float, 2>(out.data(), {rows, D})};
+  BOOST_REQUIRE(ops::moe_experts(ctx, {rows, E, D, I, K, limit, true, DType::kF32}, ma).ok());
+  int clamp_bites = 0;
+  auto expert = [&](float const* xr, float const* a1, float const* a3, float const* a2, double wt, std::vector<double>& y) {
+    for (int64_t i = 0; i < I; ++i) {
+      double g = 0, u = 0;
+      for (int64_t c = 0; c < D; ++c) { g += static_cast<double>(a1[i * D + c]) * xr[c]; u += static_cast<double>(a3[i * D + c]) * xr[c]; }
+      if (u > limit || u < -limit || g > limit) ++clamp_bites;
+      u = std::clamp(u, -static_cast<double>(limit), static_cast<double>(limit));
+      g = std::min(g, static_cast<double>(limit));
+      double act = wt * g / (1 + std::exp(-g)) * u;
+      for (int64_t o = 0; o < D; ++o) y[o] += static_cast<double>(a2[o * I + i]) * act;
+    }
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> sc(E), biased(E);
+    for (int64_t e = 0; e < E; ++e) {
+      double l = 0;
+      for (int64_t c = 0; c < D; ++c) l += static_cast<double>(x[r * D + c]) * gate[e * D + c];
+      sc[e] = std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
+      biased[e] = sc[e] + bias[e];
+    }
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return biased[a] > biased[b]; });
+    double sum = sc[order[0]] + sc[order[1]];
+    for (int i = 0; i < K; ++i) {
+      BOOST_TEST(ids[r * K + i] == order[i]);
+      BOOST_TEST(std::fabs(w[r * K + i] - sc[order[i]] / (sum + 1e-20) * rs) <= 1e-5);
+    }
+    std::vector<double> y(D, 0.0);
+    for (int e = 0; e < E; ++e)  // ascending expert id
+      for (int i = 0; i < K; ++i)
+        if (ids[r * K + i] == e) expert(&x[r * D], w1[e].data(), w3[e].data(), w2[e].data(), w[r * K + i], y);
+    expert(&x[r * D], s1.data(), s3.data(), s2.data(), 1.0, y);
+    for (int64_t o = 0; o < D; ++o) BOOST_TEST(std::fabs(out[r * D + o] - y[o]) <= 1e-5 * (1 + std::fabs(y[o])));
+  }
+  BOOST_TEST(clamp_bites > 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(engram)
+
+BOOST_AUTO_TEST_CASE(hash_gather_gate_vs_direct) {
+  // Tiny layer-1 constants (spec §6, Appendix A).
+  std::vector<int64_t> primes = {67, 71, 73, 79, 83, 89}, offs = {0, 67, 138, 211, 290, 373};
+  std::vector<int64_t> mult = {29662608052400909, 1873410163432121, 13919202536988139, 28638879857136817};
+  int64_t N = 4, He = 2, C = 6, pad = 1;
+  // Look-back rows, including blocked slots (pad) from the sequence start.
+  std::vector<int64_t> look = {5, pad, pad, pad, 7, 5, pad, pad, 9, 7, 5, pad, 255, 9, 7, 5};
+  int64_t rows = 4;
+  std::vector<int64_t> ids(rows * C);
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::engram_hash(ctx, {rows, N, He},
+                                 {TensorView<int64_t const, 2>(look.data(), {rows, N}), TensorView<int64_t const, 1>(mult.data(), {N}),
+                                  TensorView<int64_t const, 1>(primes.data(), {C}), TensorView<int64_t const, 1>(offs.data(), {C}),
+                                  TensorView<int64_t, 2>(ids.data(), {rows, C})}).ok());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 1; g < N; ++g) {
+      uint64_t h = 0;
+      for (int64_t i = 0; i <= g; ++i) h ^= static_cast<uint64_t>(look[r * N + i]) * static_cast<uint64_t>(mult[i]);
+      for (int64_t hd = 0; hd < He; ++hd) {
+        int64_t c = (g - 1) * He + hd;
+        BOOST_TEST(ids[r * C + c] == static_cast<int64_t>(h % static_cast<uint64_t>(primes[c])) + offs[c]);
+        BOOST_TEST((ids[r * C + c] >= offs[c] && ids[r * C + c] < offs[c] + primes[c]));
+      }
+    }
+  // Gate: out_k = h_k + σ(signed sqrt of the normalised dot)·v.
+  int64_t n = 4, D = 64;
+  auto x = verify::randn(rows * n * D, verify::test_seed(91), 0.5f);
+  auto kv = verify::randn(rows * (n + 1) * D, verify::test_seed(92));
+  auto wq = verify::randn(n * D, verify::test_seed(93), 0.2f, 1.f);
+  for (int64_t i = 0; i < n * D; ++i) kv[i] = -x[i];  // row 0: keys opposite to the streams → dot < 0
+  std::vector<float> out(rows * n * D);
+  BOOST_REQUIRE(ops::engram_gate(ctx, {rows, n, D, 1e-20f, DType::kF32},
+                                 {TensorView<float const, 2>(x.data(), {rows, n * D}), TensorView<float const, 2>(kv.data(), {rows, (n + 1) * D}),
+                                  TensorView<float const, 1>(wq.data(), {n * D}), TensorView<float, 2>(out.data(), {rows, n * D})}).ok());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < n; ++k) {
+      double hh = 0, kk = 0, dt = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        double h = x[(r * n + k) * D + i], key = kv[r * (n + 1) * D + k * D + i];
+        hh += h * h; kk += key * key; dt += h * wq[k * D + i] * key;
+      }
+      dt = dt / std::sqrt(hh / D + 1e-20) / std::sqrt(kk / D + 1e-20) / std::sqrt(static_cast<double>(D));
+      double g = 1 / (1 + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(dt), 1e-6)), dt)));
+      if (r == 0) BOOST_TEST(g < 0.5);
+      for (int64_t i = 0; i < D; ++i) {
+        double e = x[(r * n + k) * D + i] + g * kv[r * (n + 1) * D + n * D + i];
+        BOOST_TEST(std::fabs(out[(r * n + k) * D + i] - e) <= 1e-5 * (1 + std::fabs(e)));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(lookback_blocks_at_start_and_dead_positions) {
+  // Compressed ids by position; position 3 is DEAD (a pad). pad_c = 1.
+  std::vector<int64_t> hist = {10, 11, 12, ref::kEngramDead, 14, 15, 16};
+  auto h = [&](int64_t p) { return hist[static_cast<size_t>(p)]; };
+  int64_t tok[4];
+  ref::engram_lookback(h, 1, 4, 1, tok);  // t = 1: shifts 2, 3 fall before the start
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{11, 10, 1, 1}));
+  ref::engram_lookback(h, 5, 4, 1, tok);  // shift 2 reaches the DEAD position: it and every longer one pad
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{15, 14, 1, 1}));
+  ref::engram_lookback(h, 3, 4, 1, tok);  // the DEAD position itself blocks everything
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{1, 1, 1, 1}));
+  ref::engram_lookback(h, 6, 4, 1, tok);
+  BOOST_TEST((std::vector<int64_t>(tok, tok + 4) == std::vector<int64_t>{16, 15, 14, 1}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+/// QAT fake quantisers, RMSNorm and RoPE ops against independent formulations: brute-force nearest-grid
+/// search over every e4m3 / e2m1 value (ties resolved by the spec's rule, not by the bit tricks of
+/// core/dtype.hpp), double-precision norms and complex-number rotations.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <complex>
+#include <vector>
+
+#include "tessera/ops/norm.hpp"
+#include "tessera/ops/qat.hpp"
+#include "tessera/ops/rope.hpp"
+#include "tessera/ref/rope_ref.hpp"
+#include "verify/common/random.hpp"
+
+using namespace tessera;
+
+namespace {
+
+/// Nearest e4m3 value to q (|q| ≤ 448) by exhaustive search; ties to the even code.
+float e4m3_nearest(float q) {
+  double best = 1e30;
+  int best_code = 0;
+  for (int c = 0; c < 256; ++c) {
+    float v = float_from_fp8_e4m3(static_cast<uint8_t>(c));
+    if (std::isnan(v)) continue;
+    double d = std::fabs(static_cast<double>(v) - q);
+    if (d < best || (d == best && (c & 1) == 0 && std::signbit(v) == std::signbit(q))) { best = d; best_code = c; }
+  }
+  return float_from_fp8_e4m3(static_cast<uint8_t>(best_code));
+}
+/// Nearest e2m1 magnitude with the spec's tie table: ties at 0.25, 1.25, 2.5, 5 round down, at 0.75,
+/// 1.75, 3.5 round up.
+float e2m1_nearest(float q) {
+  static double const grid[8] = {0, .5, 1, 1.5, 2, 3, 4, 6};
+  double a = std::fabs(q);
+  int best = 0;
+  for (int i = 1; i < 8; ++i) {
+    double d = std::fabs(grid[i] - a), db = std::fabs(grid[best] - a);
+    if (d < db || (d == db && (i % 2 == 0))) best = i;  // tie → even code index
+  }
+  return static_cast<float>(std::signbit(q) ? -grid[best] : grid[best]);
+}
+
+std::vector<float> quant(std::vector<float> x, int64_t dim, ops::QatKind kind) {
+  ExecContext ctx;
+  int64_t rows = static_cast<int64_t>(x.size()) / dim;
+  BOOST_REQUIRE(ops::fake_quant(ctx, {rows, dim, kind, DType::kF32}, {TensorView<float, 2>(x.data(), {rows, dim})}).ok());
+  return x;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(qat)
+
+BOOST_AUTO_TEST_CASE(fp8_block32_vs_bruteforce) {
+  auto x = verify::randn(64 * 8, verify::test_seed(11), 2.f);
+  x[5] = 0.f;  x[40] = -0.f;  // zeros inside a block
+  for (int i = 64; i < 96; ++i) x[i] = 1e-6f * (i - 80);  // amax clamp to 1e-4 bites
+  auto y = quant(x, 64, ops::QatKind::kFp8Block32);
+  for (size_t b = 0; b < x.size(); b += 32) {
+    double amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+    amax = std::max(amax, 1e-4);
+    // Smallest power of two ≥ amax/448 (computed in double; amax/448 is not a power of two here).
+    double scale = std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(static_cast<float>(amax) * (1.f / 448.f)))));
+    for (size_t i = b; i < b + 32; ++i) {
+      float q = std::clamp(x[i] / static_cast<float>(scale), -448.f, 448.f);
+      BOOST_TEST(y[i] == e4m3_nearest(q) * static_cast<float>(scale));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp4_block16_e4m3_ties_and_bruteforce) {
+  // A block with amax 6 has scale e4m3(1) = 1, so the tie points are hit exactly.
+  std::vector<float> x = {6.f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, -0.25f, -0.75f, -2.5f, -5.f, -0.f, 0.1f, 5.5f, -6.f};
+  auto y = quant(x, 16, ops::QatKind::kFp4Block16E4m3);
+  std::vector<float> expect = {6, 0, 1, 1, 2, 2, 4, 4, -0.f, -1, -2, -4, -0.f, 0, 6, -6};
+  for (size_t i = 0; i < x.size(); ++i) BOOST_TEST(y[i] == expect[i]);
+  BOOST_TEST(std::signbit(y[8]));   // −0.25 → −0 keeps its sign
+  auto r = verify::randn(16 * 20, verify::test_seed(12), 0.3f);
+  auto z = quant(r, 32, ops::QatKind::kFp4Block16E4m3);
+  for (size_t b = 0; b < r.size(); b += 16) {
+    float amax = 0;
+    for (size_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(r[i]));
+    float scale = e4m3_nearest(std::max(amax, 6.f / 512.f) / 6.f);
+    for (size_t i = b; i < b + 16; ++i)
+      BOOST_TEST(z[i] == e2m1_nearest(std::clamp(r[i] / scale, -6.f, 6.f)) * scale);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp4_block32_ue8m0_vs_bruteforce) {
+  auto r = verify::randn(32 * 16, verify::test_seed(13), 1.5f);
+  auto z = quant(r, 64, ops::QatKind::kFp4Block32Ue8m0);
+  for (size_t b = 0; b < r.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(r[i]));
+    float t = amax * static_cast<float>(1.0 / 6.0);
+    float scale = static_cast<float>(std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(static_cast<double>(t))))));
+    for (size_t i = b; i < b + 32; ++i) BOOST_TEST(z[i] == e2m1_nearest(std::clamp(r[i] / scale, -6.f, 6.f)) * scale);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(near_boundary_report) {
+  // Blocks of 32 with amax 384 (scale 1): 2.375 is the e4m3 midpoint between 2.25 and 2.5. The reach
+  // is 2 ulps of the block's amax (2·2^-15 = 6.1e-5 here).
+  std::vector<float> x(64, 0.5f);
+  x[0] = 384.f; x[1] = 2.375f - 2e-5f;                        // within reach of a midpoint: flagged
+  x[32] = 384.f; x[33] = 2.3f;                                // every value well inside its cell
+  for (int i = 34; i < 64; ++i) x[i] = 0.25f * (i % 7) + 0.1f;
+  std::vector<uint8_t> near(2, 9);
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::fake_quant(ctx, {2, 32, ops::QatKind::kFp8Block32, DType::kF32, 2},
+                                {TensorView<float, 2>(x.data(), {2, 32}), TensorView<uint8_t, 1>(near.data(), {2})}).ok());
+  BOOST_TEST(near[0] == 1);
+  BOOST_TEST(near[1] == 0);
+  BOOST_TEST(x[1] == 2.25f);  // and the quantisation itself still happened
+}
+
+BOOST_AUTO_TEST_CASE(width_not_multiple_of_block_passes_through) {
+  auto x = verify::randn(48, verify::test_seed(14));
+  auto y = quant(x, 48, ops::QatKind::kFp8Block32);
+  BOOST_TEST(x == y);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(norm)
+
+BOOST_AUTO_TEST_CASE(weighted_and_unweighted_vs_double) {
+  int64_t rows = 7, dim = 96;
+  auto x = verify::randn(rows * dim, verify::test_seed(21));
+  auto w = verify::randn(dim, verify::test_seed(22), 0.1f, 1.f);
+  for (int64_t i = 0; i < dim; ++i) x[6 * dim + i] = 0.f;  // a zero row: eps = 1e-20 gives zeros, not NaN
+  ExecContext ctx;
+  for (bool weighted : {true, false})
+    for (DType md : {DType::kF32, DType::kBf16}) {
+      std::vector<float> y(rows * dim);
+      BOOST_REQUIRE(ops::rms_norm(ctx, {rows, dim, 1e-20f, weighted, md},
+                                  {TensorView<float const, 2>(x.data(), {rows, dim}), TensorView<float const, 1>(w.data(), {dim}),
+                                   TensorView<float, 2>(y.data(), {rows, dim})}).ok());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+        double inv = 1.0 / std::sqrt(ss / dim + 1e-20);
+        for (int64_t i = 0; i < dim; ++i) {
+          double e = x[r * dim + i] * inv * (weighted ? w[i] : 1.0);
+          float got = y[r * dim + i];
+          BOOST_TEST(!std::isnan(got));
+          double tol = (weighted && md == DType::kBf16) ? std::fabs(e) * 0x1p-7 + 1e-30 : std::fabs(e) * 1e-6 + 1e-30;
+          BOOST_TEST(std::fabs(got - e) <= tol);
+          if (weighted && md == DType::kBf16) BOOST_TEST(got == round_to_bf16(got));
+        }
+      }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rope)
+
+BOOST_AUTO_TEST_CASE(partial_interleaved_vs_complex_and_inverse) {
+  int64_t rows = 5, heads = 3, hd = 64, rd = 16;
+  auto x = verify::randn(rows * heads * hd, verify::test_seed(31));
+  std::vector<int64_t> pos = {0, 1, 17, 300, 1000};
+  auto inv = ref::rope_inv_freq_default(10000.0, rd);
+  auto y = x;
+  ExecContext ctx;
+  auto run = [&](std::vector<float>& v, bool inverse) {
+    BOOST_REQUIRE(ops::rope(ctx, {rows, heads, hd, rd, inverse, DType::kF32},
+                            {TensorView<float, 2>(v.data(), {rows, heads * hd}), TensorView<int64_t const, 1>(pos.data(), {rows}),
+                             TensorView<float const, 1>(inv.data(), {rd / 2})}).ok());
+  };
+  run(y, false);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      float const* a = &x[(r * heads + h) * hd];
+      float const* b = &y[(r * heads + h) * hd];
+      for (int64_t i = 0; i < hd - rd; ++i) BOOST_TEST(a[i] == b[i]);  // nope channels untouched
+      for (int64_t p = 0; p < rd / 2; ++p) {
+        double phi = static_cast<double>(static_cast<float>(pos[r]) * inv[p]);
+        std::complex<double> z(a[hd - rd + 2 * p], a[hd - rd + 2 * p + 1]), e = z * std::polar(1.0, phi);
+        BOOST_TEST(std::fabs(b[hd - rd + 2 * p] - e.real()) <= 1e-5);
+        BOOST_TEST(std::fabs(b[hd - rd + 2 * p + 1] - e.imag()) <= 1e-5);
+      }
+    }
+  run(y, true);
+  for (size_t i = 0; i < x.size(); ++i) BOOST_TEST(std::fabs(y[i] - x[i]) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(yarn_tiny_table_matches_formula) {
+  // Tiny configuration (spec §6): low = 0, high = 3 → slot 0 original, slots ≥ 3 divided by 4.
+  auto f = ref::rope_inv_freq_yarn(160000.0, 16, 4.0, 32.0, 1.0, 128.0);
+  auto d = ref::rope_inv_freq_default(160000.0, 16);
+  BOOST_TEST(f[0] == d[0]);
+  for (int j = 3; j < 8; ++j) BOOST_TEST(std::fabs(f[j] - d[j] / 4) <= 1e-6 * d[j]);
+  BOOST_TEST((f[1] < d[1] && f[1] > d[1] / 4));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
