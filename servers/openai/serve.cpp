@@ -16,6 +16,7 @@
 #include "servers/openai/engine/stub_model.hpp"
 #include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::server {
 namespace json = boost::json;
@@ -130,6 +131,7 @@ int serve_main(ServeConfig cfg) {
     cfg.api.api_key_digests = std::move(*keys);
   }
   std::unique_ptr<StubBundle> stub;
+  std::unique_ptr<model::LanguageModel> real;
   std::string description;
   if (cfg.model_dir.empty() || cfg.model_dir == "stub") {
     auto b = make_stub(cfg);
@@ -138,19 +140,40 @@ int serve_main(ServeConfig cfg) {
     description = "smoke-test model: deterministic hash-based logits, no weights (replies are noise); tokenizer: " +
                   (cfg.tokenizer_file.empty() ? std::string("byte-level stand-in") : cfg.tokenizer_file);
   } else {
-    std::fprintf(stderr, "tessera serve: --model %s: loading DeepSeek-V4.1 checkpoints needs the model module, which this build "
-                         "does not contain yet; use --model stub\n", cfg.model_dir.c_str());
-    return 2;
+    // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model.
+    auto m = model::dsv41::load_model(cfg.model_dir, {});
+    if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
+    real = std::move(*m);
+    stub = std::make_unique<StubBundle>();
+    std::string tok_file = cfg.tokenizer_file;
+    if (tok_file.empty()) {
+      std::FILE* f = std::fopen((cfg.model_dir + "/tokenizer.json").c_str(), "rb");
+      if (f) { std::fclose(f); tok_file = cfg.model_dir + "/tokenizer.json"; }
+    }
+    if (!tok_file.empty()) {
+      auto t = load_v41_tokenizer(tok_file);
+      if (t.ok()) { stub->tokenizer = std::move(t->tokenizer); stub->codec = std::move(t->codec); }
+      else std::fprintf(stderr, "tessera serve: tokenizer %s not usable (%s); using the byte-level stand-in\n",
+                        tok_file.c_str(), t.status().message().c_str());
+    }
+    if (!stub->codec) stub->codec = make_byte_codec();
+    stub->chat = make_deepseek_chat_format(stub->tokenizer.get());
+    description = "DeepSeek-V4.1 from " + cfg.model_dir + " (CPU reference model); tokenizer: " + stub->codec->name();
   }
-  Engine engine(*stub->model, cfg.engine);
+  model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
+  Engine engine(lm, cfg.engine);
   ServedModel served;
-  served.id = stub->model->info().name;
+  served.id = !cfg.served_name.empty() ? cfg.served_name : real ? "deepseek-v4.1-" + std::string(real->info().name.empty() ? "local" : real->info().name) : lm.info().name;
   served.description = description;
   served.codec = stub->codec.get();
   served.chat = stub->chat.get();
   served.parser = &make_deepseek_output_parser;
-  {
-    auto f = ConstraintFactory::create(*served.codec, stub->model->info().eos_token_ids);
+  if (served.codec->vocab_size() > lm.info().vocab_size) {
+    std::fprintf(stderr, "tessera serve: the tokenizer (%lld ids) is larger than the model's vocabulary (%lld): "
+                         "grammar-constrained decoding is off\n", static_cast<long long>(served.codec->vocab_size()),
+                 static_cast<long long>(lm.info().vocab_size));
+  } else {
+    auto f = ConstraintFactory::create(*served.codec, lm.info().eos_token_ids);
     if (!f.ok()) { std::fprintf(stderr, "tessera serve: grammar vocabulary: %s\n", f.status().message().c_str()); return 1; }
     served.constraints = std::move(*f);
   }
