@@ -296,6 +296,24 @@ def test_real_tokenizer_wiring(srv):
         assert s == 200 and json.loads(b)["usage"]["completion_tokens"] == 8
 
 
+def test_golden_tiny_model(srv):
+    # The real DeepSeek-V4.1 tiny model (golden fixture weights) behind the engine: greedy replies to
+    # token-id prompts are the same alone and under concurrency.
+    shared = os.environ.get("TESSERA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "../../../../shared"))
+    with harness.Server(EXE, "--model", os.path.join(shared, "golden", "v41-tiny", "fp32"), scripts=False) as tiny:
+        body = lambda i: {"prompt": [1, 2 + i, 3, 4, 5], "max_tokens": 6, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+        solo = [json.loads(tiny.request("POST", "/v1/completions", body(i))[2])["choices"][0]["token_ids"] for i in range(4)]
+        assert all(len(x) == 6 for x in solo)
+        out = [None] * 8
+        ts = [threading.Thread(target=lambda k=k: out.__setitem__(k, json.loads(tiny.request("POST", "/v1/completions", body(k % 4))[2])))
+              for k in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert [o["choices"][0]["token_ids"] for o in out] == [solo[k % 4] for k in range(8)]
+
+
 def test_metrics_and_health(srv):
     s, h, b = srv.request("GET", "/metrics")
     text = b.decode()
