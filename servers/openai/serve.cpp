@@ -14,7 +14,9 @@
 #include <boost/json.hpp>
 
 #include "servers/openai/engine/stub_model.hpp"
+#include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::server {
 namespace json = boost::json;
@@ -50,8 +52,9 @@ namespace {
 // The stand-in served model: StubModel over the byte-level codec (vocabulary 264: bytes + specials) or
 // over a real tokenizer (--tokenizer), whose printable-ASCII tokens get the random logits.
 struct StubBundle {
+  std::shared_ptr<models::Tokenizer const> tokenizer;  // null with the byte-level codec
   std::unique_ptr<TextCodec> codec;
-  std::unique_ptr<ChatFormat> chat = make_v41_chat_format();
+  std::unique_ptr<ChatFormat> chat;
   std::unique_ptr<StubModel> model;
 };
 
@@ -60,10 +63,12 @@ Result<std::unique_ptr<StubBundle>> make_stub(ServeConfig const& cfg) {
   if (cfg.tokenizer_file.empty()) {
     b->codec = make_byte_codec();
   } else {
-    auto c = load_tokenizer_codec(cfg.tokenizer_file);
-    if (!c.ok()) return c.status();
-    b->codec = std::move(*c);
+    auto t = load_v41_tokenizer(cfg.tokenizer_file);
+    if (!t.ok()) return t.status();
+    b->tokenizer = std::move(t->tokenizer);
+    b->codec = std::move(t->codec);
   }
+  b->chat = make_deepseek_chat_format(b->tokenizer.get());
   for (char const* t : {"<｜end▁of▁sentence｜>", "<｜Assistant｜>"})
     if (!b->codec->special_id(t)) return malformed(std::string("the tokenizer has no special token ") + t);
   StubModelConfig sc;
@@ -126,6 +131,7 @@ int serve_main(ServeConfig cfg) {
     cfg.api.api_key_digests = std::move(*keys);
   }
   std::unique_ptr<StubBundle> stub;
+  std::unique_ptr<model::LanguageModel> real;
   std::string description;
   if (cfg.model_dir.empty() || cfg.model_dir == "stub") {
     auto b = make_stub(cfg);
@@ -134,18 +140,45 @@ int serve_main(ServeConfig cfg) {
     description = "smoke-test model: deterministic hash-based logits, no weights (replies are noise); tokenizer: " +
                   (cfg.tokenizer_file.empty() ? std::string("byte-level stand-in") : cfg.tokenizer_file);
   } else {
-    std::fprintf(stderr, "tessera serve: --model %s: loading DeepSeek-V4.1 checkpoints needs the model module, which this build "
-                         "does not contain yet; use --model stub\n", cfg.model_dir.c_str());
-    return 2;
+    // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model.
+    auto m = model::dsv41::load_model(cfg.model_dir, {});
+    if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
+    real = std::move(*m);
+    stub = std::make_unique<StubBundle>();
+    std::string tok_file = cfg.tokenizer_file;
+    if (tok_file.empty()) {
+      std::FILE* f = std::fopen((cfg.model_dir + "/tokenizer.json").c_str(), "rb");
+      if (f) { std::fclose(f); tok_file = cfg.model_dir + "/tokenizer.json"; }
+    }
+    if (!tok_file.empty()) {
+      auto t = load_v41_tokenizer(tok_file);
+      if (t.ok()) { stub->tokenizer = std::move(t->tokenizer); stub->codec = std::move(t->codec); }
+      else std::fprintf(stderr, "tessera serve: tokenizer %s not usable (%s); using the byte-level stand-in\n",
+                        tok_file.c_str(), t.status().message().c_str());
+    }
+    if (!stub->codec) stub->codec = make_byte_codec();
+    stub->chat = make_deepseek_chat_format(stub->tokenizer.get());
+    description = "DeepSeek-V4.1 from " + cfg.model_dir + " (CPU reference model); tokenizer: " + stub->codec->name();
   }
   std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(*stub->model) : nullptr;
   Engine engine(wrapped ? *wrapped : *stub->model, cfg.engine);
+  model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
+  Engine engine(lm, cfg.engine);
   ServedModel served;
-  served.id = stub->model->info().name;
+  served.id = !cfg.served_name.empty() ? cfg.served_name : real ? "deepseek-v4.1-" + std::string(real->info().name.empty() ? "local" : real->info().name) : lm.info().name;
   served.description = description;
   served.codec = stub->codec.get();
   served.chat = stub->chat.get();
-  served.parser = &make_v41_output_parser;
+  served.parser = &make_deepseek_output_parser;
+  if (served.codec->vocab_size() > lm.info().vocab_size) {
+    std::fprintf(stderr, "tessera serve: the tokenizer (%lld ids) is larger than the model's vocabulary (%lld): "
+                         "grammar-constrained decoding is off\n", static_cast<long long>(served.codec->vocab_size()),
+                 static_cast<long long>(lm.info().vocab_size));
+  } else {
+    auto f = ConstraintFactory::create(*served.codec, lm.info().eos_token_ids);
+    if (!f.ok()) { std::fprintf(stderr, "tessera serve: grammar vocabulary: %s\n", f.status().message().c_str()); return 1; }
+    served.constraints = std::move(*f);
+  }
   served.engine = &engine;
   Api api(served, cfg.api);
   HttpServer http(api, cfg.http);

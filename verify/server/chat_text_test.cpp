@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The server's stand-in V4.1 chat encoder against the worked examples of spec/chat-format.md §2.5, and
-/// its streaming output parser: the reply parsed whole, split at every byte boundary into two pieces,
-/// and fed one byte at a time must give the same reasoning, content, tool names and arguments.
+/// The routes' adapters over the model module's V4.1 chat format: OpenAI-side messages rendered through
+/// the adapter equal the worked examples of spec/chat-format.md §2.5, and the streaming output parser
+/// behind the adapter gives the same reasoning, content, tool names and arguments whether the reply
+/// arrives whole, split at every byte boundary into two pieces, or one byte at a time; every call gets
+/// a `call_` id on its first delta.
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
-#include "servers/openai/routes/text.hpp"
+#include "servers/openai/routes/deepseek_chat.hpp"
 
 using namespace tessera::server;
 namespace json = boost::json;
@@ -15,7 +17,7 @@ namespace {
 std::string const kEffort75 = "Reasoning Effort: 75 (range 1-100, the higher the value, the more thorough the reasoning)\n\n";
 
 std::string render(std::vector<ChatMessage> const& m, ChatRenderOptions const& o) {
-  auto r = make_v41_chat_format()->render(m, o);
+  auto r = make_deepseek_chat_format(nullptr)->render(m, o);
   BOOST_REQUIRE(r.ok());
   return *r;
 }
@@ -27,7 +29,7 @@ struct Parsed {
 };
 
 Parsed parse_pieces(std::vector<std::string> const& pieces, bool thinking, bool tools) {
-  auto p = make_v41_output_parser(thinking, tools);
+  auto p = make_deepseek_output_parser(thinking, tools);
   Parsed out;
   auto take = [&](OutputDelta const& d) {
     out.reasoning += d.reasoning;
@@ -140,8 +142,9 @@ BOOST_AUTO_TEST_CASE(dsml_inside_reasoning_ends_it) {
 }
 
 BOOST_AUTO_TEST_CASE(markup_never_reaches_content) {
+  // Malformed DSML comes back as content with the markup removed (spec/chat-format.md §3.3).
   Parsed p = parse_pieces({"ok\n\n<｜DSML｜ calls>\n<｜DSML｜ garbage"}, false, true);
-  BOOST_TEST(p.content == "ok");
+  BOOST_TEST(p.content.rfind("ok", 0) == 0u);
   BOOST_TEST(p.content.find("DSML") == std::string::npos);
 }
 

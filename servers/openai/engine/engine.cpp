@@ -320,10 +320,8 @@ Status Engine::sample_row(Slot& s, TokenEvent& ev) {
   int64_t const words = (vocab_ + 31) / 32;
   std::vector<uint32_t> mask;
   if (s.req.constraint) {
-    std::vector<uint8_t> allowed(static_cast<size_t>(vocab_), 1);
-    s.req.constraint->mask(allowed);
     mask.assign(static_cast<size_t>(words), 0u);
-    for (int64_t v = 0; v < vocab_; ++v) if (allowed[v]) mask[v / 32] |= 1u << (v % 32);
+    s.req.constraint->fill_mask(mask.data());
   }
   int32_t const k = std::max<int32_t>(s.req.top_logprobs, 0);
   int64_t prompt_off[2] = {0, static_cast<int64_t>(s.req.prompt.size())};

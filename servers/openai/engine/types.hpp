@@ -35,8 +35,8 @@ struct SamplingParams {
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
-  /// Sets allowed[v] = false for every token the constraint forbids next (allowed starts all-true).
-  virtual void mask(std::vector<uint8_t>& allowed) = 0;
+  /// Writes the allowed set of the next token: ceil(vocab/32) words, bit (v mod 32) of word ⌊v/32⌋.
+  virtual void fill_mask(uint32_t* words) = 0;
   virtual void accept(int32_t token) = 0;
   /// True when the constrained text is complete (the engine then ends the reply with "stop").
   virtual bool done() const = 0;

@@ -246,9 +246,9 @@ HttpResponse Api::tokenize(HttpRequest const& req) {
     auto parsed = parse_chat_request(o, options_.limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return error_response(*e);
     auto& r = std::get<ApiRequest>(parsed);
-    auto text = model_.chat->render(r.messages, r.render);
-    if (!text.ok()) return error_response(ApiError{400, text.status().message(), "invalid_request_error", "messages", ""});
-    ids = model_.codec->encode(*text, true);
+    auto encoded = model_.chat->encode(r.messages, r.render, *model_.codec);
+    if (!encoded.ok()) return error_response(ApiError{400, encoded.status().message(), "invalid_request_error", "messages", ""});
+    ids = std::move(*encoded);
   } else if (auto p = o.find("prompt"); p != o.end() && p->value().is_string()) {
     ids = model_.codec->encode(p->value().get_string(), add_special);
   } else {

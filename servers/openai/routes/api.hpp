@@ -17,6 +17,7 @@
 
 #include "servers/openai/engine/engine.hpp"
 #include "servers/openai/http/sha256.hpp"
+#include "servers/openai/routes/constraints.hpp"
 #include "servers/openai/routes/request.hpp"
 #include "servers/openai/routes/text.hpp"
 
@@ -69,6 +70,7 @@ struct ServedModel {
   TextCodec const* codec = nullptr;
   ChatFormat const* chat = nullptr;
   OutputParserFactory parser = nullptr;
+  std::shared_ptr<ConstraintFactory const> constraints;  // null = response_format / tool_choice unconstrained
   Engine* engine = nullptr;
 };
 

@@ -61,9 +61,9 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   // Prompt ids.
   std::vector<int32_t> prompt;
   if (chat) {
-    auto text = model_.chat->render(r.messages, r.render);
-    if (!text.ok()) return error_response(err(400, text.status().message(), "invalid_request_error", {}, "messages"));
-    prompt = model_.codec->encode(*text, true);
+    auto ids = model_.chat->encode(r.messages, r.render, *model_.codec);
+    if (!ids.ok()) return error_response(err(400, ids.status().message(), "invalid_request_error", {}, "messages"));
+    prompt = std::move(*ids);
   } else if (r.prompt_text) {
     prompt = model_.codec->encode(*r.prompt_text, true);
   } else {
@@ -95,6 +95,11 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   g.timeout_s = options_.request_timeout_s;
   g.draft = r.draft;
+  if (model_.constraints) {
+    auto c = model_.constraints->for_request(r);
+    if (auto* e = std::get_if<ApiError>(&c)) return error_response(*e);
+    g.constraint = std::get<std::shared_ptr<TokenConstraint>>(c);
+  }
   auto submitted = model_.engine->submit(std::move(g));
   if (!submitted.ok()) {
     if (submitted.status().code() == StatusCode::kOutOfMemory) {

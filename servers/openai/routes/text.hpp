@@ -29,6 +29,8 @@ class TextCodec {
   /// The raw bytes of one token (may be a partial UTF-8 sequence).
   virtual std::string token_bytes(int32_t id) const = 0;
   virtual std::optional<int32_t> special_id(std::string_view token) const = 0;
+  /// Every special (added) token id.
+  virtual std::vector<int32_t> special_ids() const = 0;
   std::string decode(std::span<int32_t const> ids) const {
     std::string s;
     for (int32_t t : ids) s += token_bytes(t);
@@ -63,6 +65,14 @@ class ChatFormat {
  public:
   virtual ~ChatFormat() = default;
   virtual Result<std::string> render(std::vector<ChatMessage> const& messages, ChatRenderOptions const& opt) const = 0;
+  /// Prompt token ids. Default: render() then encode with special-token matching; an encoder that knows
+  /// which segments are markup overrides this so user text never turns into special tokens.
+  virtual Result<std::vector<int32_t>> encode(std::vector<ChatMessage> const& messages, ChatRenderOptions const& opt,
+                                              TextCodec const& codec) const {
+    auto text = render(messages, opt);
+    if (!text.ok()) return text.status();
+    return codec.encode(*text, true);
+  }
 };
 
 /// What a piece of reply text adds to the OpenAI message.
@@ -119,16 +129,7 @@ class StopMatcher {
 /// True if `s` is valid UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF).
 bool valid_utf8(std::string_view s);
 
-/// Python json.dumps(v, ensure_ascii=False) (separators ", " and ": "), as the DeepSeek encoder writes
-/// JSON into prompts (spec/chat-format.md §2.2).
-std::string python_json_dumps(boost::json::value const& v);
-
-// Adapters used until the model module's tokenizer / encoder / parser are wired in.
-/// Byte-level codec: ids 0..255 are bytes, then the DeepSeek special tokens (stub model vocabulary).
+/// Byte-level stand-in codec: ids 0..255 are bytes, then the DeepSeek special tokens (stub model vocabulary).
 std::unique_ptr<TextCodec> make_byte_codec();
-/// The V4.1 encoder of spec/chat-format.md §2 (system/user/assistant/tool, tools, effort, response format).
-std::unique_ptr<ChatFormat> make_v41_chat_format();
-/// The tolerant streaming parser of §3.3/§3.4.
-std::unique_ptr<OutputParser> make_v41_output_parser(bool thinking, bool parse_tools);
 
 }  // namespace tessera::server

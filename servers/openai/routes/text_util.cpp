@@ -1,12 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// UTF-8 assembly and validation, stop-string hold-back, Python-style JSON text, and the byte-level
-/// stand-in codec (ids 0..255 = bytes, 256.. = DeepSeek special tokens of spec/chat-format.md §2.1).
-#include <charconv>
-#include <cmath>
-#include <cstdio>
-
-#include <boost/json.hpp>
-
+/// UTF-8 assembly and validation, stop-string hold-back, and the byte-level stand-in codec (ids 0..255 =
+/// bytes, 256.. = DeepSeek special tokens of spec/chat-format.md §2.1).
 #include "servers/openai/routes/text.hpp"
 
 namespace tessera::server {
@@ -98,101 +92,6 @@ std::string StopMatcher::flush() {
   return out;
 }
 
-static void dumps(boost::json::value const& v, std::string& out) {
-  switch (v.kind()) {
-    case boost::json::kind::null: out += "null"; return;
-    case boost::json::kind::bool_: out += v.get_bool() ? "true" : "false"; return;
-    case boost::json::kind::int64: out += std::to_string(v.get_int64()); return;
-    case boost::json::kind::uint64: out += std::to_string(v.get_uint64()); return;
-    case boost::json::kind::double_: {
-      double d = v.get_double();
-      if (std::isnan(d)) { out += "NaN"; return; }
-      if (std::isinf(d)) { out += d > 0 ? "Infinity" : "-Infinity"; return; }
-      char buf[64];
-      if (d == std::floor(d) && std::fabs(d) < 1e16) {
-        std::snprintf(buf, sizeof buf, "%.1f", d);
-        out += buf;
-        return;
-      }
-      // Python repr: the shortest round-trip digits, fixed notation for exponents in [-4, 16), else
-      // d[.ddd]e±XX with at least two exponent digits.
-      auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-      std::string sci(buf, r.ptr);
-      size_t e = sci.find('e');
-      int exp10 = std::stoi(sci.substr(e + 1));
-      std::string sign = sci[0] == '-' ? "-" : "";
-      std::string digits;
-      for (size_t k = sign.size(); k < e; ++k) if (sci[k] != '.') digits += sci[k];
-      if (exp10 >= -4 && exp10 < 16) {
-        std::string fixed;
-        if (exp10 < 0) fixed = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
-        else if (static_cast<int>(digits.size()) <= exp10 + 1) fixed = digits + std::string(exp10 + 1 - digits.size(), '0') + ".0";
-        else fixed = digits.substr(0, exp10 + 1) + "." + digits.substr(exp10 + 1);
-        out += sign + fixed;
-      } else {
-        char eb[16];
-        std::snprintf(eb, sizeof eb, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        out += sign;
-        out += digits[0];
-        if (digits.size() > 1) { out += '.'; out.append(digits, 1, std::string::npos); }
-        out += eb;
-      }
-      return;
-    }
-    case boost::json::kind::string: {
-      out += '"';
-      for (char ch : v.get_string()) {
-        auto c = static_cast<unsigned char>(ch);
-        switch (c) {
-          case '"': out += "\\\""; break;
-          case '\\': out += "\\\\"; break;
-          case '\n': out += "\\n"; break;
-          case '\r': out += "\\r"; break;
-          case '\t': out += "\\t"; break;
-          case '\b': out += "\\b"; break;
-          case '\f': out += "\\f"; break;
-          default:
-            if (c < 0x20) {
-              char buf[8];
-              std::snprintf(buf, sizeof buf, "\\u%04x", c);
-              out += buf;
-            } else {
-              out += ch;
-            }
-        }
-      }
-      out += '"';
-      return;
-    }
-    case boost::json::kind::array: {
-      out += '[';
-      bool first = true;
-      for (auto const& e : v.get_array()) { if (!first) out += ", "; first = false; dumps(e, out); }
-      out += ']';
-      return;
-    }
-    case boost::json::kind::object: {
-      out += '{';
-      bool first = true;
-      for (auto const& kv : v.get_object()) {
-        if (!first) out += ", ";
-        first = false;
-        dumps(boost::json::string(kv.key()), out);
-        out += ": ";
-        dumps(kv.value(), out);
-      }
-      out += '}';
-      return;
-    }
-  }
-}
-
-std::string python_json_dumps(boost::json::value const& v) {
-  std::string out;
-  dumps(v, out);
-  return out;
-}
-
 namespace {
 
 char const* const kSpecials[] = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
@@ -227,6 +126,11 @@ class ByteCodec final : public TextCodec {
   std::optional<int32_t> special_id(std::string_view token) const override {
     for (int k = 0; k < kNumSpecials; ++k) if (token == kSpecials[k]) return 256 + k;
     return std::nullopt;
+  }
+  std::vector<int32_t> special_ids() const override {
+    std::vector<int32_t> ids;
+    for (int k = 0; k < kNumSpecials; ++k) ids.push_back(256 + k);
+    return ids;
   }
 };
 

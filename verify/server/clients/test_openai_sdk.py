@@ -171,6 +171,40 @@ def test_json_schema(srv):
     assert "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{\"type\": \"object\"" in text, text
 
 
+def test_grammar_constrains_unscripted_replies(srv):
+    # No script: the stub's random logits are masked by the grammar, so the reply must still match.
+    c = client(srv)
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "green"]}, "n": {"type": "boolean"}},
+              "required": ["colour", "n"], "additionalProperties": False}
+    for seed in range(3):
+        r = c.chat.completions.create(model=MODEL, messages=user(f"pick {seed}"), max_tokens=200, seed=seed,
+                                      response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+                                      extra_body={"thinking": {"type": "disabled"}})
+        v = json.loads(r.choices[0].message.content)
+        assert r.choices[0].finish_reason == "stop" and v["colour"] in ("red", "green") and isinstance(v["n"], bool), v
+    unit_tools = [{"type": "function", "function": {"name": "set_unit", "parameters": {
+                      "type": "object", "properties": {"unit": {"enum": ["c", "f"]}}, "required": ["unit"]}}},
+                  {"type": "function", "function": {"name": "toggle", "parameters": {
+                      "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}}}]
+    named = c.chat.completions.create(model=MODEL, messages=user("units"), tools=unit_tools, max_tokens=300, temperature=0,
+                                      tool_choice={"type": "function", "function": {"name": "set_unit"}},
+                                      extra_body={"thinking": {"type": "disabled"}})
+    (tc,) = named.choices[0].message.tool_calls
+    assert named.choices[0].finish_reason == "tool_calls" and tc.function.name == "set_unit"
+    assert json.loads(tc.function.arguments)["unit"] in ("c", "f")
+    _, _, calls, finish, *_ = collect_stream(c.chat.completions.create(
+        model=MODEL, messages=user("any tool"), tools=unit_tools, max_tokens=300, temperature=0, tool_choice="required",
+        parallel_tool_calls=False, stream=True, extra_body={"thinking": {"type": "disabled"}}))
+    assert finish == "tool_calls" and len(calls) == 1 and calls[0]["name"] in ("set_unit", "toggle")
+    json.loads(calls[0]["arguments"])
+    try:
+        c.chat.completions.create(model=MODEL, messages=user("x"), max_tokens=5,
+                                  response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "nonsense"}}})
+        raise AssertionError("an invalid schema must be a 400")
+    except openai.BadRequestError as e:
+        assert e.param == "response_format.json_schema.schema", e.body
+
+
 def test_stop_strings(srv):
     c = client(srv)
     r = c.chat.completions.create(model=MODEL, messages=user("[[stop]]"), stop=["STOP"], max_tokens=100)

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Request → grammar constraint (see constraints.hpp).
+#include "servers/openai/routes/constraints.hpp"
+
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+namespace tessera::server {
+namespace {
+
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  explicit GrammarConstraint(std::shared_ptr<model::Grammar const> g) : m_(std::move(g)) {}
+  void fill_mask(uint32_t* words) override { m_.fill_mask(words); }
+  void accept(int32_t token) override { m_.accept_token(token); }
+  bool done() const override { return m_.is_terminated(); }
+
+ private:
+  model::GrammarMatcher m_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<ConstraintFactory const>> ConstraintFactory::create(TextCodec const& codec, std::vector<int32_t> const& eos_ids) {
+  std::vector<std::string> bytes(static_cast<size_t>(codec.vocab_size()));
+  for (int64_t v = 0; v < codec.vocab_size(); ++v) bytes[v] = codec.token_bytes(static_cast<int32_t>(v));
+  std::vector<int32_t> keep;
+  for (char const* t : {"</think>", "｜DSML｜"})
+    if (auto id = codec.special_id(t)) keep.push_back(*id);
+  std::vector<int32_t> excluded;
+  for (int32_t id : codec.special_ids())
+    if (std::find(keep.begin(), keep.end(), id) == keep.end() && std::find(eos_ids.begin(), eos_ids.end(), id) == eos_ids.end())
+      excluded.push_back(id);
+  auto vocab = model::GrammarVocabulary::build(std::move(bytes), eos_ids, std::move(excluded));
+  if (!vocab.ok()) return vocab.status();
+  auto f = std::make_shared<ConstraintFactory>();
+  f->vocab_ = std::move(*vocab);
+  return std::shared_ptr<ConstraintFactory const>(std::move(f));
+}
+
+std::variant<std::shared_ptr<TokenConstraint>, ApiError> ConstraintFactory::for_request(ApiRequest const& r) const {
+  model::GrammarOptions opt;
+  opt.thinking_prefix = r.chat && r.render.thinking;
+  Result<std::shared_ptr<model::Grammar const>> g = Status(StatusCode::kInternal, "no grammar");
+  std::string param;
+  if (r.chat && (r.tool_choice == "required" || r.tool_choice == "function")) {
+    std::vector<model::ToolSpec> tools;
+    for (auto const& fn : r.render.tools) {
+      auto const& o = fn.as_object();
+      std::string name(o.at("name").as_string());
+      if (r.tool_choice == "function" && name != r.tool_choice_name) continue;
+      auto p = o.find("parameters");
+      tools.push_back({name, p != o.end() && !p->value().is_null() ? boost::json::serialize(p->value()) : std::string()});
+    }
+    g = model::Grammar::tool_calls(tools, vocab_, opt, r.parallel_tool_calls ? 0 : 1);
+    param = "tools";
+  } else if (r.chat && r.response_format == "json_schema") {
+    g = model::Grammar::from_json_schema(*r.render.response_schema, vocab_, opt);
+    param = "response_format.json_schema.schema";
+  } else if (r.chat && r.response_format == "json_object") {
+    g = model::Grammar::json_object(vocab_, opt);
+    param = "response_format";
+  } else {
+    return std::shared_ptr<TokenConstraint>();
+  }
+  if (!g.ok()) return ApiError{400, "cannot constrain decoding: " + g.status().message(), "invalid_request_error", param, ""};
+  return std::shared_ptr<TokenConstraint>(std::make_shared<GrammarConstraint>(std::move(*g)));
+}
+
+}  // namespace tessera::server
