@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 if [ ! -f build-gpu/build.ninja ]; then
-  meson setup build-gpu --wrap-mode=nodownload -Dcuda=enabled -Dpcre2=auto -Dserver=auto || exit 1
+  meson setup build-gpu --wrap-mode=nodownload -Dcuda=enabled -Dpcre2=auto -Dserver=auto \
+    -Dshared_dir="${TESSERA_SHARED_DIR:-}" || exit 1
 fi
 meson compile -C build-gpu || exit 1
 meson test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 "$@"

@@ -31,6 +31,11 @@ PY
 )
 [ "$meson_ok" = yes ] || pip_install 'meson>=1.4'
 command -v ninja >/dev/null 2>&1 || pip_install ninja
+# The official OpenAI Python SDK: the server's conformance and load tests drive `tessera serve` with it.
+python3 -c "import openai" 2>/dev/null || pip_install openai
 for req in ${TESSERA_PY_REQUIREMENTS:-}; do
   python3 -c "import ${req%%=*}" 2>/dev/null || pip_install "$req"
 done
+
+# The DeepSeek tokenizer.json for the embedded default (cached; see docs/tokenizer.md). Not fatal offline.
+bash "$(dirname "$0")/fetch_tokenizer.sh" >/dev/null || echo "install_deps: tokenizer.json not fetched (see docs/tokenizer.md)" >&2

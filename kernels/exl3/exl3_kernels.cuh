@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) exl3_gemm_kernel(Exl3MmaParam
         __half const* src = sa + (ms * 16 + (lane & 15)) * kGemmLda + i * 16 + (lane >> 4) * 8;
         uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr));
+                     : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr) : "memory");
         dx::mma_m16n8k16(cacc[ms][0], a0, a1, a2, a3, frag[0], frag[1]);
         dx::mma_m16n8k16(cacc[ms][1], a0, a1, a2, a3, frag[2], frag[3]);
       }

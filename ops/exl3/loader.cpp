@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "tessera/io/safetensors.hpp"
 #include "tessera/ops/exl3_loader.hpp"
 
 namespace tessera::ops {
@@ -120,6 +121,20 @@ Result<Exl3Group> load_group(Exl3TensorSource const& src, std::set<std::string> 
 }
 
 }  // namespace
+
+Exl3TensorSource exl3_source(io::SafetensorsFile const& file) {
+  Exl3TensorSource s;
+  for (auto const& t : file.tensors()) s.names.push_back(t.name);
+  s.view = [&file](std::string const& name) { return file.view(name); };
+  return s;
+}
+
+Exl3TensorSource exl3_source(io::Checkpoint const& ckpt) {
+  Exl3TensorSource s;
+  for (auto const& t : ckpt.tensors()) s.names.push_back(t.name);
+  s.view = [&ckpt](std::string const& name) { return ckpt.view(name); };
+  return s;
+}
 
 int exl3_expert_index(std::string_view prefix) {
   std::string_view const key = ".experts.";

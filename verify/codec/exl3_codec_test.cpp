@@ -9,12 +9,11 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "tessera/codec/exl3.hpp"
-#include <boost/json.hpp>
-#include <fstream>
-#include <map>
+#include "tessera/io/safetensors.hpp"
 #include "tessera/ref/exl3_ref.hpp"
 #include "verify/common/golden.hpp"
 
@@ -22,31 +21,6 @@ namespace x3 = tessera::exl3;
 using tessera::float_from_f16_bits;
 
 
-namespace {
-// Minimal safetensors access for the fixture (replaced by tessera::io once the reader lands on main).
-struct LocalFile {
-  std::map<std::string, std::vector<char>> t;
-  static LocalFile open(std::string const& path) {
-    LocalFile f;
-    std::ifstream in(path, std::ios::binary);
-    uint64_t n = 0;
-    in.read(reinterpret_cast<char*>(&n), 8);
-    std::string h(n, ' ');
-    in.read(h.data(), static_cast<std::streamsize>(n));
-    auto obj = boost::json::parse(h).as_object();
-    for (auto const& kv : obj) {
-      if (kv.key() == "__metadata__") continue;
-      auto const& off = kv.value().as_object().at("data_offsets").as_array();
-      int64_t a = off[0].to_number<int64_t>(), b = off[1].to_number<int64_t>();
-      std::vector<char> buf(static_cast<size_t>(b - a));
-      in.seekg(static_cast<std::streamoff>(8 + n + a));
-      in.read(buf.data(), b - a);
-      f.t[std::string(kv.key())] = std::move(buf);
-    }
-    return f;
-  }
-};
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(exl3_codec)
 
@@ -201,13 +175,17 @@ BOOST_AUTO_TEST_CASE(legacy_signs) {
 
 BOOST_AUTO_TEST_CASE(tables_fixture) {
   std::string path = tessera::verify::golden_dir() + "/exl3/exl3_tables.safetensors";
-  auto f = LocalFile::open(path);
-  BOOST_TEST_REQUIRE(f.t.size() > 0u, "cannot read " << path);
-  auto view = [&](std::string const& nm) -> std::vector<char> const& { return f.t.at(nm); };
+  auto f = tessera::io::SafetensorsFile::open(path);
+  BOOST_TEST_REQUIRE(f.ok(), f.status().to_string());
+  auto view = [&](std::string const& nm) {
+    auto v = f->view(nm);
+    if (!v.ok()) throw tessera::Error(v.status());
+    return std::span<char const>(static_cast<char const*>(v->data), v->nbytes());
+  };
   char const* names[] = {"codebook.3inst", "codebook.mcg", "codebook.mul1"};
   x3::Codebook const cbs[] = {x3::Codebook::k3Inst, x3::Codebook::kMcg, x3::Codebook::kMul1};
   for (int c = 0; c < 3; ++c) {
-    auto const& v = view(names[c]);
+    auto v = view(names[c]);
     BOOST_TEST_REQUIRE(v.size() == 2u * 65536u);
     auto const* gold = reinterpret_cast<uint16_t const*>(v.data());
     auto t = tessera::ref::exl3_codebook_table(cbs[c]);
@@ -226,8 +204,8 @@ BOOST_AUTO_TEST_CASE(tables_fixture) {
   BOOST_TEST(bad == 0);
   for (int k = 3; k <= 4; ++k) {
     std::string pre = "example.k" + std::to_string(k);
-    auto const& tr = view(pre + ".trellis");
-    auto const& gs = view(pre + ".states");
+    auto tr = view(pre + ".trellis");
+    auto gs = view(pre + ".states");
     uint16_t codes[256], words[64], st[256];
     for (int p = 0; p < 256; ++p) codes[p] = static_cast<uint16_t>(p & ((1 << k) - 1));
     x3::pack_tile(codes, 2 * k, words);

@@ -29,9 +29,8 @@ using namespace tessera::verify::exl3;
 
 namespace {
 
-std::vector<uint16_t> run_dense(HostLayer const& h, std::vector<uint16_t> const& x, int64_t m, DType out, int tactic,
-                                std::vector<float>* y32 = nullptr) {
-  DevLayer d(h);
+std::vector<uint16_t> run_dense(HostLayer const& h, DevLayer const& d, std::vector<uint16_t> const& x, int64_t m,
+                                DType out, int tactic, std::vector<float>* y32 = nullptr) {
   Tensor xd = upload(x, DType::kF16, {m, h.k});
   ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, out, !h.bias.empty()};
   Tensor y = Tensor::empty(out, {m, h.n}, Device::kCuda).value_or_throw();
@@ -49,6 +48,11 @@ std::vector<uint16_t> run_dense(HostLayer const& h, std::vector<uint16_t> const&
     return {};
   }
   return std::vector<uint16_t>(yh.data_as<uint16_t>(), yh.data_as<uint16_t>() + m * h.n);
+}
+
+std::vector<uint16_t> run_dense(HostLayer const& h, std::vector<uint16_t> const& x, int64_t m, DType out, int tactic,
+                                std::vector<float>* y32 = nullptr) {
+  return run_dense(h, DevLayer(h), x, m, out, tactic, y32);
 }
 
 }  // namespace
@@ -203,11 +207,12 @@ BOOST_AUTO_TEST_CASE(real_shapes_vs_naive_kernel) {
   for (auto const& sh : shapes)
     for (int bits : {2, 3, 4}) {
       HostLayer h = random_layer(sh.k, sh.n, 2 * bits, x3::Codebook::kMul1, seed + bits, false);
+      DevLayer d(h);
       int64_t const m = 2;
       auto x = random_x(m, h.k, seed + 5 + bits);
-      auto naive = run_dense(h, x, m, DType::kF16, 3);
-      auto gemv = run_dense(h, x, m, DType::kF16, 1);
-      auto gemm = run_dense(h, x, m, DType::kF16, 2);
+      auto naive = run_dense(h, d, x, m, DType::kF16, 3);
+      auto gemv = run_dense(h, d, x, m, DType::kF16, 1);
+      auto gemm = run_dense(h, d, x, m, DType::kF16, 2);
       BOOST_TEST(first_mismatch(gemv, gemm) == -1, sh.name << " K" << bits);
       Bounds b = spec_bounds(gemv, naive);
       BOOST_TEST(b.ok(), sh.name << " K" << bits << ": " << b.text());

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Keyed sampler tests: Philox known answers, greedy ties, each filter against a brute-force
-/// formulation, chi-square goodness of fit with fixed seeds, penalties, logprobs, reproducibility and
-/// independence from batch composition.
+/// formulation, chi-square goodness of fit with fixed seeds, penalties, logprobs, reproducibility
+/// and independence from batch composition.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -70,7 +70,10 @@ std::vector<int64_t> histogram(std::vector<float> const& logits, SamplingRowPara
   }
   BOOST_REQUIRE(run_batch(b).ok());
   std::vector<int64_t> h(v, 0);
-  for (int32_t t : b.tokens) { BOOST_REQUIRE(t >= 0 && t < v); ++h[t]; }
+  for (int32_t t : b.tokens) {
+    BOOST_REQUIRE(t >= 0 && t < v);
+    ++h[t];
+  }
   return h;
 }
 
@@ -80,7 +83,10 @@ double chi_square(std::vector<int64_t> const& h, std::vector<double> const& prob
   double chi = 0;
   *dof = -1;
   for (size_t i = 0; i < h.size(); ++i) {
-    if (prob[i] == 0) { BOOST_TEST(h[i] == 0, "token " << i << " was removed but sampled " << h[i] << " times"); continue; }
+    if (prob[i] == 0) {
+      BOOST_TEST(h[i] == 0, "token " << i << " was removed but sampled " << h[i] << " times");
+      continue;
+    }
     double const e = prob[i] * double(n);
     chi += (h[i] - e) * (h[i] - e) / e;
     ++*dof;
@@ -104,20 +110,24 @@ std::vector<double> brute_kept_prob(std::vector<float> const& logits, SamplingRo
   for (size_t i = 0; i < n; ++i) prob[i] = std::exp(double(logits[i]) / p.temperature - m);
   double pmax = *std::max_element(prob.begin(), prob.end());
   std::vector<bool> keep(n, true);
-  for (size_t i = 0; i < n; ++i) if (p.min_p > 0 && prob[i] < p.min_p * pmax) keep[i] = false;
+  for (size_t i = 0; i < n; ++i)
+    if (p.min_p > 0 && prob[i] < p.min_p * pmax) keep[i] = false;
   auto rank = [&](size_t i) {  // tokens ranked strictly before i among the kept
     size_t r = 0;
-    for (size_t j = 0; j < n; ++j) if (keep[j] && (prob[j] > prob[i] || (prob[j] == prob[i] && j < i))) ++r;
+    for (size_t j = 0; j < n; ++j)
+      if (keep[j] && (prob[j] > prob[i] || (prob[j] == prob[i] && j < i))) ++r;
     return r;
   };
   if (p.top_k > 0) {
     std::vector<bool> k2 = keep;
-    for (size_t i = 0; i < n; ++i) if (keep[i] && rank(i) >= size_t(p.top_k)) k2[i] = false;
+    for (size_t i = 0; i < n; ++i)
+      if (keep[i] && rank(i) >= size_t(p.top_k)) k2[i] = false;
     keep = k2;
   }
   if (p.top_p < 1) {
     double total = 0;
-    for (size_t i = 0; i < n; ++i) if (keep[i]) total += prob[i];
+    for (size_t i = 0; i < n; ++i)
+      if (keep[i]) total += prob[i];
     std::vector<bool> k2 = keep;
     for (size_t i = 0; i < n; ++i) {
       if (!keep[i]) continue;
@@ -129,7 +139,11 @@ std::vector<double> brute_kept_prob(std::vector<float> const& logits, SamplingRo
     keep = k2;
   }
   double s = 0;
-  for (size_t i = 0; i < n; ++i) if (keep[i]) s += prob[i]; else prob[i] = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i])
+      s += prob[i];
+    else
+      prob[i] = 0;
   for (auto& x : prob) x /= s;
   return prob;
 }
@@ -141,12 +155,18 @@ BOOST_AUTO_TEST_SUITE(sampling)
 BOOST_AUTO_TEST_CASE(philox_known_answers) {
   // Random123 kat_vectors for philox4x32_10.
   auto b = Philox4x32::generate({{0, 0, 0, 0}}, 0, 0);
-  BOOST_TEST((b.v[0] == 0x6627e8d5u && b.v[1] == 0xe169c58du && b.v[2] == 0xbc57ac4cu && b.v[3] == 0x9b00dbd8u));
-  b = Philox4x32::generate({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
-  BOOST_TEST((b.v[0] == 0x408f276du && b.v[1] == 0x41c83b0eu && b.v[2] == 0xa20bc7c6u && b.v[3] == 0x6d5451fdu));
-  b = Philox4x32::generate({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u, 0x299f31d0u);
-  BOOST_TEST((b.v[0] == 0xd16cfe09u && b.v[1] == 0x94fdccebu && b.v[2] == 0x5001e420u && b.v[3] == 0x24126ea1u));
-  static_assert(keyed_uniform(1, 2, 3) >= 0.0 && keyed_uniform(1, 2, 3) < 1.0, "constexpr-evaluable draw");
+  BOOST_TEST((b.v[0] == 0x6627e8d5u && b.v[1] == 0xe169c58du && b.v[2] == 0xbc57ac4cu &&
+              b.v[3] == 0x9b00dbd8u));
+  b = Philox4x32::generate({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu,
+                           0xffffffffu);
+  BOOST_TEST((b.v[0] == 0x408f276du && b.v[1] == 0x41c83b0eu && b.v[2] == 0xa20bc7c6u &&
+              b.v[3] == 0x6d5451fdu));
+  b = Philox4x32::generate({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
+                           0x299f31d0u);
+  BOOST_TEST((b.v[0] == 0xd16cfe09u && b.v[1] == 0x94fdccebu && b.v[2] == 0x5001e420u &&
+              b.v[3] == 0x24126ea1u));
+  static_assert(keyed_uniform(1, 2, 3) >= 0.0 && keyed_uniform(1, 2, 3) < 1.0,
+                "constexpr-evaluable draw");
 }
 
 BOOST_AUTO_TEST_CASE(uniform_draws_are_uniform_and_keyed) {
@@ -166,9 +186,13 @@ BOOST_AUTO_TEST_CASE(greedy_lowest_index_wins_ties) {
   Batch b{3, 40};
   auto base = verify::randn(40, verify::test_seed(11));
   for (int r = 0; r < 3; ++r) b.logits.insert(b.logits.end(), base.begin(), base.end());
-  for (int r = 0; r < 3; ++r) { b.logits[r * 40 + 33] = 9.f; b.logits[r * 40 + 35] = 9.f; }
+  for (int r = 0; r < 3; ++r) {
+    b.logits[r * 40 + 33] = 9.f;
+    b.logits[r * 40 + 35] = 9.f;
+  }
   b.logits[2 * 40 + 5] = 9.f;  // row 2: an earlier tie
-  SamplingRowParams p; p.temperature = 0.f;
+  SamplingRowParams p;
+  p.temperature = 0.f;
   b.params.assign(3, p);
   b.mask.assign(3 * 2, 0xffffffffu);
   b.mask[1 * 2 + 1] &= ~(1u << (33 - 32));  // row 1: mask 33 → 35 wins
@@ -185,7 +209,10 @@ BOOST_AUTO_TEST_CASE(greedy_lowest_index_wins_ties) {
 
 BOOST_AUTO_TEST_CASE(temperature_distribution_chi_square) {
   auto logits = verify::randn(12, verify::test_seed(21), 1.5f);
-  SamplingRowParams p; p.temperature = 0.7f; p.seed = 1234; p.stream_key = 99;
+  SamplingRowParams p;
+  p.temperature = 0.7f;
+  p.seed = 1234;
+  p.stream_key = 99;
   auto const h = histogram(logits, p, 40000);
   int dof;
   double const chi = chi_square(h, brute_kept_prob(logits, p), &dof);
@@ -227,12 +254,15 @@ BOOST_AUTO_TEST_CASE(filters_match_brute_force) {
 
 BOOST_AUTO_TEST_CASE(penalties_follow_openai_and_vllm) {
   std::vector<float> logits = {2.f, -1.f, 0.5f, 3.f, -2.f, 1.f};
-  SamplingRowParams p{.temperature = 0.f, .presence_penalty = 0.5f, .frequency_penalty = 0.25f,
+  SamplingRowParams p{.temperature = 0.f,
+                      .presence_penalty = 0.5f,
+                      .frequency_penalty = 0.25f,
                       .repetition_penalty = 2.f};
   std::vector<int32_t> prompt = {4};
   std::vector<int32_t> output = {3, 3, 1, 3};
   auto const l = ref::penalized_logits(logits, p, nullptr, prompt, output);
-  // token 3: 3/2 − (0.25·3 + 0.5) = 0.25; token 1: −1·2 − (0.25 + 0.5) = −2.75; token 4 (prompt only): −4.
+  // token 3: 3/2 − (0.25·3 + 0.5) = 0.25; token 1: −1·2 − (0.25 + 0.5) = −2.75; token 4 (prompt
+  // only): −4.
   std::vector<double> want = {2.0, -2.75, 0.5, 0.25, -4.0, 1.0};
   for (size_t i = 0; i < want.size(); ++i) BOOST_TEST(l[i] == want[i]);
   Batch b{1, 6, logits, {p}};
@@ -270,8 +300,12 @@ BOOST_AUTO_TEST_CASE(reproducible_and_batch_independent) {
   Batch all{rows, v};
   for (int r = 0; r < rows; ++r) {
     auto lg = verify::randn(v, 500 + r, 2.f);
-    SamplingRowParams p{.temperature = 0.3f + 0.2f * r, .top_k = r % 2 ? 50 : 0, .top_p = r % 3 ? 0.9f : 1.f,
-                        .seed = 1000u + r % 2, .stream_key = uint64_t(r), .position = 17 + r};
+    SamplingRowParams p{.temperature = 0.3f + 0.2f * r,
+                        .top_k = r % 2 ? 50 : 0,
+                        .top_p = r % 3 ? 0.9f : 1.f,
+                        .seed = 1000u + r % 2,
+                        .stream_key = uint64_t(r),
+                        .position = 17 + r};
     all.logits.insert(all.logits.end(), lg.begin(), lg.end());
     all.params.push_back(p);
     alone.push_back(Batch{1, v, lg, {p}});

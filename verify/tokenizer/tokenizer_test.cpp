@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "tessera/core/config.hpp"
 #include "tessera/models/common/tokenizer.hpp"
 #include "verify/common/golden.hpp"
 #include "verify/common/random.hpp"
@@ -25,18 +26,18 @@ namespace {
 
 std::string tok_dir() { return tessera::verify::golden_dir() + "/tokenizer"; }
 
-Tokenizer const& v3() {
+[[maybe_unused]] Tokenizer const& v3() {
   static Tokenizer t = Tokenizer::from_file(tok_dir() + "/deepseek-v3-tokenizer.json").value_or_throw();
   return t;
 }
 
-std::vector<TokenId> enc(std::string_view s, bool special = true) {
+[[maybe_unused]] std::vector<TokenId> enc(std::string_view s, bool special = true) {
   auto r = v3().encode(s, special);
   BOOST_REQUIRE_MESSAGE(r.ok(), r.status().to_string());
   return *r;
 }
 
-std::string read_file(std::string const& p) {
+[[maybe_unused]] std::string read_file(std::string const& p) {
   std::ifstream f(p, std::ios::binary);
   std::ostringstream ss;
   ss << f.rdbuf();
@@ -44,6 +45,18 @@ std::string read_file(std::string const& p) {
 }
 
 }  // namespace
+
+#if !TESSERA_WITH_PCRE2
+
+// Built without PCRE2: loading must fail with a message that says why, never crash.
+BOOST_AUTO_TEST_CASE(load_without_pcre2_is_a_clear_error) {
+  auto r = Tokenizer::from_file(tok_dir() + "/deepseek-v3-tokenizer.json");
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST((r.status().code() == tessera::StatusCode::kNotSupported));
+  BOOST_TEST(r.status().message().find("PCRE2") != std::string::npos);
+}
+
+#else
 
 BOOST_AUTO_TEST_SUITE(tokenizer)
 
@@ -142,6 +155,31 @@ BOOST_AUTO_TEST_CASE(pre_tokenizer_pieces) {
   BOOST_TEST(*v3().decode(enc("a\u3000b\r\nc")) == "a\u3000b\r\nc");
 }
 
+BOOST_AUTO_TEST_CASE(pre_tokenizer_piece_boundaries) {
+  // Expected pieces follow from §1.2 by hand: numbers in left-to-right groups of 3, P2 (CJK U+4E00‥9FA5,
+  // kana) runs, then P3's leftmost-first alternatives on the rest.
+  auto pieces = [](std::string const& s) {
+    std::vector<std::string> out;
+    for (auto [b, e] : v3().pre_tokenize(s).value_or_throw()) out.push_back(s.substr(b, e - b));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  BOOST_TEST(pieces("What is 2+2?") == (V{"What", " is", " ", "2", "+", "2", "?"}));
+  BOOST_TEST(pieces("1234567890") == (V{"123", "456", "789", "0"}));
+  BOOST_TEST(pieces("7 12 1234") == (V{"7", " ", "12", " ", "123", "4"}));
+  BOOST_TEST(pieces("日本語のテキストです。カタカナ") == (V{"日本語のテキストです", "。", "カタカナ"}));
+  BOOST_TEST(pieces(" ~x") == (V{" ~", "x"}));          // `~` is \p{S}: the punctuation alternative
+  BOOST_TEST(pieces("a,b") == (V{"a", ",b"}));           // ASCII punctuation + letters (first alternative)
+  BOOST_TEST(pieces("a\r\nb") == (V{"a", "\r\n", "b"}));
+  BOOST_TEST(pieces("x   ") == (V{"x", "   "}));
+  BOOST_TEST(pieces("x   y") == (V{"x", "  ", " y"}));     // \s+(?!\S) leaves the last space to the word
+  BOOST_TEST(pieces("e\u0301!") == (V{"e\u0301", "!"}));  // a combining mark stays with its letter
+  BOOST_TEST(pieces("a\u3000b") == (V{"a", "\u3000b"}));  // U+3000 (Zs) is the optional lead of a word
+  BOOST_TEST(pieces("a\u0085\u0085b") == (V{"a", "\u0085", "\u0085b"}));   // NEL is white space
+  BOOST_TEST(pieces("?!\n\nok") == (V{"?!\n\n", "ok"}));   // punctuation run takes trailing newlines
+  BOOST_TEST(pieces("２０２４年") == (V{"２０２", "４", "年"}));   // full-width digits are \p{N}
+}
+
 BOOST_AUTO_TEST_CASE(white_space_rewrite) {
   // The rewritten \s must contain U+0085 and U+3000 and exclude U+200B (Cf), as Oniguruma's \s does.
   // Checked through the pieces: "x\u200By" has no white space, so it is one letter-run piece plus Cf.
@@ -226,6 +264,60 @@ BOOST_AUTO_TEST_CASE(round_trip_random_text) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(synthetic_file_general_paths) {
+  // A tiny byte-level file exercising what the DeepSeek file does not: GPT-2 regex ByteLevel pre-tokenizer,
+  // merges in array form, lstrip / rstrip / single_word added tokens. Token id of byte b is b.
+  auto cp_of = [](int b) {
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    int cp = b;
+    if (!printable) {
+      cp = 256;
+      for (int x = 0; x < b; ++x)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++cp;
+    }
+    return cp;
+  };
+  json::object vocab;
+  for (int b = 0; b < 256; ++b) {
+    int cp = cp_of(b);
+    std::string u;
+    if (cp < 0x80) u += static_cast<char>(cp);
+    else u += static_cast<char>(0xC0 | (cp >> 6)), u += static_cast<char>(0x80 | (cp & 0x3F));
+    vocab[u] = b;
+  }
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab["\u0120a"] = 258;
+  json::object model{{"type", "BPE"}, {"vocab", vocab},
+                     {"merges", json::array{"a b", json::array{"ab", "c"}, "\u0120 a"}}};
+  auto added = [](int id, char const* c, bool special, bool l, bool r, bool w) {
+    return json::object{{"id", id}, {"content", c}, {"special", special}, {"normalized", false},
+                        {"lstrip", l}, {"rstrip", r}, {"single_word", w}};
+  };
+  json::object root{{"model", model},
+                    {"pre_tokenizer", json::object{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                    {"decoder", json::object{{"type", "ByteLevel"}}},
+                    {"added_tokens", json::array{added(300, "<x>", false, true, false, false),
+                                                 added(301, "[y]", true, false, true, false),
+                                                 added(302, "zz", false, false, false, true)}}};
+  auto tok = Tokenizer::from_json(json::serialize(root), "synthetic.json");
+  BOOST_REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
+  auto e = [&](std::string const& s) { return tok->encode(s).value_or_throw(); };
+  using V = std::vector<TokenId>;
+  BOOST_TEST(tok->vocab_size() == 303u);
+  // GPT-2 pieces "abc", " abc": (a,b) rank 0 before (Ġ,a) rank 2, then (ab,c) rank 1.
+  BOOST_TEST(e("abc abc") == (V{257, 32, 257}));
+  BOOST_TEST(e(" a") == (V{258}));
+  BOOST_TEST(e("q <x> r") == (V{113, 300, 32, 114}));   // lstrip absorbs the space before <x>
+  BOOST_TEST(e("[y]  s") == (V{301, 115}));             // rstrip absorbs the spaces after [y]
+  BOOST_TEST(e("a zz b") == (V{97, 32, 302, 32, 98}));  // single_word: stand-alone zz matches
+  BOOST_TEST(e("azz") == (V{97, 122, 122}));            // inside a word it does not
+  BOOST_TEST(*tok->decode(V{113, 300, 301, 115}, true) == "q<x>s");
+  std::vector<tessera::models::ByteSpan> spans;
+  BOOST_REQUIRE(tok->encode("q <x> r", true, &spans).ok());
+  BOOST_TEST((spans[1] == tessera::models::ByteSpan{1, 5}));
+}
+
 BOOST_AUTO_TEST_CASE(load_errors_name_the_file) {
   auto r = Tokenizer::from_file("/nonexistent/tokenizer.json");
   BOOST_TEST(!r.ok());
@@ -254,3 +346,5 @@ BOOST_AUTO_TEST_CASE(encode_speed) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+#endif  // TESSERA_WITH_PCRE2

@@ -18,6 +18,11 @@
 #include "tessera/ops/exl3.hpp"
 #include "tessera/ref/exl3_ref.hpp"
 
+namespace tessera::io {
+class SafetensorsFile;
+class Checkpoint;
+}  // namespace tessera::io
+
 namespace tessera::ops {
 
 /// What the loader reads: every tensor name, and a host view of a tensor by name (a safetensors
@@ -49,6 +54,10 @@ struct Exl3LoadOptions {
   /// Accept the MUL1 half rates 1.5/2.5/3.5 (spec §2.6, unverified layout). Off: such groups are refused.
   bool allow_half_rates = false;
 };
+
+/// Sources over a safetensors file or a (sharded) checkpoint; the object must outlive the source.
+Exl3TensorSource exl3_source(io::SafetensorsFile const& file);
+Exl3TensorSource exl3_source(io::Checkpoint const& ckpt);
 
 /// Every EXL3 group of `src`, sorted by prefix; fails on the first malformed group.
 Result<std::vector<Exl3Group>> load_exl3_groups(Exl3TensorSource const& src, Exl3LoadOptions const& opt = {});

@@ -14,7 +14,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "tessera/core/status.hpp"
 
 #include "tessera/codec/exl3.hpp"
 
@@ -43,5 +46,50 @@ Exl3QuantizedLayer exl3_quantize(float const* w, int64_t k, int64_t n, int bits,
 /// rotated, scaled weight (the same preprocessing as exl3_quantize); used to allocate bits.
 double exl3_estimate_rel_mse(float const* w, int64_t k, int64_t n, int bits, exl3::Codebook cb, uint64_t seed,
                              int64_t max_tiles);
+
+}  // namespace tessera::ops
+
+namespace tessera::ops {
+
+/// Checkpoint conversion (the `tessera quantize` tool). Quantized: every 2-D `*.weight` whose dims are
+/// multiples of 128 (F32/BF16/F16, or FP8 e4m3 with its 128×128 block scales `.weight_scale_inv` /
+/// `.scale`), except embeddings, norms and MoE routers (`*.gate.weight`); the head (`lm_head.weight`,
+/// `head.weight`) gets `head_bits`. Everything else is copied unchanged.
+/// Bit allocation: every budgeted tensor starts at floor(bits); tensors are promoted by one bit in order of
+/// the estimated squared-error reduction per added bit (relative MSE from a sample of tiles × ‖W‖²) while
+/// Σ K·numel ≤ bits·Σ numel.
+/// Output folder: `exl3-NNNNN.safetensors` shards of EXL3 groups (ExLlamaV3's tensor layout), each
+/// written under a temporary name and renamed, so an interrupted run keeps every finished shard and a
+/// rerun with the same options resumes (the plan is kept in `exl3_plan.json`); then
+/// `model-unquantized.safetensors`, `model.safetensors.index.json`, and `config.json` /
+/// `quantization_config.json` with `quantization_config` (spec/exl3.md §1.3).
+struct Exl3CheckpointQuantOptions {
+  std::string in, out;
+  double bits = 2.8;
+  exl3::Codebook codebook = exl3::Codebook::kMul1;
+  int head_bits = 6;
+  uint64_t seed = 0x5EED;
+  int64_t sample_tiles = 48;           // per tensor and candidate K, for the allocation estimate
+  size_t shard_bytes = size_t{256} << 20;
+  /// Called as tiles finish: (tensor, tiles done in it, tiles in it, tensors done, tensors to quantize).
+  std::function<void(std::string const&, int64_t, int64_t, int, int)> progress;
+};
+
+struct Exl3TensorReport {
+  std::string name;                    // source tensor, e.g. "model.layers.0.mlp.up_proj.weight"
+  std::string prefix;                  // EXL3 group key
+  int64_t k = 0, n = 0;
+  int bits = 0;
+  double rel_mse = 0;                  // of the stored layer against the source weight
+  bool resumed = false;                // taken from a shard of an earlier run
+};
+
+struct Exl3CheckpointQuantReport {
+  std::vector<Exl3TensorReport> tensors;   // in name order
+  double avg_bits = 0;                     // over the budgeted (non-head) tensors
+  std::vector<std::string> copied;         // tensors stored unchanged
+};
+
+Result<Exl3CheckpointQuantReport> exl3_quantize_checkpoint(Exl3CheckpointQuantOptions const& opt);
 
 }  // namespace tessera::ops

@@ -320,7 +320,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) con
   bool cacheable = piece.size() <= kCacheMaxPieceBytes;
   if (cacheable) {
     std::lock_guard lock(cache_mutex);
-    if (auto it = cache.find(std::string(piece)); it != cache.end()) {
+    if (auto it = cache.find(piece); it != cache.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -380,17 +380,22 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) con
   }
 }
 
-void Tokenizer::Impl::encode_plain(std::string_view text, Piece s, std::vector<TokenId>& ids,
-                                   std::vector<ByteSpan>* spans) const {
-  if (s.end <= s.begin) return;
-  std::vector<Piece> pieces{s}, next;
+std::vector<Piece> Tokenizer::Impl::pieces(std::string_view text, Piece s) const {
+  std::vector<Piece> out, next;
+  if (s.end <= s.begin) return out;
+  out.push_back(s);
   for (auto const& step : pre_steps) {
     if (!step.split) continue;
     next.clear();
-    for (auto const& p : pieces) step.split->split_isolated(text.substr(p.begin, p.end - p.begin), p.begin, next);
-    pieces.swap(next);
+    for (auto const& p : out) step.split->split_isolated(text.substr(p.begin, p.end - p.begin), p.begin, next);
+    out.swap(next);
   }
-  for (auto const& p : pieces) {
+  return out;
+}
+
+void Tokenizer::Impl::encode_plain(std::string_view text, Piece s, std::vector<TokenId>& ids,
+                                   std::vector<ByteSpan>* spans) const {
+  for (auto const& p : pieces(text, s)) {
     size_t first = ids.size();
     bpe(text.substr(p.begin, p.end - p.begin), ids);
     if (spans) {
@@ -402,6 +407,13 @@ void Tokenizer::Impl::encode_plain(std::string_view text, Piece s, std::vector<T
       }
     }
   }
+}
+
+Result<std::vector<ByteSpan>> Tokenizer::pre_tokenize(std::string_view text) const {
+  TESSERA_TRY(utf8::validate(text, "tokenizer input"));
+  std::vector<ByteSpan> out;
+  for (auto const& p : impl_->pieces(text, {0, text.size()})) out.push_back({p.begin, p.end});
+  return out;
 }
 
 Result<std::vector<TokenId>> Tokenizer::encode(std::string_view text, bool allow_special) const {

@@ -95,12 +95,18 @@ struct Tokenizer::Impl {
 
   // BPE result cache for pre-tokenized pieces (bounded; cleared when full).
   mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<TokenId>> cache;
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>> cache;
   static constexpr size_t kCacheMaxEntries = 1 << 16;
   static constexpr size_t kCacheMaxPieceBytes = 256;
 
   /// BPE of one pre-tokenized piece; appends ids.
   void bpe(std::string_view piece, std::vector<TokenId>& out) const;
+  /// The pre-tokenizer's pieces of text[s.begin, s.end).
+  std::vector<detail::Piece> pieces(std::string_view text, detail::Piece s) const;
   /// Pre-tokenize text[s.begin, s.end) and BPE every piece; appends ids (and byte spans if non-null).
   void encode_plain(std::string_view text, detail::Piece s, std::vector<TokenId>& ids,
                     std::vector<ByteSpan>* spans) const;

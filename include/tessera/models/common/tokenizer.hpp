@@ -68,9 +68,13 @@ class Tokenizer {
   /// their ids (the "exact mode" of spec §1.3); false: every byte is ordinary text ("safe mode").
   Result<std::vector<TokenId>> encode(std::string_view text, bool allow_special = true) const;
   /// encode plus the byte span of every token in `text`. A token that covers only part of a multi-byte
-  /// character gets the span of its own bytes (HF reports whole characters; see char_offsets()).
+  /// character gets the span of its own bytes. HF's character offsets of a span [b, e) are
+  /// [idx[b + 1] - 1, idx[e]) with idx = utf8::char_index(text) (whole characters).
   Result<std::vector<TokenId>> encode(std::string_view text, bool allow_special,
                                       std::vector<ByteSpan>* byte_offsets) const;
+
+  /// The pre-tokenizer's pieces of `text` (byte spans, no added-token matching): what BPE runs on.
+  Result<std::vector<ByteSpan>> pre_tokenize(std::string_view text) const;
 
   /// Text of `ids` with invalid UTF-8 replaced by U+FFFD. Unknown ids are an error.
   Result<std::string> decode(std::span<TokenId const> ids, bool skip_special = false) const;

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""HTTP benchmark of `tessera serve`: time to first token (TTFT), per-stream decode tok/s and aggregate
+tok/s at 1/4/16/64 concurrent streams (stdlib only).
+
+Every request streams a chat completion with a fixed reply length (ignore_eos, greedy) so all levels
+generate the same token counts. TTFT = request sent → first chunk carrying reply text; per-stream tok/s =
+(completion_tokens − 1) / (last chunk − first text chunk); aggregate tok/s = all completion tokens / wall
+time of the level. Starts its own server (`--exe build/tessera`, extra server flags after `--`) or uses a
+running one (`--url http://127.0.0.1:8000`).
+
+  python3 bench/server/bench_http.py --exe build/tessera -- --model stub --max-batch 64
+"""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+
+def one_stream(host, port, body):
+    c = http.client.HTTPConnection(host, port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    first = last = None
+    usage = None
+    buf = b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if not ev.startswith(b"data: "):
+                continue
+            data = ev[6:]
+            if data == b"[DONE]":
+                continue
+            obj = json.loads(data)
+            now = time.perf_counter()
+            if obj.get("usage"):
+                usage = obj["usage"]
+            for ch in obj.get("choices", []):
+                d = ch.get("delta", {})
+                if d.get("content") or d.get("reasoning_content"):
+                    first = first or now
+                    last = now
+    c.close()
+    return {"ttft": (first or time.perf_counter()) - t0, "decode_s": (last - first) if first else 0.0,
+            "tokens": usage["completion_tokens"] if usage else 0}
+
+
+def run_level(host, port, streams, requests_per_stream, max_tokens):
+    results, errors = [], []
+    lock = threading.Lock()
+
+    def worker(i):
+        for j in range(requests_per_stream):
+            body = {"messages": [{"role": "user", "content": f"benchmark stream {i} request {j}: tell a long story"}],
+                    "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True}, "thinking": {"type": "disabled"}}
+            try:
+                r = one_stream(host, port, body)
+                with lock:
+                    results.append(r)
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    errors.append(repr(e))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttfts = sorted(r["ttft"] for r in results)
+    per_stream = [(r["tokens"] - 1) / r["decode_s"] for r in results if r["decode_s"] > 0]
+    total = sum(r["tokens"] for r in results)
+    return {"streams": streams, "requests": len(results), "errors": len(errors),
+            "ttft_p50_ms": 1e3 * statistics.median(ttfts) if ttfts else None,
+            "ttft_p90_ms": 1e3 * ttfts[min(len(ttfts) - 1, round(0.9 * (len(ttfts) - 1)))] if ttfts else None,
+            "per_stream_tok_s": statistics.median(per_stream) if per_stream else None,
+            "aggregate_tok_s": total / wall, "wall_s": wall}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", help="a running server, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--exe", default="build/tessera", help="tessera binary to start when --url is not given")
+    ap.add_argument("--levels", default="1,4,16,64")
+    ap.add_argument("--requests-per-stream", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--json", help="also write the results here (JSON lines)")
+    ap.add_argument("server_args", nargs="*", help="flags for `tessera serve` (after --)")
+    a = ap.parse_args()
+    proc = None
+    if a.url:
+        u = urllib.parse.urlparse(a.url)
+        host, port = u.hostname, u.port or 80
+    else:
+        tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+        pf = os.path.join(tmp, "port")
+        proc = subprocess.Popen([a.exe, "serve", "--port", "0", "--port-file", pf] + a.server_args,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while not os.path.exists(pf):
+            if proc.poll() is not None or time.time() > deadline:
+                sys.exit("the server did not start")
+            time.sleep(0.05)
+        host, port = "127.0.0.1", int(open(pf).read())
+    try:
+        one_stream(host, port, {"messages": [{"role": "user", "content": "warm-up"}], "max_tokens": 4, "stream": True})
+        print(f"{'streams':>7} {'reqs':>5} {'err':>4} {'TTFT p50 ms':>12} {'TTFT p90 ms':>12} {'tok/s/stream':>13} {'aggregate tok/s':>16}")
+        out = []
+        for lv in [int(x) for x in a.levels.split(",")]:
+            r = run_level(host, port, lv, a.requests_per_stream, a.max_tokens)
+            out.append(r)
+            fmt = lambda v, w: f"{v:>{w}.1f}" if v is not None else f"{'n/a':>{w}}"  # noqa: E731
+            print(f"{r['streams']:>7} {r['requests']:>5} {r['errors']:>4} {fmt(r['ttft_p50_ms'], 12)} {fmt(r['ttft_p90_ms'], 12)} "
+                  f"{fmt(r['per_stream_tok_s'], 13)} {fmt(r['aggregate_tok_s'], 16)}")
+        if a.json:
+            with open(a.json, "a") as f:
+                for r in out:
+                    f.write(json.dumps(r) + "\n")
+    finally:
+        if proc:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+/// `tessera serve`: the OpenAI-compatible server (servers/openai). Options map onto ServeConfig.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "servers/cli/command.hpp"
+#include "servers/openai/serve.hpp"
+
+namespace tessera::cli {
+
+static bool parse_num(ArgParser const& a, char const* name, double lo, double hi, double& out) {
+  auto v = a.get(name);
+  if (!v) return true;
+  char* end = nullptr;
+  double d = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end || !(d >= lo && d <= hi)) {
+    std::fprintf(stderr, "tessera serve: --%s %s: expected a number in [%g, %g]\n", name, v->c_str(), lo, hi);
+    return false;
+  }
+  out = d;
+  return true;
+}
+
+int cmd_serve(std::vector<std::string> const& args) {
+  ArgParser a(args,
+              {"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
+               "prefill-chunk", "memory-budget-mib", "max-body-mib", "request-timeout", "drain-timeout", "served-model-name",
+               "port-file", "stub-scripts", "stub-step-delay-us", "stub-token-delay-us", "keepalive", "max-connections",
+               "prefix-cache-entries", "tokenizer"},
+              {"cors", "metrics-open", "help"});
+  if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
+    if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
+    std::fprintf(stderr,
+                 "usage: tessera serve [--model DIR|stub] [--host 127.0.0.1] [--port 8000] [--api-key-file F]\n"
+                 "         [--device cpu|cuda] [--max-batch 8] [--max-context N] [--max-queue 256] [--queue-timeout 60]\n"
+                 "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
+                 "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
+                 "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
+                 "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n");
+    return a.has("help") && a.error().empty() ? 0 : 2;
+  }
+  server::ServeConfig c;
+  c.model_dir = a.get_or("model", "");
+  c.served_name = a.get_or("served-model-name", "");
+  c.tokenizer_file = a.get_or("tokenizer", "");
+  c.device = a.get_or("device", "cpu");
+  c.api_key_file = a.get_or("api-key-file", "");
+  c.port_file = a.get_or("port-file", "");
+  c.stub_scripts_file = a.get_or("stub-scripts", "");
+  c.http.host = a.get_or("host", "127.0.0.1");
+  c.api.cors = a.has("cors");
+  c.api.metrics_open = a.has("metrics-open");
+  double port = 8000, batch = 8, ctx = 0, queue = 256, qt = 60, chunk = 256, mem = 0, body = 8, rt = 600, drain = 20, sd = 0, td = 0,
+         ka = 15, conns = 512, pce = 32;
+  bool ok = parse_num(a, "port", 0, 65535, port) && parse_num(a, "max-batch", 1, 1024, batch) &&
+            parse_num(a, "max-context", 0, 1 << 24, ctx) && parse_num(a, "max-queue", 1, 1 << 20, queue) &&
+            parse_num(a, "queue-timeout", 0, 86400, qt) && parse_num(a, "prefill-chunk", 1, 1 << 20, chunk) &&
+            parse_num(a, "memory-budget-mib", 0, 1 << 24, mem) && parse_num(a, "max-body-mib", 0.001, 1024, body) &&
+            parse_num(a, "request-timeout", 0, 1e6, rt) && parse_num(a, "drain-timeout", 0, 3600, drain) &&
+            parse_num(a, "stub-step-delay-us", 0, 1e7, sd) && parse_num(a, "stub-token-delay-us", 0, 1e7, td) &&
+            parse_num(a, "keepalive", 0.01, 3600, ka) && parse_num(a, "max-connections", 1, 65536, conns) &&
+            parse_num(a, "prefix-cache-entries", 0, 1 << 16, pce);
+  if (!ok) return 2;
+  c.http.port = static_cast<uint16_t>(port);
+  c.http.max_body_bytes = static_cast<size_t>(body * 1024 * 1024);
+  c.http.max_connections = static_cast<int>(conns);
+  c.engine.max_batch = static_cast<int>(batch);
+  c.engine.max_context = static_cast<int64_t>(ctx);
+  c.engine.max_queue = static_cast<int>(queue);
+  c.engine.queue_timeout_s = qt;
+  c.engine.step_token_budget = static_cast<int64_t>(chunk);
+  c.engine.memory_budget_bytes = static_cast<size_t>(mem * 1024 * 1024);
+  c.engine.prefix_cache_entries = static_cast<int>(pce);
+  c.api.request_timeout_s = rt;
+  c.api.keepalive_s = ka;
+  c.drain_timeout_s = drain;
+  c.stub_step_delay_us = static_cast<int64_t>(sd);
+  c.stub_token_delay_us = static_cast<int64_t>(td);
+  return server::serve_main(std::move(c));
+}
+
+}  // namespace tessera::cli

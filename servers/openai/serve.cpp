@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Server start-up, signal handling and drain (see serve.hpp).
+#include "servers/openai/serve.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "servers/openai/engine/stub_model.hpp"
+#include "servers/openai/routes/tokenizer_codec.hpp"
+
+namespace tessera::server {
+namespace json = boost::json;
+
+Result<std::vector<Sha256Digest>> load_api_keys(std::string const& path) {
+  std::ifstream f(path);
+  if (!f) return io_error("cannot read the API key file '" + path + "'");
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077))
+    std::fprintf(stderr, "tessera serve: warning: API key file '%s' is readable by group/others (chmod 600)\n", path.c_str());
+  std::vector<Sha256Digest> out;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    auto trim = [](std::string s) {
+      size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+      return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+    };
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (auto c = line.find(": "); c != std::string::npos) line = trim(line.substr(c + 2));
+    if (line.size() < 8) return malformed("API key file '" + path + "' line " + std::to_string(lineno) + ": a key must have at least 8 characters");
+    out.push_back(sha256(line));
+    std::fill(line.begin(), line.end(), '\0');
+  }
+  if (out.empty()) return malformed("API key file '" + path + "' holds no keys");
+  return out;
+}
+
+namespace {
+
+// The stand-in served model: StubModel over the byte-level codec (vocabulary 264: bytes + specials) or
+// over a real tokenizer (--tokenizer), whose printable-ASCII tokens get the random logits.
+struct StubBundle {
+  std::unique_ptr<TextCodec> codec;
+  std::unique_ptr<ChatFormat> chat = make_v41_chat_format();
+  std::unique_ptr<StubModel> model;
+};
+
+Result<std::unique_ptr<StubBundle>> make_stub(ServeConfig const& cfg) {
+  auto b = std::make_unique<StubBundle>();
+  if (cfg.tokenizer_file.empty()) {
+    b->codec = make_byte_codec();
+  } else {
+    auto c = load_tokenizer_codec(cfg.tokenizer_file);
+    if (!c.ok()) return c.status();
+    b->codec = std::move(*c);
+  }
+  for (char const* t : {"<｜end▁of▁sentence｜>", "<｜Assistant｜>"})
+    if (!b->codec->special_id(t)) return malformed(std::string("the tokenizer has no special token ") + t);
+  StubModelConfig sc;
+  sc.name = cfg.served_name.empty() ? "tessera-stub-smoke-test" : cfg.served_name;
+  sc.vocab_size = b->codec->vocab_size();
+  sc.eos_token_ids = {*b->codec->special_id("<｜end▁of▁sentence｜>")};
+  sc.assistant_token = *b->codec->special_id("<｜Assistant｜>");
+  for (char const* t : {"<think>", "</think>"})
+    if (auto id = b->codec->special_id(t)) sc.reply_prefix_tokens.push_back(*id);
+  for (int64_t t = 0; t < sc.vocab_size; ++t) {
+    if (b->codec->special_id(b->codec->token_bytes(static_cast<int32_t>(t)))) continue;
+    std::string bytes = b->codec->token_bytes(static_cast<int32_t>(t));
+    bool printable = !bytes.empty();
+    for (unsigned char ch : bytes) printable = printable && ((ch >= 32 && ch < 127) || ch == '\n');
+    if (printable) sc.allowed_tokens.push_back(static_cast<int32_t>(t));
+  }
+  // Logits are uniform in [-4, 4): with bias b ≥ 0 EOS is the greedy argmax with probability about
+  // max(b / 8, 1 / allowed) per position; greedy replies average ~100 tokens either way.
+  sc.eos_bias = sc.allowed_tokens.size() > 1000 ? 0.08f : 0.0f;
+  sc.max_context = cfg.engine.max_context > 0 ? cfg.engine.max_context : 8192;
+  sc.step_delay_us = cfg.stub_step_delay_us;
+  sc.token_delay_us = cfg.stub_token_delay_us;
+  if (!cfg.stub_scripts_file.empty()) {
+    std::ifstream f(cfg.stub_scripts_file);
+    if (!f) return io_error("cannot read --stub-scripts file '" + cfg.stub_scripts_file + "'");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    boost::system::error_code ec;
+    json::value v = json::parse(ss.str(), ec);
+    if (ec || !v.is_array()) return malformed("--stub-scripts file '" + cfg.stub_scripts_file + "' must be a JSON array");
+    for (auto const& e : v.get_array()) {
+      if (!e.is_object() || !e.get_object().contains("trigger") || !e.get_object().at("trigger").is_string() ||
+          !e.get_object().contains("reply") || !e.get_object().at("reply").is_string())
+        return malformed("--stub-scripts entries must be {\"trigger\": string, \"reply\": string}");
+      sc.scripts.push_back({b->codec->encode(e.at("trigger").get_string(), false), b->codec->encode(e.at("reply").get_string(), true)});
+    }
+  }
+  b->model = std::make_unique<StubModel>(std::move(sc));
+  return b;
+}
+
+}  // namespace
+
+int serve_main(ServeConfig cfg) {
+  // Signals are taken synchronously by the main thread; every thread started below inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  if (cfg.device != "cpu") {
+    std::fprintf(stderr, "tessera serve: --device %s: only the CPU path is wired into the server so far\n", cfg.device.c_str());
+    return 2;
+  }
+  if (!cfg.api_key_file.empty()) {
+    auto keys = load_api_keys(cfg.api_key_file);
+    if (!keys.ok()) { std::fprintf(stderr, "tessera serve: %s\n", keys.status().message().c_str()); return 2; }
+    cfg.api.api_key_digests = std::move(*keys);
+  }
+  std::unique_ptr<StubBundle> stub;
+  std::string description;
+  if (cfg.model_dir.empty() || cfg.model_dir == "stub") {
+    auto b = make_stub(cfg);
+    if (!b.ok()) { std::fprintf(stderr, "tessera serve: %s\n", b.status().message().c_str()); return 2; }
+    stub = std::move(*b);
+    description = "smoke-test model: deterministic hash-based logits, no weights (replies are noise); tokenizer: " +
+                  (cfg.tokenizer_file.empty() ? std::string("byte-level stand-in") : cfg.tokenizer_file);
+  } else {
+    std::fprintf(stderr, "tessera serve: --model %s: loading DeepSeek-V4.1 checkpoints needs the model module, which this build "
+                         "does not contain yet; use --model stub\n", cfg.model_dir.c_str());
+    return 2;
+  }
+  Engine engine(*stub->model, cfg.engine);
+  ServedModel served;
+  served.id = stub->model->info().name;
+  served.description = description;
+  served.codec = stub->codec.get();
+  served.chat = stub->chat.get();
+  served.parser = &make_v41_output_parser;
+  served.engine = &engine;
+  Api api(served, cfg.api);
+  HttpServer http(api, cfg.http);
+  if (Status s = http.start(); !s.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", s.message().c_str());
+    return 1;
+  }
+  uint16_t port = http.port();
+  if (!cfg.port_file.empty()) {
+    std::ofstream pf(cfg.port_file + ".tmp");
+    pf << port << "\n";
+    pf.close();
+    std::rename((cfg.port_file + ".tmp").c_str(), cfg.port_file.c_str());
+  }
+  std::fprintf(stderr, "tessera serve: model '%s' (%s), %d slots, context %lld, listening on http://%s:%u/v1%s\n",
+               served.id.c_str(), description.c_str(), engine.options().max_batch, static_cast<long long>(engine.max_context()),
+               cfg.http.host.c_str(), port, cfg.api.api_key_digests.empty() ? " (no API keys)" : "");
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "tessera serve: %s received, draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_timeout_s);
+  api.set_draining();
+  engine.begin_drain();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.drain_timeout_s);
+  // A second signal ends the drain early.
+  timespec poll_ts{0, 50 * 1000 * 1000};
+  while (std::chrono::steady_clock::now() < deadline && !(engine.idle() && api.in_flight() == 0)) {
+    if (sigtimedwait(&sigs, nullptr, &poll_ts) > 0) break;
+  }
+  http.stop_accepting();
+  engine.stop();
+  http.shutdown();
+  std::fprintf(stderr, "tessera serve: stopped\n");
+  return 0;
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+/// `tessera serve`: builds the served model (weights, tokenizer, chat format), the engine, the routes and
+/// the HTTP transport; runs until SIGTERM/SIGINT, then drains (new requests get 503, running ones get
+/// `drain_timeout_s` to finish) and exits.
+#pragma once
+
+#include <string>
+
+#include "servers/openai/engine/engine.hpp"
+#include "servers/openai/http/server.hpp"
+#include "servers/openai/routes/api.hpp"
+
+namespace tessera::server {
+
+struct ServeConfig {
+  std::string model_dir;               // empty = the embedded default; "stub" = the stub model
+  std::string served_name;
+  std::string tokenizer_file;          // tokenizer.json for the stub model (default: byte-level stand-in)             // empty = derived from the model
+  std::string device = "cpu";
+  std::string api_key_file;
+  std::string port_file;               // write the bound port here (tests with --port 0)
+  std::string stub_scripts_file;       // JSON [{"trigger": "...", "reply": "..."}] for the stub model
+  int64_t stub_step_delay_us = 0;
+  int64_t stub_token_delay_us = 0;
+  double drain_timeout_s = 20;
+  HttpOptions http;
+  EngineOptions engine;
+  ApiOptions api;
+};
+
+/// Returns the process exit code.
+int serve_main(ServeConfig config);
+
+/// Reads an API key file: one key per line or `label: key`; blank lines and `#` comments skipped.
+Result<std::vector<Sha256Digest>> load_api_keys(std::string const& path);
+
+}  // namespace tessera::server
