@@ -65,27 +65,21 @@ static int cmd_version(std::vector<std::string> const&) {
 // [declarations]
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
-<<<<<<< HEAD
 int cmd_generate(std::vector<std::string> const& args);
 int cmd_verify_golden(std::vector<std::string> const& args);
-=======
 int cmd_serve(std::vector<std::string> const& args);
 int cmd_verify_exl3(std::vector<std::string> const& args);
 int cmd_quantize(std::vector<std::string> const& args);
->>>>>>> main
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
     {"inspect", "show a checkpoint: config, tensors, weight layout, EXL3 bits per weight", cmd_inspect},
     {"make-synthetic", "write a seeded random DeepSeek-V4.1 checkpoint (tiny or v41-flash dimensions)", cmd_make_synthetic},
-<<<<<<< HEAD
     {"generate", "greedy token ids from a DeepSeek-V4.1 model folder on the CPU", cmd_generate},
     {"verify golden", "golden parity gate of a model folder against golden.safetensors", cmd_verify_golden},
-=======
     {"serve", "run the OpenAI-compatible HTTP server", cmd_serve},
     {"verify exl3", "EXL3 test ladder on the golden fixtures (spec/exl3.md §7.4)", cmd_verify_exl3},
     {"quantize", "quantize a bf16/fp32/FP8 checkpoint to EXL3 (--bits AVG, per-tensor K)", cmd_quantize},
->>>>>>> main
     // [commands]
 };
 
