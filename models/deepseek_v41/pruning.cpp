@@ -270,7 +270,10 @@ Status write_pruned_checkpoint(std::string const& src_dir, std::vector<std::vect
   json::object po{{"format", "tessera.pruned_experts.v1"}, {"source", src.string()}, {"kept_experts", ka}};
   std::ofstream(fs::path(out_dir) / "pruning.json") << json::serialize(po) << "\n";
   if (fs::exists(src / "tokenizer.json"))
+  {
     fs::copy_file(src / "tokenizer.json", fs::path(out_dir) / "tokenizer.json", fs::copy_options::overwrite_existing, fec);
+    fs::permissions(fs::path(out_dir) / "tokenizer.json", fs::perms::owner_write, fs::perm_options::add, fec);
+  }
   return {};
 }
 

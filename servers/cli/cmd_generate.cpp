@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "servers/cli/command.hpp"
+#include "servers/cli/prune_flags.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
@@ -49,10 +50,12 @@ static Result<std::vector<int32_t>> parse_ids(std::string const& s) {
 }
 
 int cmd_generate(std::vector<std::string> const& args) {
-  ArgParser p(args, {"model", "prompt-ids", "max-new-tokens", "dtype"}, {"ignore-eos"});
+  std::vector<std::string> opts{"model", "prompt-ids", "max-new-tokens", "dtype"};
+  for (auto const& n : prune_flag_names()) opts.push_back(n);
+  ArgParser p(args, opts, {"ignore-eos"});
   if (!p.error().empty() || !p.has("model") || !p.has("prompt-ids")) {
     std::fprintf(stderr, "usage: tessera generate --model DIR --prompt-ids 1,2,3 [--max-new-tokens N] "
-                         "[--dtype fp32|bf16] [--ignore-eos]\n%s\n", p.error().c_str());
+                         "[--dtype fp32|bf16] [--ignore-eos]\n         %s\n%s\n", prune_usage(), p.error().c_str());
     return 2;
   }
   std::string dir = *p.get("model");
@@ -63,6 +66,9 @@ int cmd_generate(std::vector<std::string> const& args) {
   if (!num) throw Error(num.status());
   model::dsv41::ModelOptions o;
   o.numerics = *num;
+  auto prune = parse_prune_flags(p);
+  if (!prune) throw Error(prune.status());
+  o.prune = std::move(*prune);
   auto m = model::dsv41::load_model(dir, o).value_or_throw();
   int64_t V = m->info().vocab_size;
   auto st = m->new_sequence();
