@@ -4,13 +4,18 @@
 /// against the H200's 4.27 TB/s copy bandwidth. Prefill: M = 512..8192, TFLOP/s = 2·M·k·n / t.
 /// Every row is checked before it is timed: decode rows against the naive reference kernel (spec §7.4
 /// bounds), prefill rows by bitwise equality of sampled rows with the single-row path (row invariance) and
-/// that row against the naive kernel. L2 is flushed (a 256 MiB memset) before every timed launch; the
-/// median of the iterations is reported. Prints markdown tables ready for bench/RESULTS.md.
-/// Usage: exl3_bench [--quick]
+/// that row against the naive kernel. Two timings per decode row, medians of the iterations:
+///   * call: one op after an L2 flush (a 256 MiB memset), events around it — includes the launch latency
+///     of an isolated call (the "empty kernel" floor row measures that floor for one launch);
+///   * stream: R back-to-back ops over R distinct copies of the weights (R·bytes ≥ 3× the 60 MB L2, so
+///     every copy streams from DRAM), divided by R — the steady state of a decode step's layer sequence.
+/// cuBLAS is timed the same two ways. Prints markdown tables ready for bench/RESULTS.md.
+/// Usage: exl3_bench [--quick] [--decode|--prefill] [--shape SUBSTR] [--bits K] [--batch M] [--iters N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -61,7 +66,30 @@ struct Timer {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }
+  /// Median microseconds per op of `reps` back-to-back ops fn(0..reps−1) after one L2 flush.
+  double median_stream_us(std::function<void(int)> const& fn, int reps, int iters) {
+    for (int r = 0; r < reps; ++r) fn(r);
+    cudaDeviceSynchronize();
+    std::vector<float> t;
+    for (int i = 0; i < iters; ++i) {
+      cudaMemsetAsync(flush, i & 0xFF, flush_bytes);
+      cudaEventRecord(a);
+      for (int r = 0; r < reps; ++r) fn(r);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      t.push_back(ms * 1000.f / static_cast<float>(reps));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
 };
+
+/// Copies of a weight so that `copies · bytes` ≥ 3 × 60 MB (L2), 2..64 of them.
+int stream_copies(double bytes) {
+  return static_cast<int>(std::clamp(std::ceil(180e6 / bytes), 2.0, 64.0));
+}
 
 struct Shape { int64_t k, n; char const* name; };
 
@@ -72,10 +100,12 @@ struct Bench {
   Tensor ws;
   Bench(int64_t k, int64_t n, int bits, uint64_t seed)
       : h(random_layer(k, n, 2 * bits, x3::Codebook::kMul1, seed, false)), d(h) {}
-  Status run(Tensor const& x, Tensor& y, int tactic) {
+  std::vector<Tensor> copies;   // extra trellis copies for the stream timing
+  Status run(Tensor const& x, Tensor& y, int tactic, int copy = 0) {
     int64_t const m = x.dim(0);
     ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, DType::kF16, false};
     ops::Exl3GemmArgs a = d.args(x);
+    if (copy > 0) a.trellis = copies[static_cast<size_t>(copy - 1)].view_as<int16_t const, 3>();
     a.y_f16 = y.view_as<Fp16, 2>();
     ExecContext ctx;
     ctx.backend = Backend::kCuda;
@@ -88,6 +118,13 @@ struct Bench {
     return ops::Exl3Gemm<Backend::kCuda>::run(desc, a, ctx);
   }
   double trellis_bytes() const { return static_cast<double>(h.trellis.size()) * 2 + 2.0 * (h.k + h.n); }
+  void make_copies(int count) {
+    while (static_cast<int>(copies.size()) < count - 1) {
+      Tensor t = Tensor::empty(DType::kI16, {h.k / 16, h.n / 16, 8 * h.k2}, Device::kCuda).value_or_throw();
+      cudaMemcpy(t.data(), d.trellis.data(), t.nbytes(), cudaMemcpyDeviceToDevice);
+      copies.push_back(std::move(t));
+    }
+  }
 };
 
 std::vector<uint16_t> download16(Tensor const& t) {
@@ -108,6 +145,32 @@ struct Cublas {
   }
 };
 
+
+struct Options {
+  bool quick = false, decode = true, prefill = true;
+  std::string shape;   // substring filter on the shape name
+  int bits = 0;        // 0 = 2, 3, 4
+  int64_t batch = 0;   // 0 = all
+  int iters = 20;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--quick") { o.quick = true; o.iters = 5; }
+    else if (a == "--decode") o.prefill = false;
+    else if (a == "--prefill") o.decode = false;
+    else if (a == "--shape") o.shape = next();
+    else if (a == "--bits") o.bits = std::stoi(next());
+    else if (a == "--batch") o.batch = std::stoll(next());
+    else if (a == "--iters") o.iters = std::stoi(next());
+    else std::fprintf(stderr, "exl3_bench: ignoring unknown argument %s\n", a.c_str());
+  }
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,25 +178,50 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: benchmark skipped\n");
     return 77;
   }
-  bool const quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  int const iters = quick ? 5 : 20;
+  Options const opt = parse(argc, argv);
+  int const iters = opt.iters;
   Shape const shapes[] = {{5120, 2304, "expert w1/w3 5120x2304"}, {2304, 5120, "expert w2 2304x5120"},
                           {5120, 1280, "wq_a 5120x1280"},         {1280, 32768, "wq_b 1280x32768"},
                           {4096, 1024, "wo_a 4096x1024"},         {8192, 5120, "wo_b 8192x5120"},
                           {5120, 129280, "head 5120x129280"}};
+  auto selected = [&](Shape const& sh) { return opt.shape.empty() || std::strstr(sh.name, opt.shape.c_str()); };
+  std::vector<int> const bit_list = opt.bits ? std::vector<int>{opt.bits} : std::vector<int>{2, 3, 4};
   Timer timer;
   Cublas cublas;
   int failures = 0;
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-  std::printf("\n### EXL3 decode GEMV (MUL1) vs cuBLAS bf16, H200, L2 flushed, median of %d\n\n", iters);
-  std::printf("| shape | K | batch | check | EXL3 us | trellis GB/s | %% of 4.27 TB/s | cuBLAS bf16 us | speedup |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  if (opt.decode) {
+    Tensor tiny = Tensor::empty(DType::kU8, {256}, Device::kCuda).value_or_throw();
+    double const floor_call = timer.median_us([&] { cudaMemsetAsync(tiny.data(), 0, 4); }, iters);
+    double const floor_stream = timer.median_stream_us([&](int) { cudaMemsetAsync(tiny.data(), 0, 4); }, 16, iters);
+    std::printf("\nTiming floor (a 4-byte cudaMemsetAsync): call %.1f us, stream %.2f us per op\n", floor_call,
+                floor_stream);
+    std::printf("\n### EXL3 decode GEMV (MUL1) vs cuBLAS bf16, H200, median of %d\n\n", iters);
+    std::printf("call = one op after an L2 flush; stream = back-to-back ops over distinct weight copies (DRAM), per op.\n\n");
+    std::printf("| shape | K | batch | check | call us | stream us | stream GB/s | %% of 4.27 TB/s | cuBLAS call us "
+                "| cuBLAS stream us | speedup call | speedup stream |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  }
   for (auto const& sh : shapes) {
+    if (!opt.decode || !selected(sh)) continue;
     Tensor wbf = Tensor::empty(DType::kBf16, {sh.n, sh.k}, Device::kCuda).value_or_throw();
     cudaMemset(wbf.data(), 0x3C, wbf.nbytes());
-    for (int bits : {2, 3, 4}) {
+    int const bf_copies = stream_copies(static_cast<double>(wbf.nbytes()));
+    std::vector<Tensor> wbf_copies;
+    for (int c = 1; c < bf_copies; ++c) {
+      wbf_copies.push_back(Tensor::empty(DType::kBf16, {sh.n, sh.k}, Device::kCuda).value_or_throw());
+      cudaMemcpy(wbf_copies.back().data(), wbf.data(), wbf.nbytes(), cudaMemcpyDeviceToDevice);
+    }
+    auto wbf_ptr = [&](int c) { return c == 0 ? wbf.data() : wbf_copies[static_cast<size_t>(c - 1)].data(); };
+    for (int bits : bit_list) {
       Bench b(sh.k, sh.n, bits, 1000 + bits);
+      int const copies = stream_copies(b.trellis_bytes());
+      b.make_copies(copies);
       for (int64_t m : {1, 2, 4, 8}) {
+        if (opt.batch && m != opt.batch) continue;
         Tensor x = upload(random_x(m, sh.k, 77 + m), DType::kF16, {m, sh.k});
         Tensor y = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
         Tensor yr = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
@@ -148,32 +236,41 @@ int main(int argc, char** argv) {
         }
         if (!ok) {
           ++failures;
-          std::printf("| %s | %d | %lld | FAIL: %s | | | | | |\n", sh.name, bits, static_cast<long long>(m), why.c_str());
+          std::printf("| %s | %d | %lld | FAIL: %s | | | | | | | | |\n", sh.name, bits, static_cast<long long>(m),
+                      why.c_str());
           continue;
         }
         double const us = timer.median_us([&] { (void)b.run(x, y, 0); }, iters);
+        double const us_s = timer.median_stream_us([&](int c) { (void)b.run(x, y, 0, c); }, copies, iters);
         Tensor xb = Tensor::empty(DType::kBf16, {m, sh.k}, Device::kCuda).value_or_throw();
         Tensor yb = Tensor::empty(DType::kBf16, {m, sh.n}, Device::kCuda).value_or_throw();
         cudaMemset(xb.data(), 0x3C, xb.nbytes());
         double const cu = timer.median_us([&] { cublas.gemm(wbf.data(), xb.data(), yb.data(), m, sh.k, sh.n); }, iters);
-        double const gbs = b.trellis_bytes() / (us * 1e-6) / 1e9;
-        std::printf("| %s | %d | %lld | ok | %.1f | %.0f | %.1f | %.1f | %.2fx |\n", sh.name, bits,
-                    static_cast<long long>(m), us, gbs, 100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu / us);
+        double const cu_s = timer.median_stream_us(
+            [&](int c) { cublas.gemm(wbf_ptr(c), xb.data(), yb.data(), m, sh.k, sh.n); }, bf_copies, iters);
+        double const gbs = b.trellis_bytes() / (us_s * 1e-6) / 1e9;
+        std::printf("| %s | %d | %lld | ok | %.1f | %.2f | %.0f | %.1f | %.1f | %.2f | %.2fx | %.2fx |\n", sh.name, bits,
+                    static_cast<long long>(m), us, us_s, gbs, 100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu_s, cu / us,
+                    cu_s / us_s);
         std::fflush(stdout);
       }
     }
   }
 
-  std::printf("\n### EXL3 prefill GEMM (MUL1 K=3) vs cuBLAS bf16, H200, median of %d\n\n", iters);
-  std::printf("| shape | M | check | EXL3 us | EXL3 TFLOP/s | cuBLAS bf16 us | cuBLAS TFLOP/s | EXL3 / cuBLAS |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  if (opt.prefill) {
+    std::printf("\n### EXL3 prefill GEMM (MUL1 K=3) vs cuBLAS bf16, H200, median of %d\n\n", iters);
+    std::printf("| shape | M | check | EXL3 us | EXL3 TFLOP/s | cuBLAS bf16 us | cuBLAS TFLOP/s | EXL3 / cuBLAS |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+  }
   Shape const prefill[] = {shapes[0], shapes[1], shapes[5]};
   for (auto const& sh : prefill) {
+    if (!opt.prefill || !selected(sh)) continue;
     Bench b(sh.k, sh.n, 3, 2000);
     Tensor wbf = Tensor::empty(DType::kBf16, {sh.n, sh.k}, Device::kCuda).value_or_throw();
     cudaMemset(wbf.data(), 0x3C, wbf.nbytes());
     for (int64_t m : {512, 1024, 2048, 4096, 8192}) {
-      if (quick && m > 2048) continue;
+      if (opt.quick && m > 2048) continue;
+      if (opt.batch && m != opt.batch) continue;
       auto xs = random_x(m, sh.k, 300 + m);
       Tensor x = upload(xs, DType::kF16, {m, sh.k});
       Tensor y = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();

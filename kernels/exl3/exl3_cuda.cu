@@ -56,49 +56,19 @@ __device__ int expert_of(int32_t const* off, int num_experts, int64_t row) {
   return lo;
 }
 
-/// Butterflies over a warp's 128 values (v[t] = element 4·lane + t), stages b = 0..6 in order.
-__device__ __forceinline__ void fwht128_warp(float (&v)[4], int lane) {
-  float a = v[0], b = v[1];
-  v[0] = a + b; v[1] = a - b;
-  a = v[2]; b = v[3];
-  v[2] = a + b; v[3] = a - b;
-  a = v[0]; b = v[2];
-  v[0] = a + b; v[2] = a - b;
-  a = v[1]; b = v[3];
-  v[1] = a + b; v[3] = a - b;
-#pragma unroll
-  for (int m = 1; m < 32; m <<= 1) {
-    bool const hi = (lane & m) != 0;
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      float const other = __shfl_xor_sync(0xFFFFFFFFu, v[t], m);
-      v[t] = hi ? __fsub_rn(other, v[t]) : __fadd_rn(v[t], other);
-    }
-  }
-}
-
 /// xh = fp16(fwht(fp16(x·suh))·r). grid (rows, ceil(k/512)), block 128.
 __global__ void __launch_bounds__(128) exl3_input_transform_kernel(XformParams const p) {
   int const lane = threadIdx.x & 31;
   int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128;
   if (col >= p.k) return;
   int64_t const row = blockIdx.x;
+  pdl_wait();
+  pdl_launch_dependents();
   int64_t const src = p.token_idx ? p.token_idx[row] : row;
   __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
   uint2 const xv = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
   uint2 const sv = *reinterpret_cast<uint2 const*>(suh + col + 4 * lane);
-  __half2 const x01 = *reinterpret_cast<__half2 const*>(&xv.x), x23 = *reinterpret_cast<__half2 const*>(&xv.y);
-  __half2 const s01 = *reinterpret_cast<__half2 const*>(&sv.x), s23 = *reinterpret_cast<__half2 const*>(&sv.y);
-  __half2 const m01 = __hmul2(x01, s01), m23 = __hmul2(x23, s23);
-  float v[4] = {__low2float(m01), __high2float(m01), __low2float(m23), __high2float(m23)};
-  fwht128_warp(v, lane);
-  float const r = tessera::exl3::kHadScale;
-  __half2 const o01 = __halves2half2(__float2half_rn(__fmul_rn(v[0], r)), __float2half_rn(__fmul_rn(v[1], r)));
-  __half2 const o23 = __halves2half2(__float2half_rn(__fmul_rn(v[2], r)), __float2half_rn(__fmul_rn(v[3], r)));
-  uint2 out;
-  out.x = *reinterpret_cast<uint32_t const*>(&o01);
-  out.y = *reinterpret_cast<uint32_t const*>(&o23);
-  *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = out;
+  *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv, sv, lane);
 }
 
 /// acc = 0 + P_0 + … + P_{S−1} (in order), fwht, ·r, ·svh (+ bias) (· route weight). grid (rows, ceil(n/512)).
@@ -107,26 +77,46 @@ __global__ void __launch_bounds__(128) exl3_epilogue_kernel(EpilogueParams const
   int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128;
   if (col >= p.n) return;
   int64_t const row = blockIdx.x;
+  // Dense layers: svh and bias are weights, loaded before the wait so they arrive with the partials.
+  uint2 sv = make_uint2(0u, 0u), bv = make_uint2(0u, 0u);
+  if (!p.svh_e) sv = __ldg(reinterpret_cast<uint2 const*>(p.svh + col + 4 * lane));
+  if (p.bias) bv = __ldg(reinterpret_cast<uint2 const*>(p.bias + col + 4 * lane));
+  pdl_wait();
+  pdl_launch_dependents();
+  if (p.svh_e) sv = *reinterpret_cast<uint2 const*>(p.svh_e[expert_of(p.expert_offsets, p.num_experts, row)] + col + 4 * lane);
+  // acc = ((0 + P_0) + P_1) + … in this order; the loads of a batch of 16 chunks are issued before their
+  // adds so the S dependent L2 round trips become S/16.
   float v[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int s = 0; s < p.num_chunks; ++s) {
-    float4 const q = *reinterpret_cast<float4 const*>(p.partial + (s * p.rows + row) * p.n + col + 4 * lane);
-    v[0] = __fadd_rn(v[0], q.x); v[1] = __fadd_rn(v[1], q.y);
-    v[2] = __fadd_rn(v[2], q.z); v[3] = __fadd_rn(v[3], q.w);
+  float const* src = p.partial + row * p.n + col + 4 * lane;
+  int64_t const cstride = p.rows * p.n;
+  for (int s0 = 0; s0 < p.num_chunks; s0 += 16) {
+    float4 q[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (s0 + i < p.num_chunks) q[i] = __ldcg(reinterpret_cast<float4 const*>(src + (s0 + i) * cstride));
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (s0 + i < p.num_chunks) {
+        v[0] = __fadd_rn(v[0], q[i].x); v[1] = __fadd_rn(v[1], q[i].y);
+        v[2] = __fadd_rn(v[2], q[i].z); v[3] = __fadd_rn(v[3], q[i].w);
+      }
   }
   fwht128_warp(v, lane);
-  __half const* svh = p.svh_e ? p.svh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.svh;
+  __half const* svh = reinterpret_cast<__half const*>(&sv);
+  __half const* bias = reinterpret_cast<__half const*>(&bv);
   float const r = tessera::exl3::kHadScale;
   int64_t const base = row * p.n + col + 4 * lane;
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
-    int64_t const j = col + 4 * lane + t;
     if (p.y16) {
-      __half y = __hmul(__float2half_rn(__fmul_rn(v[t], r)), svh[j]);
-      if (p.bias) y = __hadd(y, p.bias[j]);
+      // __hmul/__hadd lower to mul.f16/add.f16, which ptxas may contract into one fma.rn.f16 (one
+      // rounding instead of two: y differs from fp16(fp16(o·svh) + bias) by an ulp). The _rn forms forbid it.
+      __half y = __hmul_rn(__float2half_rn(__fmul_rn(v[t], r)), svh[t]);
+      if (p.bias) y = __hadd_rn(y, bias[t]);
       p.y16[base + t] = y;
     } else {
-      float y = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[j]));
-      if (p.bias) y = __fadd_rn(y, __half2float(p.bias[j]));
+      float y = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[t]));
+      if (p.bias) y = __fadd_rn(y, __half2float(bias[t]));
       if (p.route_weight) y = __fmul_rn(y, p.route_weight[row]);
       p.y32[base + t] = y;
     }
@@ -203,15 +193,23 @@ Status check_device(DeviceInfo const& dev) {
 
 }  // namespace
 
+bool gemv_fuses_transform(int64_t tiles_k, int64_t tiles_n) {
+  // The fused staging costs ~10% of the GEMV's issue slots (C/8 warp transforms per 4·C tile decodes of a
+  // block) and saves one launch (~2 µs): worth it up to ~2^17 tiles (≈ 20 µs of GEMV).
+  return tiles_k * tiles_n <= (int64_t{1} << 17);
+}
+
 int exl3_num_chunks(int tiles_k, int tiles_n) {
-  // Enough independent (column tile, chunk) warps to fill an H200 (132 SMs × 32 resident warps ≈ 4224)
-  // with chunks of at least 4 k-tiles; S divides tiles_k. Depends on the layer shape only.
-  int best = 1;
-  for (int s = 1; s <= tiles_k; ++s) {
-    if (tiles_k % s) continue;
-    if (tiles_k / s < 4) break;
+  // S divides tiles_k / 8 (k is a multiple of 128), so every chunk is a multiple of the GEMV ring depth
+  // (8 tiles); chunks are at most kGemvMaxChunkTiles long (the GEMV's shared A fragments); otherwise the
+  // fewest chunks that give ≥ 3072 (column tile, chunk) warps, ~23 per SM of an H200, each with 8 tiles
+  // (0.25–2 KiB) of trellis in flight. Depends on the layer shape only.
+  int const groups = tiles_k / kGemvDepth;
+  int best = groups;
+  for (int s = 1; s <= groups; ++s) {
+    if (groups % s || tiles_k / s > kGemvMaxChunkTiles) continue;
     best = s;
-    if (static_cast<int64_t>(s) * tiles_n >= 4096) break;
+    if (static_cast<int64_t>(s) * tiles_n >= 3072) break;
   }
   return best;
 }
@@ -294,9 +292,14 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   xp.xh = xh;
   xp.rows = m;
   xp.k = l.k;
-  kx::exl3_input_transform_kernel<<<dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.k + 511) / 512)), 128, 0,
-                                    stream>>>(xp);
-  TESSERA_TRY(kx::cuda_status(cudaGetLastError(), "input transform launch"));
+  // Small layers: the GEMV applies the input transform itself while staging its A fragments (one launch
+  // less); large ones keep the transform kernel (the GEMV's staging repeats it in every column block).
+  bool const fuse = tactic == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16);
+  if (!fuse)
+    TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
+                                                 dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(128), 0, stream, xp),
+                                "input transform launch"));
 
   kx::Exl3MmaParams p;
   p.xh = xh;
@@ -313,6 +316,10 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   int epilogue_chunks = 1;
   if (tactic == 1) {
     epilogue_chunks = p.num_chunks;
+    if (fuse) {
+      p.x = xp.x;
+      p.suh = xp.suh;
+    }
     TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, 1, stream), "gemv launch"));
   } else if (tactic == 2) {
     TESSERA_TRY(kx::cuda_status(kx::kGemm[kx::table_index(l)](p, 1, stream), "gemm launch"));
@@ -331,8 +338,10 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   ep.bias = d.has_bias ? reinterpret_cast<__half const*>(a.bias.data) : nullptr;
   if (f16) ep.y16 = reinterpret_cast<__half*>(a.y_f16.data);
   else ep.y32 = a.y_f32.data;
-  kx::exl3_epilogue_kernel<<<dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.n + 511) / 512)), 128, 0, stream>>>(ep);
-  return kx::cuda_status(cudaGetLastError(), "epilogue launch");
+  return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_kernel,
+                                        dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.n + 511) / 512)), dim3(128),
+                                        0, stream, ep),
+                         "epilogue launch");
 }
 
 Status Exl3GroupedGemm<Backend::kCuda>::check(Exl3GroupedGemmDesc const& d, DeviceInfo const& dev) {
@@ -375,11 +384,18 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   xp.xh = xh;
   xp.rows = rows;
   xp.k = l.k;
-  kx::exl3_input_transform_kernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.k + 511) / 512)), 128, 0,
-                                    stream>>>(xp);
-  TESSERA_TRY(kx::cuda_status(cudaGetLastError(), "input transform launch"));
-
   kx::Exl3MmaParams p;
+  if (kx::gemv_fuses_transform(l.k / 16, l.n / 16)) {
+    // The GEMV applies the input transform (token gather, the expert's suh) while staging A fragments.
+    p.x = xp.x;
+    p.token_idx = xp.token_idx;
+    p.suh_e = xp.suh_e;
+  } else {
+    TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
+                                                 dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(128), 0, stream, xp),
+                                "input transform launch"));
+  }
   p.xh = xh;
   p.trellis_e = a.trellis;
   p.expert_offsets = a.expert_offsets;
@@ -403,9 +419,10 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   ep.num_experts = e;
   ep.route_weight = a.route_weight;
   ep.y32 = a.y.data;
-  kx::exl3_epilogue_kernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.n + 511) / 512)), 128, 0,
-                             stream>>>(ep);
-  return kx::cuda_status(cudaGetLastError(), "epilogue launch");
+  return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_kernel,
+                                        dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.n + 511) / 512)),
+                                        dim3(128), 0, stream, ep),
+                         "epilogue launch");
 }
 
 }  // namespace tessera::ops

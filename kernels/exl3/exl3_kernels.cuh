@@ -11,18 +11,20 @@
 /// count, so choosing between them by row count keeps a row's result independent of the batch. No atomics.
 ///
 /// Work split:
-///   GEMV   block = 4 warps, warp = one 16-column tile × one chunk × its expert's rows in groups of 16.
-///          Trellis words go straight from global memory to registers (a ring of kPrefetch tiles); xh
-///          fragments are read from global/L2 (xh is small at these row counts).
-///   GEMM   block = 8 warps, tile 64 rows × 128 columns; each warp owns one 16-column tile and all 64 rows
-///          (4 m16 sub-tiles, so every decoded B fragment feeds 8 MMAs); xh slabs of 64 × 64 are staged
-///          in shared memory and read with ldmatrix.x4.
+///   GEMV   block = 4 warps sharing one chunk, warp = one 16-column tile × the chunk × its expert's rows in
+///          groups of 16. Trellis words go straight from global memory to registers (a ring of kGemvDepth
+///          tiles); the row group's xh A fragments of the chunk are staged once per block in shared memory.
+///   GEMM   block = 8 warps, tile 128 rows × 128 columns; each warp owns one 16-column tile and all 128
+///          rows (8 m16 sub-tiles, so every decoded B fragment feeds 16 MMAs); xh slabs of 128 × 64 are
+///          double-buffered in shared memory (cp.async) and read with ldmatrix.x4; the chunk totals are
+///          kept in shared memory (the chain is still ((0 + P_0) + P_1) + …).
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "tessera/device/exl3/decode.cuh"
 
@@ -34,7 +36,12 @@ using tessera::exl3::Codebook;
 /// Operands of the GEMV/GEMM kernels. Dense layers: trellis set, expert arrays null, rows [0, num_rows).
 /// MoE: trellis_e[e] per expert and rows [expert_offsets[e], expert_offsets[e+1]) (grid.z = expert).
 struct Exl3MmaParams {
-  __half const* xh = nullptr;                // [num_rows, k] input-transformed activations
+  __half const* xh = nullptr;                // [num_rows, k] input-transformed activations (GEMM; GEMV when x is null)
+  // GEMV only: when x is set, the kernel applies the input transform itself (no xh in global memory).
+  __half const* x = nullptr;                 // [T, k] raw activations
+  int32_t const* token_idx = nullptr;        // [num_rows] source row of x per row (MoE), or null
+  __half const* suh = nullptr;               // [k] (dense)
+  __half const* const* suh_e = nullptr;      // [E] → [k] (MoE)
   int16_t const* trellis = nullptr;          // [k/16, n/16, 16K] (dense)
   int16_t const* const* trellis_e = nullptr; // [E] → [k/16, n/16, 16K] (MoE)
   int32_t const* expert_offsets = nullptr;   // [E + 1] (MoE)
@@ -47,10 +54,92 @@ struct Exl3MmaParams {
 
 inline constexpr int kGemvWarps = 4;
 inline constexpr int kGemmWarps = 8;
-inline constexpr int kGemmRows = 64;          // rows per GEMM block (4 m16 sub-tiles per warp)
+inline constexpr int kGemmRows = 128;         // rows per GEMM block (8 m16 sub-tiles per warp)
 inline constexpr int kGemmSlabK = 64;         // k per staged xh slab (4 k-tiles)
 inline constexpr int kGemmLda = kGemmSlabK + 8;  // padded smem row (halves): ldmatrix rows hit distinct banks
-inline constexpr int kPrefetch = 4;           // tiles in flight per warp in the GEMV ring
+inline constexpr int kGemmSlabHalves = kGemmRows * kGemmLda;
+/// Two xh slabs (2 × 18 KiB) and the fp32 chunk totals of the block (128 × 128 × 4 B = 64 KiB).
+inline constexpr size_t kGemmSmemBytes = 2 * kGemmSlabHalves * sizeof(__half) + size_t{kGemmRows} * 128 * sizeof(float);
+/// GEMV ring depth: tiles whose trellis words are in flight per warp. Chunks are multiples of 8 k-tiles
+/// (exl3_num_chunks), so the ring needs no tail guards; 8 tiles are 256 B (K = 1) to 2 KiB (K = 8).
+inline constexpr int kGemvDepth = 8;
+/// Longest chunk the GEMV stages in shared memory: 64 k-tiles × 32 lanes × 16 B of A fragments = 32 KiB.
+inline constexpr int kGemvMaxChunkTiles = 64;
+/// Resident GEMV blocks per SM the register allocation must allow: 8 × 4 warps = 32 warps (≤ 64
+/// registers); K ≥ 5 rings hold 24–32 words and get 6 blocks (≤ 80 registers) so nothing spills.
+template <int kBits>
+inline constexpr int kGemvMinBlocks = kBits >= 5 ? 6 : 8;
+
+/// Programmatic dependent launch (sm_90): every kernel of an op is launched with the PDL attribute, may
+/// start while its predecessor drains, and must execute `pdl_wait` before reading anything a predecessor
+/// in the stream writes (x, xh, partials) or writing anything it reads; weights may be read before it.
+/// `pdl_wait` returns once the predecessor grid has completed and its memory is visible.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Launches `kernel` on `stream` with the programmatic-stream-serialization attribute.
+template <class... KArgs, class... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/// Butterflies over a warp's 128 values (v[t] = element 4·lane + t), stages b = 0..6 in order.
+__device__ __forceinline__ void fwht128_warp(float (&v)[4], int lane) {
+  float a = v[0], b = v[1];
+  v[0] = a + b; v[1] = a - b;
+  a = v[2]; b = v[3];
+  v[2] = a + b; v[3] = a - b;
+  a = v[0]; b = v[2];
+  v[0] = a + b; v[2] = a - b;
+  a = v[1]; b = v[3];
+  v[1] = a + b; v[3] = a - b;
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    bool const hi = (lane & m) != 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      float const other = __shfl_xor_sync(0xFFFFFFFFu, v[t], m);
+      v[t] = hi ? __fsub_rn(other, v[t]) : __fadd_rn(v[t], other);
+    }
+  }
+}
+
+/// Input transform of one 128-block by a warp (spec §4.3): lane l gets x[4l..4l+3] and suh[4l..4l+3] as
+/// fp16 quads and returns its quad of xh = fp16(fwht(fp16(x·suh))·r). Shared by the transform kernel and
+/// the GEMV's staging, so both produce the same bits.
+__device__ __forceinline__ uint2 input_transform_warp(uint2 xv, uint2 sv, int lane) {
+  __half2 const x01 = *reinterpret_cast<__half2 const*>(&xv.x), x23 = *reinterpret_cast<__half2 const*>(&xv.y);
+  __half2 const s01 = *reinterpret_cast<__half2 const*>(&sv.x), s23 = *reinterpret_cast<__half2 const*>(&sv.y);
+  __half2 const m01 = __hmul2_rn(x01, s01), m23 = __hmul2_rn(x23, s23);
+  float v[4] = {__low2float(m01), __high2float(m01), __low2float(m23), __high2float(m23)};
+  fwht128_warp(v, lane);
+  float const r = tessera::exl3::kHadScale;
+  __half2 const o01 = __halves2half2(__float2half_rn(__fmul_rn(v[0], r)), __float2half_rn(__fmul_rn(v[1], r)));
+  __half2 const o23 = __halves2half2(__float2half_rn(__fmul_rn(v[2], r)), __float2half_rn(__fmul_rn(v[3], r)));
+  uint2 out;
+  out.x = *reinterpret_cast<uint32_t const*>(&o01);
+  out.y = *reinterpret_cast<uint32_t const*>(&o23);
+  return out;
+}
 
 __device__ __forceinline__ uint32_t ld_u32_or_zero(__half const* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<uint32_t const*>(p)) : 0u;
@@ -61,53 +150,115 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
   return reinterpret_cast<uint32_t const*>(trellis) + (static_cast<int64_t>(tk) * tiles_n + tn) * (8 * kBits);
 }
 
-/// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128.
+/// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128,
+/// dynamic shared memory C·512 B. The block's 4 warps share one chunk of C k-tiles (C a multiple of 8):
+/// the A fragments of the row group (xh rows rg..rg+15, lane order {a0, a1, a2, a3}) are staged once in
+/// shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
+/// of kGemvDepth tiles of trellis words in registers; the first ring is loaded before `pdl_wait` (weights
+/// only), so the trellis stream starts while the input transform still runs.
 template <int kBits, Codebook kCb>
-__global__ void __launch_bounds__(kGemvWarps * 32) exl3_gemv_kernel(Exl3MmaParams const p) {
+__global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_gemv_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
+  constexpr int kLw = dx::kLoadWords<kBits>;
+  constexpr int kD = kGemvDepth;
+  constexpr int kTileWords = 8 * kBits;
+  extern __shared__ uint4 gemv_sa[];   // [C][32] A fragments
   int const lane = threadIdx.x & 31;
   int const tn = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
-  if (tn >= p.tiles_n) return;
   int const chunk = blockIdx.y;
+  int const C = p.chunk_tiles;
+  int const t0 = chunk * C;
+  bool const active = tn < p.tiles_n;
+  int16_t const* trellis = p.expert_offsets ? p.trellis_e[blockIdx.z] : p.trellis;
+  int const first = dx::lane_first_bit<kBits>(lane);
+  int const o = first & 31;
+  int off[kW];   // the lane's word offsets inside a tile, circular
+  {
+    int idx = first >> 5;
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+      off[q] = idx;
+      idx = (idx + 1 == kTileWords) ? 0 : idx + 1;
+    }
+  }
+  int64_t const stride = static_cast<int64_t>(p.tiles_n) * kTileWords;   // words from k-tile t to t + 1
+  uint32_t const* tile0 = reinterpret_cast<uint32_t const*>(trellis) +
+                          (static_cast<int64_t>(t0) * p.tiles_n + (active ? tn : 0)) * kTileWords;
+  uint32_t ring[kD][kW];
+  auto load_ring = [&](uint32_t const* tp) {
+#pragma unroll
+    for (int i = 0; i < kD; ++i)
+#pragma unroll
+      for (int q = 0; q < kW; ++q) ring[i][q] = q < kLw ? __ldg(tp + i * stride + off[q]) : 0u;
+  };
+  if (active) load_ring(tile0);
+  pdl_wait();
+  pdl_launch_dependents();
   int64_t r0 = 0, r1 = p.num_rows;
-  int16_t const* trellis = p.trellis;
   if (p.expert_offsets) {
     r0 = p.expert_offsets[blockIdx.z];
     r1 = p.expert_offsets[blockIdx.z + 1];
-    trellis = p.trellis_e[blockIdx.z];
   }
-  if (r1 <= r0) return;
-  int const first = dx::lane_first_bit<kBits>(lane);
-  int const o = first & 31;
-  int const t0 = chunk * p.chunk_tiles, t1 = t0 + p.chunk_tiles;
   int const g = lane >> 2, c = lane & 3;
   for (int64_t rg = r0; rg < r1; rg += 16) {
-    bool const ok0 = rg + g < r1, ok1 = rg + g + 8 < r1;
-    __half const* x0 = p.xh + (rg + g) * p.k + 2 * c;
-    __half const* x1 = x0 + 8 * p.k;
-    float acc[2][4] = {};
-    uint32_t ring[kPrefetch][kW];
-#pragma unroll
-    for (int i = 0; i < kPrefetch; ++i)
-      if (t0 + i < t1) dx::load_lane_words<kBits>(tile_words<kBits>(trellis, p.tiles_n, t0 + i, tn), first, ring[i]);
-    for (int t = t0; t < t1; t += kPrefetch) {
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        int const tk = t + i;
-        if (tk < t1) {
-          uint32_t frag[4];
-          dx::decode_fragments<kBits, kCb>(ring[i], o, frag);
-          if (tk + kPrefetch < t1)
-            dx::load_lane_words<kBits>(tile_words<kBits>(trellis, p.tiles_n, tk + kPrefetch, tn), first, ring[i]);
-          int const kk = tk * 16;
-          uint32_t const a0 = ld_u32_or_zero(x0 + kk, ok0), a1 = ld_u32_or_zero(x1 + kk, ok1);
-          uint32_t const a2 = ld_u32_or_zero(x0 + kk + 8, ok0), a3 = ld_u32_or_zero(x1 + kk + 8, ok1);
-          dx::mma_m16n8k16(acc[0], a0, a1, a2, a3, frag[0], frag[1]);
-          dx::mma_m16n8k16(acc[1], a0, a1, a2, a3, frag[2], frag[3]);
+    // Stage the row group's A fragments of the chunk: entry (i, l) = xh rows rg+g(l), rg+g(l)+8 at
+    // k = 16(t0+i) + 2c(l) {+0, +8}; rows past the group's end are zero.
+    if (rg != r0) __syncthreads();
+    if (p.x) {
+      // Input transform here: one warp per (row, 128-block of the chunk); lane l's quad k = 128b + 4l..+3
+      // is two k-pairs of tile i = 8b + l/4, in-tile k kc = 4(l%4), 4(l%4)+2 → entry (i, 4(r%8) + (kc%8)/2),
+      // register (r ≥ 8) + 2(kc ≥ 8).
+      uint32_t* sa32 = reinterpret_cast<uint32_t*>(gemv_sa);
+      __half const* suh = p.suh_e ? p.suh_e[blockIdx.z] : p.suh;
+      int const units = 16 * (C / 8);
+      for (int u = threadIdx.x >> 5; u < units; u += kGemvWarps) {
+        int const r = u & 15, b = u >> 4;
+        int64_t const row = rg + r;
+        uint2 q = make_uint2(0u, 0u);
+        if (row < r1) {
+          int64_t const src = p.token_idx ? p.token_idx[row] : row;
+          int64_t const kb = static_cast<int64_t>(t0) * 16 + 128 * b + 4 * lane;
+          q = input_transform_warp(*reinterpret_cast<uint2 const*>(p.x + src * p.k + kb),
+                                   *reinterpret_cast<uint2 const*>(suh + kb), lane);
         }
+        int const i = 8 * b + (lane >> 2), kc = 4 * (lane & 3);
+        int const base = (i * 32 + 4 * (r & 7)) * 4 + (r >> 3);
+        sa32[base + ((kc & 7) >> 1) * 4 + 2 * (kc >> 3)] = q.x;
+        sa32[base + (((kc + 2) & 7) >> 1) * 4 + 2 * ((kc + 2) >> 3)] = q.y;
+      }
+    } else {
+      for (int e = threadIdx.x; e < C * 32; e += kGemvWarps * 32) {
+        int const i = e >> 5, l = e & 31;
+        int64_t const ra = rg + (l >> 2), rb = ra + 8;
+        __half const* xa = p.xh + ra * p.k + (t0 + i) * 16 + 2 * (l & 3);
+        __half const* xb = xa + 8 * p.k;
+        gemv_sa[e] = make_uint4(ld_u32_or_zero(xa, ra < r1), ld_u32_or_zero(xb, rb < r1),
+                                ld_u32_or_zero(xa + 8, ra < r1), ld_u32_or_zero(xb + 8, rb < r1));
       }
     }
+    __syncthreads();
+    if (!active) continue;
+    if (rg != r0) load_ring(tile0);
+    float acc[2][4] = {};
+    uint32_t const* next = tile0 + kD * stride;
+    for (int t = 0; t < C; t += kD) {
+      bool const more = t + kD < C;
+#pragma unroll
+      for (int i = 0; i < kD; ++i) {
+        uint4 const a = gemv_sa[(t + i) * 32 + lane];
+        uint32_t frag[4];
+        dx::decode_fragments<kBits, kCb>(ring[i], o, frag);
+        if (more) {
+#pragma unroll
+          for (int q = 0; q < kW; ++q) ring[i][q] = q < kLw ? __ldg(next + i * stride + off[q]) : 0u;
+        }
+        dx::mma_m16n8k16(acc[0], a.x, a.y, a.z, a.w, frag[0], frag[1]);
+        dx::mma_m16n8k16(acc[1], a.x, a.y, a.z, a.w, frag[2], frag[3]);
+      }
+      next += kD * stride;
+    }
+    bool const ok0 = rg + g < r1, ok1 = rg + g + 8 < r1;
     float* out = p.partial + (static_cast<int64_t>(chunk) * p.num_rows) * p.n + static_cast<int64_t>(tn) * 16 + 2 * c;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -118,56 +269,107 @@ __global__ void __launch_bounds__(kGemvWarps * 32) exl3_gemv_kernel(Exl3MmaParam
 #endif
 }
 
-/// GEMM: full chunk chain in registers for 64 rows × 128 columns. grid (ceil(tiles_n / 8),
-/// ceil(num_rows / 64)), block 256.
+__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, bool valid) {
+  uint32_t const s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
+/// GEMM: the full chunk chain for 128 rows × 128 columns. grid (tiles_n / 8, ceil(num_rows / 128)),
+/// block 256, dynamic shared memory kGemmSmemBytes. Each warp owns one 16-column tile and all 128 rows
+/// (8 m16 sub-tiles: every decoded B fragment feeds 16 MMAs). Pipeline per 64-k slab: the next slab's xh
+/// (cp.async into the other buffer) and trellis words (registers) are in flight while the current slab is
+/// decoded and multiplied. The current chunk's partial lives in registers; the running total
+/// ((0 + P_0) + …) lives in shared memory in fragment order (each thread touches only its own entries),
+/// updated at chunk ends — the same additions in the same order as the GEMV's epilogue.
 template <int kBits, Codebook kCb>
-__global__ void __launch_bounds__(kGemmWarps * 32) exl3_gemm_kernel(Exl3MmaParams const p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
-  __shared__ __align__(16) __half sa[kGemmRows * kGemmLda];   // [64 rows][64 k + 8 pad]
+  constexpr int kLw = dx::kLoadWords<kBits>;
+  constexpr int kTileWords = 8 * kBits;
+  constexpr int kSlabTiles = kGemmSlabK / 16;
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  __half* sa = reinterpret_cast<__half*>(gemm_smem);   // [2][128 rows][72]
+  float* stot = reinterpret_cast<float*>(gemm_smem + 2 * kGemmSlabHalves * sizeof(__half));
   int const lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int const tn = blockIdx.x * kGemmWarps + warp;
-  bool const active = tn < p.tiles_n;
+  int const tn = blockIdx.x * kGemmWarps + warp;       // n is a multiple of 128: always < tiles_n
   int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
   int const first = dx::lane_first_bit<kBits>(lane);
   int const o = first & 31;
-  float total[4][2][4] = {};
-  float cacc[4][2][4] = {};
-  int const slab_tiles = kGemmSlabK / 16;
-  for (int ts = 0; ts < p.tiles_k; ts += slab_tiles) {
-    __syncthreads();
-    // Stage xh[row0 .. row0+63][16ts .. 16ts+63]: 64 rows × 8 uint4 = 512 uint4, two per thread.
+  int off[kW];
+  {
+    int idx = first >> 5;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int q = 0; q < kW; ++q) {
+      off[q] = idx;
+      idx = (idx + 1 == kTileWords) ? 0 : idx + 1;
+    }
+  }
+  int64_t const stride = static_cast<int64_t>(p.tiles_n) * kTileWords;
+  uint32_t const* tp = reinterpret_cast<uint32_t const*>(p.trellis) + static_cast<int64_t>(tn) * kTileWords;
+  uint32_t wcur[kSlabTiles][kW], wnext[kSlabTiles][kW];
+  auto load_slab = [&](uint32_t (&w)[kSlabTiles][kW], int ts) {
+#pragma unroll
+    for (int i = 0; i < kSlabTiles; ++i)
+#pragma unroll
+      for (int q = 0; q < kW; ++q) w[i][q] = q < kLw ? __ldg(tp + (ts + i) * stride + off[q]) : 0u;
+  };
+  load_slab(wcur, 0);
+  pdl_wait();
+  pdl_launch_dependents();
+  // xh slab ts..ts+3 → buffer b: 128 rows × 8 uint4, 4 per thread; rows past num_rows are zero-filled.
+  auto stage = [&](int ts, int b) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
       int const idx = threadIdx.x + i * kGemmWarps * 32;
       int const r = idx >> 3, cu = idx & 7;
       int64_t const row = row0 + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (row < p.num_rows) v = __ldg(reinterpret_cast<uint4 const*>(p.xh + row * p.k + ts * 16 + cu * 8));
-      *reinterpret_cast<uint4*>(sa + r * kGemmLda + cu * 8) = v;
+      bool const ok = row < p.num_rows;
+      cp_async16(sa + b * kGemmSlabHalves + r * kGemmLda + cu * 8, p.xh + (ok ? row : 0) * p.k + ts * 16 + cu * 8, ok);
+    }
+    cp_async_commit();
+  };
+  stage(0, 0);
+  float cacc[8][2][4] = {};
+  bool have_total = false;
+  auto tot_index = [&](int ms, int h, int e) { return (((warp * 8 + ms) * 2 + h) * 4 + e) * 32 + lane; };
+  int const nslabs = p.tiles_k / kSlabTiles;
+  for (int s = 0; s < nslabs; ++s) {
+    int const ts = s * kSlabTiles;
+    bool const more = s + 1 < nslabs;
+    if (more) {
+      stage(ts + kSlabTiles, (s + 1) & 1);
+      load_slab(wnext, ts + kSlabTiles);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    if (!active) continue;
-    uint32_t w[slab_tiles][kW];
+    if (ts > 0 && ts % p.chunk_tiles == 0) {   // chunk end: total = total + P (total starts at 0)
 #pragma unroll
-    for (int i = 0; i < slab_tiles; ++i) dx::load_lane_words<kBits>(tile_words<kBits>(p.trellis, p.tiles_n, ts + i, tn), first, w[i]);
+      for (int ms = 0; ms < 8; ++ms)
 #pragma unroll
-    for (int i = 0; i < slab_tiles; ++i) {
-      int const tk = ts + i;
-      if (tk % p.chunk_tiles == 0 && tk > 0) {
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+          for (int e = 0; e < 4; ++e) {
+            int const ix = tot_index(ms, h, e);
+            stot[ix] = __fadd_rn(have_total ? stot[ix] : 0.f, cacc[ms][h][e]);
+            cacc[ms][h][e] = 0.f;
+          }
+      have_total = true;
+    }
+    __half const* buf = sa + (s & 1) * kGemmSlabHalves;
 #pragma unroll
-          for (int b = 0; b < 2; ++b)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) { total[a][b][e] = __fadd_rn(total[a][b][e], cacc[a][b][e]); cacc[a][b][e] = 0.f; }
-      }
+    for (int i = 0; i < kSlabTiles; ++i) {
       uint32_t frag[4];
-      dx::decode_fragments<kBits, kCb>(w[i], o, frag);
+      dx::decode_fragments<kBits, kCb>(wcur[i], o, frag);
 #pragma unroll
-      for (int ms = 0; ms < 4; ++ms) {
+      for (int ms = 0; ms < 8; ++ms) {
         uint32_t a0, a1, a2, a3;
-        __half const* src = sa + (ms * 16 + (lane & 15)) * kGemmLda + i * 16 + (lane >> 4) * 8;
+        __half const* src = buf + (ms * 16 + (lane & 15)) * kGemmLda + i * 16 + (lane >> 4) * 8;
         uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr) : "memory");
@@ -175,21 +377,26 @@ __global__ void __launch_bounds__(kGemmWarps * 32) exl3_gemm_kernel(Exl3MmaParam
         dx::mma_m16n8k16(cacc[ms][1], a0, a1, a2, a3, frag[2], frag[3]);
       }
     }
+    __syncthreads();   // buffer s & 1 is restaged at iteration s + 1
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < kSlabTiles; ++i)
+#pragma unroll
+        for (int q = 0; q < kW; ++q) wcur[i][q] = wnext[i][q];
+    }
   }
-  if (!active) return;
   int const g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int ms = 0; ms < 4; ++ms)
+  for (int ms = 0; ms < 8; ++ms)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float const* t = total[ms][h];
-      float const* q = cacc[ms][h];
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y[e] = __fadd_rn(have_total ? stot[tot_index(ms, h, e)] : 0.f, cacc[ms][h][e]);
       int64_t const ra = row0 + ms * 16 + g, rb = ra + 8;
       float* out = p.partial + static_cast<int64_t>(tn) * 16 + 8 * h + 2 * c;
-      if (ra < p.num_rows)
-        *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(__fadd_rn(t[0], q[0]), __fadd_rn(t[1], q[1]));
-      if (rb < p.num_rows)
-        *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(__fadd_rn(t[2], q[2]), __fadd_rn(t[3], q[3]));
+      if (ra < p.num_rows) *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(y[0], y[1]);
+      if (rb < p.num_rows) *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(y[2], y[3]);
     }
 #endif
 }
@@ -220,14 +427,18 @@ __global__ void __launch_bounds__(128) exl3_reconstruct_kernel(int16_t const* __
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream_t stream) {
   dim3 grid((p.tiles_n + kGemvWarps - 1) / kGemvWarps, p.num_chunks, num_experts);
-  exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)><<<grid, kGemvWarps * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  size_t const smem = static_cast<size_t>(p.chunk_tiles) * 32 * sizeof(uint4);
+  return launch_pdl(exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemvWarps * 32), smem, stream, p);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {
+  static cudaError_t const attr = cudaFuncSetAttribute(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(kGemmSmemBytes));
+  if (attr != cudaSuccess) return attr;
   dim3 grid((p.tiles_n + kGemmWarps - 1) / kGemmWarps, static_cast<unsigned>((p.num_rows + kGemmRows - 1) / kGemmRows));
-  exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)><<<grid, kGemmWarps * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemmWarps * 32), kGemmSmemBytes,
+                    stream, p);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_reconstruct(int16_t const* trellis, __half* w, int tiles_k, int tiles_n, cudaStream_t stream) {

@@ -99,6 +99,15 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
         linear(ctx, xa.data(), S, w.c_wgate, g.data(), DType::kF32);
         append(ls.buf_kv, a);
         append(ls.buf_gate, g);
+        append(ls.raw_kv, a);
+        append(ls.raw_gate, g);
+        for (int64_t r = 0; r < S; ++r) ls.raw_pos.push_back(c.pos[r]);
+        int64_t keep_raw = opts_.max_rollback + ratio, have_raw = static_cast<int64_t>(ls.raw_pos.size());
+        if (have_raw > keep_raw) {
+          ls.raw_kv.erase(ls.raw_kv.begin(), ls.raw_kv.begin() + (have_raw - keep_raw) * hd);
+          ls.raw_gate.erase(ls.raw_gate.begin(), ls.raw_gate.begin() + (have_raw - keep_raw) * hd);
+          ls.raw_pos.erase(ls.raw_pos.begin(), ls.raw_pos.begin() + (have_raw - keep_raw));
+        }
         int64_t buffered = static_cast<int64_t>(ls.buf_kv.size()) / hd;
         groups = buffered / ratio;
         if (groups > 0) {
@@ -263,10 +272,10 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   out.assign(S * D, 0.f);
   linear(ctx, y.data(), S, w.wo_b, out.data(), md);
 
-  // Window ring: keep the last W−1 entries.
+  // Window ring: keep the last W−1 entries plus the rollback reserve.
   append(ls.window, kv);
   for (int64_t r = 0; r < S; ++r) ls.window_pos.push_back(c.pos[r]);
-  int64_t keep = W - 1, have = static_cast<int64_t>(ls.window_pos.size());
+  int64_t keep = W - 1 + opts_.max_rollback, have = static_cast<int64_t>(ls.window_pos.size());
   if (have > keep) {
     ls.window.erase(ls.window.begin(), ls.window.begin() + (have - keep) * hd);
     ls.window_pos.erase(ls.window_pos.begin(), ls.window_pos.begin() + (have - keep));

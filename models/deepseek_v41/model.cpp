@@ -49,8 +49,9 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, flo
 size_t Dsv41State::memory_bytes() const {
   size_t b = history_.size() * sizeof(int64_t);
   for (auto const& l : layers_)
-    b += (l.window.size() + l.buf_kv.size() + l.buf_gate.size() + l.ckv.size() + l.index_k.size()) * sizeof(float) +
-         l.window_pos.size() * sizeof(int64_t);
+    b += (l.window.size() + l.buf_kv.size() + l.buf_gate.size() + l.raw_kv.size() + l.raw_gate.size() + l.ckv.size() +
+          l.index_k.size()) * sizeof(float) +
+         (l.window_pos.size() + l.raw_pos.size()) * sizeof(int64_t);
   return b;
 }
 
@@ -120,19 +121,70 @@ Result<std::unique_ptr<SequenceState>> Dsv41Model::clone(SequenceState const& st
   return std::unique_ptr<SequenceState>(std::make_unique<Dsv41State>(*s));
 }
 
-Status Dsv41Model::truncate(SequenceState&, int64_t) {
-  return not_supported("DeepSeek-V4.1 decode state cannot be rolled back (compressor buffers and caches keep no "
-                       "history); clone() a snapshot before speculative steps");
+Status Dsv41Model::truncate(SequenceState& state, int64_t length) {
+  auto* st = dynamic_cast<Dsv41State*>(&state);
+  if (!st) return invalid_argument("truncate: the state was not created by a DeepSeek-V4.1 model");
+  if (length < 0 || length > st->length_) return invalid_argument("truncate: length outside [0, current length]");
+  if (length == st->length_) return {};
+  if (st->length_ - length > opts_.max_rollback)
+    return not_supported("truncate: " + std::to_string(st->length_ - length) + " tokens back exceeds max_rollback " +
+                         std::to_string(opts_.max_rollback));
+  int64_t hd = spec_.head_dim, di = spec_.index_head_dim;
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    LayerState& ls = st->layers_[l];
+    // Window: drop positions ≥ length (the reserve still holds the W−1 before it).
+    size_t keep = 0;
+    while (keep < ls.window_pos.size() && ls.window_pos[keep] < length) ++keep;
+    ls.window.resize(keep * hd);
+    ls.window_pos.resize(keep);
+    if (!spec_.is_kv_source(l)) continue;
+    int64_t r = spec_.compress_ratios[l];
+    int64_t groups = length / r;  // groups whose last token is before `length`
+    ls.entry_count = groups;
+    ls.ckv.resize(static_cast<size_t>(groups * hd));
+    if (spec_.is_index_source(l)) ls.index_k.resize(static_cast<size_t>(groups * di));
+    if (r > 1) {
+      // The partial group [groups·r, length) comes back from the raw projections.
+      ls.buf_kv.clear();
+      ls.buf_gate.clear();
+      for (size_t i = 0; i < ls.raw_pos.size(); ++i)
+        if (ls.raw_pos[i] >= groups * r && ls.raw_pos[i] < length) {
+          ls.buf_kv.insert(ls.buf_kv.end(), ls.raw_kv.begin() + i * hd, ls.raw_kv.begin() + (i + 1) * hd);
+          ls.buf_gate.insert(ls.buf_gate.end(), ls.raw_gate.begin() + i * hd, ls.raw_gate.begin() + (i + 1) * hd);
+        }
+      size_t k = 0;
+      while (k < ls.raw_pos.size() && ls.raw_pos[k] < length) ++k;
+      ls.raw_kv.resize(k * hd);
+      ls.raw_gate.resize(k * hd);
+      ls.raw_pos.resize(k);
+    }
+  }
+  st->history_.resize(static_cast<size_t>(length));
+  auto& ev = st->ties_.events;
+  for (auto it = ev.begin(); it != ev.end();) {
+    if (it->position >= length) {
+      (it->site == CutoffTie::Site::kIndexer ? st->ties_.indexer
+                                             : it->site == CutoffTie::Site::kRouter ? st->ties_.router : st->ties_.candidate) -= 1;
+      it = ev.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(st->boundaries_, [&](QuantBoundary const& b) { return b.position >= length; });
+  st->length_ = length;
+  return {};
 }
 
 size_t Dsv41Model::state_bytes_for(int64_t n) const {
   size_t b = static_cast<size_t>(n) * sizeof(int64_t);
   int64_t hd = spec_.head_dim, W = spec_.sliding_window;
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
-    b += static_cast<size_t>(std::min(n, W - 1) * (hd * 4 + 8));
+    b += static_cast<size_t>(std::min(n, W - 1 + opts_.max_rollback) * (hd * 4 + 8));
     if (spec_.is_kv_source(l)) {
       int64_t T = n / spec_.compress_ratios[l];
       b += static_cast<size_t>(T * hd * 4 + spec_.compress_ratios[l] * hd * 8);
+      if (spec_.compress_ratios[l] > 1)
+        b += static_cast<size_t>(std::min(n, opts_.max_rollback + spec_.compress_ratios[l]) * (hd * 8 + 8));
       if (spec_.is_index_source(l)) b += static_cast<size_t>(T * spec_.index_head_dim * 4);
     }
   }

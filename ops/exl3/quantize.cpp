@@ -26,10 +26,13 @@ namespace {
 
 constexpr int kStates = 65536;
 
-/// One forward pass over `order`; cost [E] in/out; back [256][E].
-void viterbi_forward(float const* target, int const* order, int bits, float const* __restrict table,
-                     float* __restrict cost, float* __restrict cand, int32_t* __restrict arg, uint8_t* __restrict back) {
-  int const nk = 1 << bits, e_count = 1 << (16 - bits);
+/// One forward pass over `order`; cost [E] in/out; back [256][E]. K is a template argument so the
+/// inner loops have constant trip counts (one broadcast vector per in-edge at K = 2, 3).
+/// kBits = 0: K at run time (faster with GCC at K >= 4 than the constant form).
+template <int kBits>
+void viterbi_forward(float const* target, int const* order, float const* __restrict table, float* __restrict cost,
+                     float* __restrict cand, int32_t* __restrict arg, uint8_t* __restrict back, int bits) {
+  int const nk = kBits ? 1 << kBits : 1 << bits, e_count = 65536 / nk;
   for (int step = 0; step < exl3::kTileSize; ++step) {
     float const t = target[order[step]];
     // cand[s] for s ascending: its in-edge s >> K runs through cost[] with each value repeated nk times.
@@ -151,13 +154,21 @@ void exl3_viterbi_tile(float const* target, int bits, float const* table, uint16
   auto* arg = reinterpret_cast<int32_t*>(cost + e_count);
   int order1[exl3::kTileSize], order2[exl3::kTileSize];
   for (int i = 0; i < exl3::kTileSize; ++i) { order1[i] = (i + 128) & 255; order2[i] = i; }
+  auto forward = [&](int const* order) {
+    switch (bits) {
+      case 1: viterbi_forward<1>(target, order, table, cost, cand, arg, back, bits); break;
+      case 2: viterbi_forward<2>(target, order, table, cost, cand, arg, back, bits); break;
+      case 3: viterbi_forward<3>(target, order, table, cost, cand, arg, back, bits); break;
+      default: viterbi_forward<0>(target, order, table, cost, cand, arg, back, bits); break;
+    }
+  };
   std::fill(cost, cost + e_count, 0.f);
-  viterbi_forward(target, order1, bits, table, cost, cand, arg, back);
+  forward(order1);
   int const last = static_cast<int>(std::min_element(cost, cost + e_count) - cost);
   int const pre = viterbi_backtrack(back, order1, bits, last, 128, states);   // in-edge of position 0
   std::fill(cost, cost + e_count, std::numeric_limits<float>::infinity());
   cost[pre] = 0.f;
-  viterbi_forward(target, order2, bits, table, cost, cand, arg, back);
+  forward(order2);
   viterbi_backtrack(back, order2, bits, pre, 0, states);
 }
 

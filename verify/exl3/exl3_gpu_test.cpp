@@ -18,7 +18,10 @@
 #include <vector>
 
 #include "tessera/core/tensor.hpp"
+#include "tessera/io/safetensors.hpp"
 #include "tessera/ops/exl3.hpp"
+#include "tessera/ops/exl3_loader.hpp"
+#include "verify/common/golden.hpp"
 #include "tessera/ref/exl3_ref.hpp"
 #include "verify/common/random.hpp"
 #include "verify/exl3/exl3_test_util.hpp"
@@ -75,6 +78,66 @@ BOOST_AUTO_TEST_CASE(reconstruct_bitwise_every_k_and_codebook) {
       std::vector<uint16_t> ref = ref::exl3_decode_inner(h.host());
       BOOST_TEST(std::memcmp(wh.data(), ref.data(), ref.size() * 2) == 0, "K" << bits << " cb" << cb);
     }
+}
+
+BOOST_AUTO_TEST_CASE(golden_fixtures_every_k_and_codebook) {
+  // The integer-rate fixtures of golden/exl3 (128×128 and 256×512, 3 codebooks × K = 1..8): device W'
+  // equals golden w_inner bit for bit; the naive kernel equals the CPU FMA chain bit for bit (fp16 and
+  // fp32); GEMV and GEMM agree bitwise and lie within the spec §7.4 bounds of golden y_ideal.
+  int fixtures = 0;
+  for (char const* file : {"exl3_golden_128x128.safetensors", "exl3_golden_256x512.safetensors"}) {
+    auto f = io::SafetensorsFile::open(tessera::verify::golden_dir() + "/exl3/" + file);
+    BOOST_TEST_REQUIRE(f.ok(), f.status().to_string());
+    ops::Exl3LoadOptions opt;
+    opt.allow_half_rates = true;
+    auto groups = ops::load_exl3_groups(ops::exl3_source(*f), opt);
+    BOOST_TEST_REQUIRE(groups.ok(), groups.status().to_string());
+    for (auto const& g : *groups) {
+      if (g.desc.k2 % 2) continue;   // half rates: CPU only
+      ++fixtures;
+      HostLayer h;
+      h.k = g.desc.k; h.n = g.desc.n; h.k2 = g.desc.k2; h.cb = g.desc.codebook;
+      auto const* tp = static_cast<int16_t const*>(g.trellis.data);
+      h.trellis.assign(tp, tp + g.trellis.numel());
+      h.suh = g.suh;
+      h.svh = g.svh;
+      DevLayer d(h);
+      std::string const G = "golden." + g.prefix + ".";
+      // W'.
+      Tensor w = Tensor::empty(DType::kF16, {h.k, h.n}, Device::kCuda).value_or_throw();
+      ExecContext ctx;
+      ctx.backend = Backend::kCuda;
+      Status s = ops::Exl3Dequant<Backend::kCuda>::run({h.k, h.n, h.k2, h.cb}, {d.trellis.view_as<int16_t const, 3>(), w.view_as<Fp16, 2>()}, ctx);
+      BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+      Tensor wh = w.to(Device::kCpu).value_or_throw();
+      auto gw = f->view(G + "w_inner");
+      BOOST_TEST_REQUIRE(gw.ok());
+      BOOST_TEST(std::memcmp(wh.data(), gw->data, gw->nbytes()) == 0, g.prefix << " W'");
+      // Layer.
+      auto gx = f->view(G + "x");
+      BOOST_TEST_REQUIRE(gx.ok());
+      int64_t const m = gx->shape[0];
+      std::vector<uint16_t> x(static_cast<uint16_t const*>(gx->data), static_cast<uint16_t const*>(gx->data) + m * h.k);
+      std::vector<uint16_t> c16;
+      std::vector<float> c32, n32;
+      cpu_fma_chain_forward(h, x, m, c16, c32);
+      auto n16 = run_dense(h, d, x, m, DType::kF16, 3);
+      run_dense(h, d, x, m, DType::kF32, 3, &n32);
+      BOOST_TEST(first_mismatch(n16, c16) == -1, g.prefix << " naive fp16");
+      BOOST_TEST((std::memcmp(n32.data(), c32.data(), c32.size() * 4) == 0), g.prefix << " naive fp32");
+      auto g1 = run_dense(h, d, x, m, DType::kF16, 1);
+      auto g2 = run_dense(h, d, x, m, DType::kF16, 2);
+      BOOST_TEST(first_mismatch(g1, g2) == -1, g.prefix << " GEMV vs GEMM");
+      auto gi = f->view(G + "y_ideal");
+      BOOST_TEST_REQUIRE(gi.ok());
+      std::vector<double> ideal(static_cast<float const*>(gi->data), static_cast<float const*>(gi->data) + m * h.n);
+      std::vector<float> y1(g1.size());
+      for (size_t i = 0; i < g1.size(); ++i) y1[i] = float_from_f16_bits(g1[i]);
+      Bounds b = spec_bounds_values(y1, ideal);
+      BOOST_TEST(b.ok(), g.prefix << " " << file << ": " << b.text());
+    }
+  }
+  BOOST_TEST(fixtures == 48);
 }
 
 BOOST_AUTO_TEST_CASE(naive_kernel_bitwise_vs_cpu_chain) {

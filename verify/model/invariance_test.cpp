@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Invariance gates of design/ARCHITECTURE.md §13.3 on the tiny model, bitwise: chunked prefill (chunks
 /// of 1, 7, 64 and all) equals token-by-token decode for every row's logits, in fp32 and bf16, across the
-/// window boundary, inside compressor groups and across candidate blocks; batched == alone; a cloned state
-/// continues exactly like the original. Plus the loader's and forward's error messages.
+/// window boundary, inside compressor groups and across candidate blocks; batched == alone; thread count;
+/// a cloned state continues exactly like the original; truncate + continue == fresh. Plus the loader's and
+/// forward's error messages.
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
@@ -103,7 +104,35 @@ BOOST_AUTO_TEST_CASE(clone_continues_identically) {
   BOOST_REQUIRE(m.forward({&b, 1}).ok());
   BOOST_TEST(la == lb);
   BOOST_TEST(st->length() == 41);
-  BOOST_TEST((m.truncate(*st, 10).code() == StatusCode::kNotSupported));
+}
+
+// Rolling back and continuing equals never having gone further: truncate to lengths inside and at the
+// end of compressor groups (ratio 2), across the window edge, then re-feed and compare every logit.
+BOOST_AUTO_TEST_CASE(truncate_then_continue_equals_fresh_bitwise) {
+  for (std::string v : {"fp32", "bf16"}) {
+    auto& m = verify::tiny_model(v);
+    auto toks = prompt_tokens(v, 7, 80);
+    auto fresh = run_chunked(m, toks, 0);
+    for (int64_t cut : {79, 70, 61, 40, 17}) {
+      auto st = m.new_sequence();
+      std::vector<int32_t> detour = toks;
+      for (size_t i = static_cast<size_t>(cut); i < detour.size(); ++i) detour[i] = (detour[i] * 7 + 3) % 512;  // a rejected draft
+      std::vector<float> scratch(80 * 512), lg((80 - cut) * 512);
+      SequenceStep a{st.get(), detour, 80, scratch.data()};
+      BOOST_REQUIRE(m.forward({&a, 1}).ok());
+      BOOST_REQUIRE(m.truncate(*st, cut).ok());
+      BOOST_TEST(st->length() == cut);
+      SequenceStep b{st.get(), std::span<int32_t const>(toks.data() + cut, 80 - static_cast<size_t>(cut)), 80 - cut, lg.data()};
+      BOOST_REQUIRE(m.forward({&b, 1}).ok());
+      BOOST_TEST((std::memcmp(lg.data(), fresh.data() + cut * 512, lg.size() * sizeof(float)) == 0), v << " cut " << cut);
+    }
+    auto st = m.new_sequence();
+    std::vector<float> lg(512);
+    SequenceStep a{st.get(), toks, 1, lg.data()};
+    BOOST_REQUIRE(m.forward({&a, 1}).ok());
+    BOOST_TEST((m.truncate(*st, 5).code() == StatusCode::kNotSupported));  // 75 back > max_rollback 64
+    BOOST_TEST((m.truncate(*st, 81).code() == StatusCode::kInvalidArgument));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_errors_name_the_problem) {

@@ -6,6 +6,8 @@
 /// contribute exactly 0 in the reference). Reference: ref/attention_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -16,6 +18,16 @@ struct AttentionDesc {
   DType md = DType::kF32;
   friend bool operator==(AttentionDesc const&, AttentionDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, AttentionDesc const& d) {
+  return os << "AttentionDesc{"
+            << " rows=" << d.rows
+            << " heads=" << d.heads
+            << " head_dim=" << d.head_dim
+            << " num_keys=" << d.num_keys
+            << " scale=" << d.scale
+            << " md=" << dtype_name(d.md) << " }";
+}
 
 struct AttentionArgs {
   TensorView<float const, 2> q;             // [rows, heads·head_dim]

@@ -4,6 +4,8 @@
 /// no pooling. Reference: ref/compressor_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -13,6 +15,14 @@ struct CompressPoolDesc {
   DType md = DType::kF32;
   friend bool operator==(CompressPoolDesc const&, CompressPoolDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, CompressPoolDesc const& d) {
+  return os << "CompressPoolDesc{"
+            << " groups=" << d.groups
+            << " ratio=" << d.ratio
+            << " dim=" << d.dim
+            << " md=" << dtype_name(d.md) << " }";
+}
 
 struct CompressPoolArgs {
   TensorView<float const, 2> kv;    // [groups·ratio, dim] fp32 a_t = x·W_kvᵀ

@@ -5,6 +5,8 @@
 /// Reference: ref/engram_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -13,6 +15,14 @@ struct EngramHashDesc {
   int64_t rows = 0, max_ngram = 4, heads = 1;
   friend bool operator==(EngramHashDesc const&, EngramHashDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, EngramHashDesc const& d) {
+  return os << "EngramHashDesc{"
+            << " rows=" << d.rows
+            << " max_ngram=" << d.max_ngram
+            << " heads=" << d.heads << " }";
+}
+
 struct EngramHashArgs {
   TensorView<int64_t const, 2> lookback;     // [rows, N] compressed ids (pad_c where blocked)
   TensorView<int64_t const, 1> multipliers;  // [N]
@@ -25,6 +35,15 @@ struct EngramGatherDesc {
   int64_t rows = 0, columns = 0, table_rows = 0, head_dim = 0;
   friend bool operator==(EngramGatherDesc const&, EngramGatherDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, EngramGatherDesc const& d) {
+  return os << "EngramGatherDesc{"
+            << " rows=" << d.rows
+            << " columns=" << d.columns
+            << " table_rows=" << d.table_rows
+            << " head_dim=" << d.head_dim << " }";
+}
+
 struct EngramGatherArgs {
   TensorView<int64_t const, 2> ids;   // [rows, columns]
   TensorView<float const, 2> table;   // [table_rows, head_dim]
@@ -37,6 +56,16 @@ struct EngramGateDesc {
   DType md = DType::kF32;
   friend bool operator==(EngramGateDesc const&, EngramGateDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, EngramGateDesc const& d) {
+  return os << "EngramGateDesc{"
+            << " rows=" << d.rows
+            << " streams=" << d.streams
+            << " dim=" << d.dim
+            << " eps=" << d.eps
+            << " md=" << dtype_name(d.md) << " }";
+}
+
 struct EngramGateArgs {
   TensorView<float const, 2> x;   // [rows, n·D] streams
   TensorView<float const, 2> kv;  // [rows, (n+1)·D] = wkv(rows): n keys then the value

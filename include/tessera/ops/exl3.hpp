@@ -28,6 +28,7 @@ struct Exl3LayerDesc {
   exl3::Codebook codebook = exl3::Codebook::kMul1;
   friend bool operator==(Exl3LayerDesc const&, Exl3LayerDesc const&) = default;
 };
+
 inline std::ostream& operator<<(std::ostream& os, Exl3LayerDesc const& d) {
   static char const* const kCb[] = {"3inst", "mcg", "mul1"};
   return os << kCb[static_cast<int>(d.codebook)] << " K" << d.k2 / 2 << (d.k2 % 2 ? ".5" : "") << " " << d.k
@@ -48,6 +49,7 @@ struct Exl3GemmDesc {
   bool has_bias = false;
   friend bool operator==(Exl3GemmDesc const&, Exl3GemmDesc const&) = default;
 };
+
 inline std::ostream& operator<<(std::ostream& os, Exl3GemmDesc const& d) {
   return os << d.layer << " m=" << d.num_rows << (d.out_type == DType::kF32 ? " f32" : " f16")
             << (d.has_bias ? " +bias" : "");

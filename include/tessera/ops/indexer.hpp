@@ -5,6 +5,8 @@
 /// to the lower index (ref/indexer_ref.hpp states the evidence); every row reports whether it met one.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -14,6 +16,17 @@ struct IndexScoreDesc {
   float scale = 0.f;  // di^(−1/2)
   friend bool operator==(IndexScoreDesc const&, IndexScoreDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, IndexScoreDesc const& d) {
+  return os << "IndexScoreDesc{"
+            << " rows=" << d.rows
+            << " heads=" << d.heads
+            << " head_dim=" << d.head_dim
+            << " entries=" << d.entries
+            << " ratio=" << d.ratio
+            << " scale=" << d.scale << " }";
+}
+
 struct IndexScoreArgs {
   TensorView<float const, 2> q;           // [rows, heads·head_dim] after RoPE and FP4
   TensorView<float const, 2> weights;     // [rows, heads] = f32(weights_proj(x))·Hi^(−1/2)
@@ -26,6 +39,16 @@ struct CandidateBlocksDesc {
   int64_t rows = 0, entries = 0, ratio = 1, block_size = 8, topk_blocks = 1;
   friend bool operator==(CandidateBlocksDesc const&, CandidateBlocksDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, CandidateBlocksDesc const& d) {
+  return os << "CandidateBlocksDesc{"
+            << " rows=" << d.rows
+            << " entries=" << d.entries
+            << " ratio=" << d.ratio
+            << " block_size=" << d.block_size
+            << " topk_blocks=" << d.topk_blocks << " }";
+}
+
 struct CandidateBlocksArgs {
   TensorView<float const, 2> scores;      // [rows, entries]
   TensorView<int64_t const, 1> positions; // [rows]
@@ -37,6 +60,14 @@ struct IndexTopKDesc {
   int64_t rows = 0, entries = 0, top_k = 1;
   friend bool operator==(IndexTopKDesc const&, IndexTopKDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, IndexTopKDesc const& d) {
+  return os << "IndexTopKDesc{"
+            << " rows=" << d.rows
+            << " entries=" << d.entries
+            << " top_k=" << d.top_k << " }";
+}
+
 struct IndexTopKArgs {
   TensorView<float, 2> scores;            // [rows, entries]; entries outside `mask` are set to −inf first
   TensorView<uint8_t const, 2> mask;      // [rows, entries] candidate mask, or empty

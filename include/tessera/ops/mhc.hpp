@@ -4,6 +4,8 @@
 /// [rows, n·D], stream-major. Reference: ref/mhc_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -14,6 +16,17 @@ struct MhcMixDesc {
   float hc_eps = 1e-6f, norm_eps = 1e-20f;
   friend bool operator==(MhcMixDesc const&, MhcMixDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, MhcMixDesc const& d) {
+  return os << "MhcMixDesc{"
+            << " rows=" << d.rows
+            << " streams=" << d.streams
+            << " dim=" << d.dim
+            << " sinkhorn_iters=" << d.sinkhorn_iters
+            << " hc_eps=" << d.hc_eps
+            << " norm_eps=" << d.norm_eps << " }";
+}
+
 struct MhcMixArgs {
   TensorView<float const, 2> x;      // [rows, n·D]
   TensorView<float const, 2> fn;     // [(2+n)·n, n·D]
@@ -29,6 +42,15 @@ struct MhcCollapseDesc {
   DType md = DType::kF32;
   friend bool operator==(MhcCollapseDesc const&, MhcCollapseDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, MhcCollapseDesc const& d) {
+  return os << "MhcCollapseDesc{"
+            << " rows=" << d.rows
+            << " streams=" << d.streams
+            << " dim=" << d.dim
+            << " md=" << dtype_name(d.md) << " }";
+}
+
 struct MhcCollapseArgs {
   TensorView<float const, 2> x;    // [rows, n·D]
   TensorView<float const, 2> pre;  // [rows, n]
@@ -40,6 +62,15 @@ struct MhcExpandDesc {
   DType md = DType::kF32;
   friend bool operator==(MhcExpandDesc const&, MhcExpandDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, MhcExpandDesc const& d) {
+  return os << "MhcExpandDesc{"
+            << " rows=" << d.rows
+            << " streams=" << d.streams
+            << " dim=" << d.dim
+            << " md=" << dtype_name(d.md) << " }";
+}
+
 struct MhcExpandArgs {
   TensorView<float const, 2> y;     // [rows, D] sublayer output
   TensorView<float const, 2> x;     // [rows, n·D] residual streams

@@ -12,6 +12,8 @@
 
 #include <span>
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -27,6 +29,18 @@ struct MoeRouteDesc {
   bool prune_renorm = true;    // kept weights ·= (selected sum / kept sum); false = original weights
   friend bool operator==(MoeRouteDesc const&, MoeRouteDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, MoeRouteDesc const& d) {
+  return os << "MoeRouteDesc{"
+            << " rows=" << d.rows
+            << " experts=" << d.experts
+            << " dim=" << d.dim
+            << " top_k=" << d.top_k
+            << " gate_temp=" << d.gate_temp
+            << " routed_scale=" << d.routed_scale
+            << " norm_top_k=" << d.norm_top_k << " }";
+}
+
 struct MoeRouteArgs {
   TensorView<float const, 2> x;      // [rows, dim] router input (md values)
   TensorView<float const, 2> gate;   // [experts, dim]
@@ -44,6 +58,19 @@ struct MoeExpertsDesc {
   DType md = DType::kF32;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
+  return os << "MoeExpertsDesc{"
+            << " rows=" << d.rows
+            << " experts=" << d.experts
+            << " dim=" << d.dim
+            << " inter=" << d.inter
+            << " top_k=" << d.top_k
+            << " swiglu_limit=" << d.swiglu_limit
+            << " shared_expert=" << d.shared_expert
+            << " md=" << dtype_name(d.md) << " }";
+}
+
 struct MoeExpertsArgs {
   TensorView<float const, 2> x;                     // [rows, dim]
   TensorView<int32_t const, 2> ids;                 // [rows, top_k]; −1 = empty slot (pruned)

@@ -3,6 +3,8 @@
 /// unweighted y = x·rsqrt(mean(x²)+eps) (fp32), one statistic per row. Reference: ref/norm_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -14,6 +16,15 @@ struct RmsNormDesc {
   DType md = DType::kF32;
   friend bool operator==(RmsNormDesc const&, RmsNormDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, RmsNormDesc const& d) {
+  return os << "RmsNormDesc{"
+            << " rows=" << d.rows
+            << " dim=" << d.dim
+            << " eps=" << d.eps
+            << " weighted=" << d.weighted
+            << " md=" << dtype_name(d.md) << " }";
+}
 
 struct RmsNormArgs {
   TensorView<float const, 2> x;       // [rows, dim]

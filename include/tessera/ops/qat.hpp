@@ -5,6 +5,8 @@
 /// Reference: ref/qat_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -19,6 +21,15 @@ struct FakeQuantDesc {
   int boundary_ulps = 0;  // > 0: report rows with an input within this many ulps of a rounding boundary
   friend bool operator==(FakeQuantDesc const&, FakeQuantDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, FakeQuantDesc const& d) {
+  return os << "FakeQuantDesc{"
+            << " rows=" << d.rows
+            << " dim=" << d.dim
+            << " kind=" << static_cast<int>(d.kind)
+            << " md=" << dtype_name(d.md)
+            << " boundary_ulps=" << d.boundary_ulps << " }";
+}
 
 struct FakeQuantArgs {
   TensorView<float, 2> x;              // [rows, dim], quantised in place

@@ -4,6 +4,8 @@
 /// attention output). In place. Reference: ref/rope_ref.hpp.
 #pragma once
 
+#include <ostream>
+
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -14,6 +16,16 @@ struct RopeDesc {
   DType md = DType::kF32;
   friend bool operator==(RopeDesc const&, RopeDesc const&) = default;
 };
+
+inline std::ostream& operator<<(std::ostream& os, RopeDesc const& d) {
+  return os << "RopeDesc{"
+            << " rows=" << d.rows
+            << " heads=" << d.heads
+            << " head_dim=" << d.head_dim
+            << " rope_dim=" << d.rope_dim
+            << " inverse=" << d.inverse
+            << " md=" << dtype_name(d.md) << " }";
+}
 
 struct RopeArgs {
   TensorView<float, 2> x;                 // [rows, heads·head_dim], rotated in place

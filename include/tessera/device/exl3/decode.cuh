@@ -31,6 +31,24 @@ inline constexpr int kNormWords = (7 * kBits + 16 + 31) / 32;
 template <int kBits>
 inline constexpr int kLaneWords = kNormWords<kBits> + 1;
 
+/// Words a lane actually touches: max over lanes of ceil((o + 7K + 16) / 32), o = first bit mod 32. For
+/// K ≤ 4 every lane's span fits in 2 words (K = 3: o ≤ 27, K = 4: o = 20), one fewer than kLaneWords;
+/// the words past it only feed bits beyond the span, so they are set to 0 instead of loaded.
+template <int kBits>
+constexpr int load_words_needed() {
+  int most = 0;
+  for (int l = 0; l < 32; ++l) {
+    int b = 8 * l * kBits + kBits - 16;
+    if (b < 0) b += 256 * kBits;
+    int const w = ((b & 31) + 7 * kBits + 16 + 31) / 32;
+    most = w > most ? w : most;
+  }
+  return most;
+}
+template <int kBits>
+inline constexpr int kLoadWords = load_words_needed<kBits>();
+static_assert(kLoadWords<1> <= kLaneWords<1> && kLoadWords<4> == 2 && kLoadWords<8> <= kLaneWords<8>);
+
 /// First stream bit of lane `lane`'s windows, (8·lane·K + K − 16) mod 256K.
 template <int kBits>
 __device__ __forceinline__ int lane_first_bit(int lane) {
@@ -46,12 +64,16 @@ __device__ __forceinline__ void load_lane_words(uint32_t const* __restrict__ til
   int idx = first_bit >> 5;
 #pragma unroll
   for (int q = 0; q < kLaneWords<kBits>; ++q) {
-    w[q] = __ldg(tile + idx);
+    w[q] = q < kLoadWords<kBits> ? __ldg(tile + idx) : 0u;
     idx = (idx + 1 == kTileWords) ? 0 : idx + 1;
   }
 }
 
-/// The lane's 8 states from its loaded words; `o` = first_bit mod 32.
+/// The lane's 8 states from its loaded words; `o` = first_bit mod 32. After normalising (span bit 0 at
+/// the MSB of nw[0]), window j covers span bits [b, b + 16), b = jK. It is cut from the 32-bit word X_t
+/// that starts at span bit t = 16⌊b/16⌋ + (b mod 8), so b − t ∈ {0, 8}: X_t >> 16 when b = t, bits 23..8
+/// of X_t (one PRMT with zero bytes) when b = t + 8. Windows with the same t share X_t (K = 2, 4, 8 need
+/// 4 distinct X_t, free when t is a multiple of 32): one instruction per window plus one per X_t.
 template <int kBits>
 __device__ __forceinline__ void lane_states(uint32_t const (&w)[kLaneWords<kBits>], int o, uint32_t (&s)[8]) {
   uint32_t nw[kNormWords<kBits> + 1];
@@ -60,9 +82,11 @@ __device__ __forceinline__ void lane_states(uint32_t const (&w)[kLaneWords<kBits
   nw[kNormWords<kBits>] = 0u;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    int const bit = j * kBits;              // compile-time after unrolling
-    int const q = bit >> 5, off = bit & 31;
-    s[j] = __funnelshift_l(nw[q + 1], nw[q], off) >> 16;
+    int const b = j * kBits;                       // compile-time after unrolling
+    int const t = 16 * (b / 16) + (b % 8);
+    int const q = t >> 5, off = t & 31;
+    uint32_t const x = off == 0 ? nw[q] : __funnelshift_l(nw[q + 1], nw[q], off);
+    s[j] = (b == t) ? (x >> 16) : __byte_perm(x, 0u, 0x4421);
   }
 }
 

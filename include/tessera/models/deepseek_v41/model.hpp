@@ -46,11 +46,15 @@ struct QuantBoundary {
   int64_t position = 0;  // token position (window KV, index query) or group position (compressed, keys)
 };
 
-/// Per-layer decode state.
+/// Per-layer decode state. The window keeps W−1 + max_rollback entries and ratio > 1 KV sources keep the
+/// raw projections of their last max_rollback + r tokens, so `truncate` can rebuild the exact state of
+/// any length within the last max_rollback tokens.
 struct LayerState {
-  std::vector<float> window;        // [≤ W−1, hd] oldest first
-  std::vector<int64_t> window_pos;  // [≤ W−1]
+  std::vector<float> window;        // [≤ W−1+max_rollback, hd] oldest first
+  std::vector<int64_t> window_pos;  // positions of `window`
   std::vector<float> buf_kv, buf_gate;  // [< r, hd] fp32 partial group (ratio > 1 KV sources)
+  std::vector<float> raw_kv, raw_gate;  // [≤ max_rollback + r, hd] recent raw projections (ratio > 1)
+  std::vector<int64_t> raw_pos;         // positions of raw_kv rows
   int64_t entry_count = 0;          // groups emitted
   std::vector<float> ckv;           // [T, hd] compressed KV
   std::vector<float> index_k;       // [T, di] index keys
@@ -93,6 +97,7 @@ struct ModelOptions {
   Numerics numerics = Numerics::kFp32;
   ExpertPruning prune;
   ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
+  int64_t max_rollback = 64;   // truncate() reaches back this many tokens (state kept for it)
   int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
 };
 
@@ -105,8 +110,8 @@ class Dsv41Model final : public LanguageModel {
   std::unique_ptr<SequenceState> new_sequence() override;
   Status forward(std::span<SequenceStep> batch) override;
   Result<std::unique_ptr<SequenceState>> clone(SequenceState const& state) override;
-  /// kNotSupported: the compressor buffers and caches keep no history to roll back to (like transformers'
-  /// CSA cache); snapshot with clone() before speculative work instead.
+  /// Rolls back to the first `length` tokens, bit-exactly (continuing from there equals never having gone
+  /// further); kNotSupported beyond ModelOptions::max_rollback tokens back.
   Status truncate(SequenceState& state, int64_t length) override;
   size_t state_bytes_for(int64_t num_tokens) const override;
 
