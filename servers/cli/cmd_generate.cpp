@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-/// `tessera generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--dtype fp32|bf16] [--ignore-eos]`:
-/// greedy decoding (first index of the max) with the CPU DeepSeek-V4.1 model; prints the generated ids,
-/// comma-separated, on one line. The dtype defaults to the checkpoint's (bf16 if lm_head is stored bf16).
+/// `tessera generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--dtype fp32|bf16] [--ignore-eos]
+/// [--draft none|lookup] [--draft-k K] [--temperature T --top-p P --top-k K --seed S]`: greedy (first index
+/// of the max) or keyed-sampled decoding with the CPU DeepSeek-V4.1 model, optionally drafted (exact: the
+/// same ids as --draft none; acceptance stats on stderr); prints the generated ids, comma-separated. The dtype defaults to the checkpoint's (bf16 if lm_head is stored bf16).
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "servers/cli/command.hpp"
 #include "servers/cli/prune_flags.hpp"
+#include "tessera/models/common/drafter.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
@@ -50,12 +53,15 @@ static Result<std::vector<int32_t>> parse_ids(std::string const& s) {
 }
 
 int cmd_generate(std::vector<std::string> const& args) {
-  std::vector<std::string> opts{"model", "prompt-ids", "max-new-tokens", "dtype"};
+  std::vector<std::string> opts{"model", "prompt-ids", "max-new-tokens", "dtype", "draft", "draft-k", "temperature",
+                                "top-p", "top-k", "seed"};
   for (auto const& n : prune_flag_names()) opts.push_back(n);
   ArgParser p(args, opts, {"ignore-eos"});
   if (!p.error().empty() || !p.has("model") || !p.has("prompt-ids")) {
     std::fprintf(stderr, "usage: tessera generate --model DIR --prompt-ids 1,2,3 [--max-new-tokens N] "
-                         "[--dtype fp32|bf16] [--ignore-eos]\n         %s\n%s\n", prune_usage(), p.error().c_str());
+                         "[--dtype fp32|bf16] [--ignore-eos] [--draft none|lookup|dspark] [--draft-k K] "
+                         "[--temperature T --top-p P --top-k K --seed S]\n         %s\n%s\n", prune_usage(),
+                 p.error().c_str());
     return 2;
   }
   std::string dir = *p.get("model");
@@ -70,22 +76,34 @@ int cmd_generate(std::vector<std::string> const& args) {
   if (!prune) throw Error(prune.status());
   o.prune = std::move(*prune);
   auto m = model::dsv41::load_model(dir, o).value_or_throw();
-  int64_t V = m->info().vocab_size;
+  // Decoding goes through the drafting Generator; --draft none is the serial loop (k = 0 every round).
+  std::string draft = p.get_or("draft", "none");
+  std::unique_ptr<model::Drafter> drafter;
+  if (draft == "lookup") drafter = model::make_lookup_drafter();
+  else if (draft == "dspark")
+    throw Error(not_supported("--draft dspark: the DSpark drafter is not implemented yet (docs/drafting.md)"));
+  else if (draft != "none") throw Error(invalid_argument("--draft must be none, lookup or dspark, got '" + draft + "'"));
+  model::DepthPolicy pol;
+  if (p.has("draft-k")) pol.fixed_k = std::stol(*p.get("draft-k"));
+  if (pol.fixed_k > pol.max_k) pol.max_k = pol.fixed_k;
+  model::GenerateOptions go;
+  go.max_new_tokens = n;
+  go.ignore_eos = p.has("ignore-eos");
+  go.sampling.temperature = std::stof(p.get_or("temperature", "0"));
+  go.sampling.top_p = std::stof(p.get_or("top-p", "1"));
+  go.sampling.top_k = static_cast<int32_t>(std::stol(p.get_or("top-k", "0")));
+  go.sampling.seed = std::stoull(p.get_or("seed", "0"));
+  model::Generator gen(*m, drafter.get(), pol);
   auto st = m->new_sequence();
-  std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<int32_t> cur = *ids, out;
-  for (long k = 0; k < n; ++k) {
-    model::SequenceStep step{st.get(), cur, 1, logits.data()};
-    throw_if_error(m->forward({&step, 1}));
-    int32_t tok = static_cast<int32_t>(model::dsv41::argmax_first(logits.data(), V));
-    out.push_back(tok);
-    cur.assign(1, tok);
-    bool eos = false;
-    for (int32_t e : m->info().eos_token_ids) eos = eos || e == tok;
-    if (eos && !p.has("ignore-eos")) break;
-  }
+  model::DraftStats stats;
+  auto out = gen.generate(*st, *ids, go, &stats).value_or_throw();
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
   std::printf("\n");
+  if (drafter)
+    std::fprintf(stderr, "draft=%s rounds=%lld drafted=%lld accepted=%lld tokens/round=%.3f acceptance=%.3f "
+                         "forward=%.3fs\n", draft.c_str(), static_cast<long long>(stats.rounds),
+                 static_cast<long long>(stats.drafted), static_cast<long long>(stats.accepted),
+                 stats.tokens_per_round(), stats.acceptance(), stats.forward_s);
   return 0;
 }
 

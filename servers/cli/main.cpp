@@ -73,6 +73,9 @@ int cmd_verify_golden(std::vector<std::string> const& args);
 int cmd_serve(std::vector<std::string> const& args);
 int cmd_verify_exl3(std::vector<std::string> const& args);
 int cmd_quantize(std::vector<std::string> const& args);
+int cmd_verify_engines(std::vector<std::string> const& args);
+int cmd_verify_invariance(std::vector<std::string> const& args);
+int cmd_verify_soak(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
@@ -81,6 +84,9 @@ static Command const kCommands[] = {
     {"generate", "greedy token ids from a DeepSeek-V4.1 model folder on the CPU", cmd_generate},
     {"verify golden", "golden parity gate of a model folder against golden.safetensors", cmd_verify_golden},
     {"serve", "run the OpenAI-compatible HTTP server", cmd_serve},
+    {"verify engines", "token-diff the greedy replies of two OpenAI-compatible servers", cmd_verify_engines},
+    {"verify invariance", "exactness gates on a model: chunked prefill, batched == alone, restore, keyed sampling", cmd_verify_invariance},
+    {"verify soak", "bounded mixed traffic against a server: errors, slot leaks, one reply per greedy body", cmd_verify_soak},
     {"verify exl3", "EXL3 test ladder on the golden fixtures (spec/exl3.md §7.4)", cmd_verify_exl3},
     {"quantize", "quantize a bf16/fp32/FP8 checkpoint to EXL3 (--bits AVG, per-tensor K)", cmd_quantize},
     {"calibrate", "record per-layer expert selection counts and weights over a prompts file", cmd_calibrate},

@@ -138,7 +138,8 @@ int serve_main(ServeConfig cfg) {
                          "does not contain yet; use --model stub\n", cfg.model_dir.c_str());
     return 2;
   }
-  Engine engine(*stub->model, cfg.engine);
+  std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(*stub->model) : nullptr;
+  Engine engine(wrapped ? *wrapped : *stub->model, cfg.engine);
   ServedModel served;
   served.id = stub->model->info().name;
   served.description = description;

@@ -4,6 +4,8 @@
 /// `drain_timeout_s` to finish) and exits.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "servers/openai/engine/engine.hpp"
@@ -26,6 +28,8 @@ struct ServeConfig {
   HttpOptions http;
   EngineOptions engine;
   ApiOptions api;
+  /// Test hook (verify/harness): wraps the loaded model before the engine sees it (planted faults).
+  std::function<std::unique_ptr<model::LanguageModel>(model::LanguageModel&)> wrap_model;
 };
 
 /// Returns the process exit code.

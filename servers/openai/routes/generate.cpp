@@ -258,7 +258,8 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     bool got = h->wait(events, std::chrono::milliseconds(100));
     // finish is set after the last event is pushed: once it is seen, one more drain gets every event.
     FinishReason fr = h->finish_reason();
-    if (fr != FinishReason::kNone) h->wait(events, std::chrono::milliseconds(0));
+    // The drain may bring events the timed-out wait missed: they must be processed, not dropped.
+    if (fr != FinishReason::kNone) got = h->wait(events, std::chrono::milliseconds(0)) || got;
     if (conn.client_gone()) { client_lost = true; break; }
     if (!got) {
       if (stream && std::chrono::duration<double>(Clock::now() - last_write).count() >= options_.keepalive_s) {

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The exact speculative decode loop of drafter.hpp: draft, one verify forward over [pending ; drafts],
+/// keyed acceptance (ops/spec_verify.hpp), rollback of the rejected rows (LanguageModel::truncate), and
+/// the depth rule from the measured verify cost per window size and the running acceptance rate.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "tessera/models/common/drafter.hpp"
+#include "tessera/models/common/grammar.hpp"
+#include "tessera/ops/spec_verify.hpp"
+
+namespace tessera::model {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+void DraftStats::add(DraftStats const& o) {
+  rounds += o.rounds;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  rollbacks += o.rollbacks;
+  forward_s += o.forward_s;
+  verify_s += o.verify_s;
+  draft_s += o.draft_s;
+  rollback_s += o.rollback_s;
+}
+
+Generator::Generator(LanguageModel& model, Drafter* drafter, DepthPolicy policy)
+    : model_(model), drafter_(drafter), policy_(policy), cost_(static_cast<size_t>(policy.max_k + 1), 0.0),
+      alpha_(policy.prior_acceptance) {}
+
+int64_t Generator::choose_depth(std::span<float const> confidence, int64_t available) const {
+  int64_t const cap = std::min(available, policy_.max_k);
+  if (policy_.fixed_k >= 0) return std::clamp<int64_t>(policy_.fixed_k, 0, std::max<int64_t>(cap, 0));
+  if (cap <= 0 || cost_[0] <= 0) return 0;
+  int64_t best_k = 0;
+  double best = 1.0 / cost_[0], expected = 1.0, reach = 1.0;
+  for (int64_t j = 1; j <= cap; ++j) {
+    float const c = j - 1 < static_cast<int64_t>(confidence.size()) ? confidence[j - 1] : -1.f;
+    reach *= c >= 0.f ? double(c) : alpha_;
+    expected += reach;
+    if (cost_[j] > 0 && expected / cost_[j] > best) {
+      best = expected / cost_[j];
+      best_k = j;
+    }
+  }
+  return best_k;
+}
+
+Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span<int32_t const> prompt,
+                                                 GenerateOptions const& opts, DraftStats* stats_out) {
+  if (prompt.empty()) return invalid_argument("generate: the prompt is empty");
+  ModelInfo const& info = model_.info();
+  int64_t const V = info.vocab_size, L0 = state.length();
+  bool const drafting = drafter_ && (policy_.fixed_k != 0);
+  // Seed the cost table by timing verify windows of 1 … max_k + 1 rows on a scratch sequence.
+  if (drafting && policy_.fixed_k < 0 && cost_[0] <= 0) {
+    auto scratch = model_.new_sequence();
+    std::vector<int32_t> warm(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 16));
+    std::vector<float> lg(static_cast<size_t>((policy_.max_k + 1) * V));
+    SequenceStep s0{scratch.get(), warm, 1, lg.data()};
+    TESSERA_TRY(model_.forward({&s0, 1}));
+    int64_t const base = scratch->length();
+    std::vector<int32_t> win(static_cast<size_t>(policy_.max_k + 1), warm.back());
+    for (int rep = 0; rep < 3; ++rep)
+      for (int64_t k = 0; k <= policy_.max_k; ++k) {
+        SequenceStep s{scratch.get(), std::span<int32_t const>(win.data(), static_cast<size_t>(k + 1)), k + 1, lg.data()};
+        auto t0 = Clock::now();
+        TESSERA_TRY(model_.forward({&s, 1}));
+        double dt = seconds_since(t0);
+        cost_[k] = rep == 0 ? dt : std::min(cost_[k], dt);
+        TESSERA_TRY(model_.truncate(*scratch, base));
+      }
+  }
+
+  DraftStats st;
+  std::vector<int32_t> committed(prompt.begin(), prompt.end()), out, pending(prompt.begin(), prompt.end());
+  std::vector<float> logits;
+  std::vector<uint32_t> masks;
+  int64_t const words = (V + 31) / 32;
+  auto is_eos = [&](int32_t t) { return std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), t) != info.eos_token_ids.end(); };
+  bool done = opts.max_new_tokens <= 0;
+  while (!done) {
+    int64_t const L = state.length(), x = static_cast<int64_t>(pending.size());
+    int64_t const remaining = opts.max_new_tokens - static_cast<int64_t>(out.size());
+    // No drafts past the token budget (a round emits ≤ k + 1) or the context.
+    int64_t const room = std::min(remaining - 1, info.max_context - L - x);
+    Draft d;
+    if (drafting && room > 0) {
+      auto t0 = Clock::now();
+      d = drafter_->propose(committed, std::min(policy_.max_k, room));
+      st.draft_s += seconds_since(t0);
+    }
+    int64_t k = choose_depth(d.confidence, std::min<int64_t>(static_cast<int64_t>(d.tokens.size()), room));
+    d.tokens.resize(static_cast<size_t>(k));
+    if (opts.grammar) {
+      masks.assign(static_cast<size_t>((k + 1) * words), 0u);
+      k = static_cast<int64_t>(opts.grammar->fill_draft_masks(d.tokens, masks.data()));
+      // A complete sentence with no EOS in the vocabulary allows nothing: the reply ends there, so the
+      // window stops before the first row that allows nothing (and the round is the last if it is row 0).
+      auto empty_row = [&](int64_t r) {
+        return std::all_of(masks.begin() + r * words, masks.begin() + (r + 1) * words, [](uint32_t w) { return w == 0; });
+      };
+      if (empty_row(0)) break;
+      for (int64_t r = 1; r <= k; ++r)
+        if (empty_row(r)) {
+          k = r - 1;
+          break;
+        }
+      d.tokens.resize(static_cast<size_t>(k));
+      masks.resize(static_cast<size_t>((k + 1) * words));
+    }
+    std::vector<int32_t> window(pending);
+    window.insert(window.end(), d.tokens.begin(), d.tokens.end());
+    logits.resize(static_cast<size_t>((k + 1) * V));
+    SequenceStep step{&state, window, k + 1, logits.data()};
+    auto t0 = Clock::now();
+    TESSERA_TRY(model_.forward({&step, 1}));
+    double const fwd = seconds_since(t0);
+    st.forward_s += fwd;
+    if (!frozen_ && x == 1 && k < static_cast<int64_t>(cost_.size()))
+      cost_[k] = cost_[k] > 0 ? (1 - policy_.ema) * cost_[k] + policy_.ema * fwd : fwd;
+
+    std::vector<int32_t> choices(static_cast<size_t>(k + 1));
+    int64_t a = 0;
+    ops::SpecVerifyArgs va;
+    va.logits = TensorView<float const, 2>(logits.data(), {k + 1, V});
+    va.drafts = TensorView<int32_t const, 1>(d.tokens.data(), {k});
+    va.params = opts.sampling;
+    va.params.position = L + x;
+    if (opts.grammar) va.masks = TensorView<uint32_t const, 2>(masks.data(), {k + 1, words});
+    va.prompt_tokens = TensorView<int32_t const, 1>(prompt.data(), {static_cast<int64_t>(prompt.size())});
+    va.output_tokens = TensorView<int32_t const, 1>(out.data(), {static_cast<int64_t>(out.size())});
+    va.choices = TensorView<int32_t, 1>(choices.data(), {k + 1});
+    va.num_accepted = &a;
+    ExecContext ctx;
+    t0 = Clock::now();
+    TESSERA_TRY(ops::spec_verify(ctx, {k, V}, va));
+    st.verify_s += seconds_since(t0);
+
+    if (a < k) {
+      t0 = Clock::now();
+      TESSERA_TRY(model_.truncate(state, L + x + a));
+      st.rollback_s += seconds_since(t0);
+      ++st.rollbacks;
+    }
+    if (k > 0) {
+      // Per-position acceptance: positions 0 … a−1 accepted, position a rejected (if a < k).
+      for (int64_t i = 0; i < std::min(k, a + 1); ++i) alpha_ = (1 - policy_.ema) * alpha_ + policy_.ema * (i < a ? 1.0 : 0.0);
+      if (drafter_) drafter_->observe(k, a);
+    }
+    ++st.rounds;
+    st.drafted += k;
+    st.accepted += a;
+    for (int64_t i = 0; i <= a && !done; ++i) {
+      int32_t const t = choices[static_cast<size_t>(i)];
+      if (opts.grammar && !opts.grammar->accept_token(t))
+        return invalid_argument("generate: the grammar rejected its own masked choice " + std::to_string(t));
+      out.push_back(t);
+      committed.push_back(t);
+      ++st.emitted;
+      done = (is_eos(t) && !opts.ignore_eos) || (opts.grammar && opts.grammar->is_terminated()) || static_cast<int64_t>(out.size()) >= opts.max_new_tokens ||
+             L + x + i + 1 > info.max_context;
+    }
+    pending.assign(1, out.back());
+  }
+  // Serial decoding leaves prompt ++ out[0 .. n−1) in the state; an early stop inside a round fed more.
+  int64_t const want = L0 + static_cast<int64_t>(prompt.size()) + static_cast<int64_t>(out.size()) - 1;
+  if (!out.empty() && state.length() > want) TESSERA_TRY(model_.truncate(state, want));
+  if (stats_out) *stats_out = st;
+  return out;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The exactness gates of ARCHITECTURE.md §13.3 as one suite over `model::LanguageModel`, compared
+/// bitwise (token ids and every logits row a decode uses):
+///   prefill chunking: prompts prefilled in chunks of 1, 7, 64, 512 and all at once give the same first
+///                     token, reply hash (SHA-256 of the greedy reply ids) and logits rows;
+///   batched == alone: all prompts in one batch, and staggered (one prefills while others decode),
+///                     equal each prompt run alone;
+///   snapshot/restore: clone() mid-prompt and mid-reply, each copy continued, equals a fresh run; a
+///                     rollback with truncate() after extra tokens equals a fresh run (SKIP if unsupported);
+///   keyed sampling:   T > 0 with the keyed sampler (ops::sample): the same seed twice, and batched, give
+///                     the same reply; another seed is reported for contrast;
+///   drafted == serial, graph == eager: SKIP until the build has them — a gate is never PASS unless run.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tessera/models/common/language_model.hpp"
+
+namespace tessera::harness {
+
+enum class Verdict { kPass, kFail, kSkip };
+char const* to_string(Verdict v);
+inline std::ostream& operator<<(std::ostream& os, Verdict v) { return os << to_string(v); }
+
+struct GateResult {
+  std::string name;
+  Verdict verdict = Verdict::kSkip;
+  std::vector<std::string> evidence;
+};
+
+struct InvarianceOptions {
+  std::vector<int64_t> prompt_lengths = {5, 37, 130, 600};  // clipped to the model's context
+  std::vector<int64_t> chunk_sizes = {1, 7, 64, 512, 0};    // 0 = the whole prompt in one forward
+  int64_t decode_tokens = 16;
+  uint64_t prompt_seed = 20261202;                          // prompts are seeded random ids
+  uint64_t sample_seed = 1234;
+  float temperature = 0.8f, top_p = 0.95f;
+};
+
+std::vector<GateResult> run_invariance(model::LanguageModel& m, InvarianceOptions const& opt);
+
+/// One line per gate ("PASS batched == alone") followed by its evidence, indented.
+std::string invariance_text(std::vector<GateResult> const& gates);
+/// One JSON object per gate: {"gate", "verdict", "evidence": [...]}.
+std::string invariance_jsonl(std::vector<GateResult> const& gates);
+
+}  // namespace tessera::harness
