@@ -77,8 +77,36 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   m->info_.device = "cpu";
   m->info_.dtype = opts.numerics == Numerics::kBf16 ? "bf16" : "fp32";
   m->spec_ = std::move(spec);
+  ExpertPruning prune = std::move(opts.prune);
   m->opts_ = opts;
+  TESSERA_TRY(m->set_pruning(std::move(prune)));
   return m;
+}
+
+Status Dsv41Model::set_pruning(ExpertPruning p) {
+  if (!(p.top_p > 0.f && p.top_p <= 1.f))
+    return invalid_argument("expert pruning: top_p " + std::to_string(p.top_p) + " is outside (0, 1]");
+  if (p.min_k < 0) return invalid_argument("expert pruning: min_k must be >= 0");
+  if (!p.expert_mask.empty()) {
+    if (static_cast<int64_t>(p.expert_mask.size()) != spec_.num_layers)
+      return invalid_argument("expert pruning: expert_mask has " + std::to_string(p.expert_mask.size()) +
+                              " layers, the model " + std::to_string(spec_.num_layers));
+    for (size_t l = 0; l < p.expert_mask.size(); ++l) {
+      auto const& m = p.expert_mask[l];
+      if (static_cast<int64_t>(m.size()) != spec_.n_experts)
+        return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " has " +
+                                std::to_string(m.size()) + " entries, n_routed_experts is " +
+                                std::to_string(spec_.n_experts));
+      int64_t open = 0;
+      for (uint8_t v : m) open += v ? 0 : 1;
+      if (open < spec_.top_k)
+        return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " leaves " +
+                                std::to_string(open) + " experts, fewer than num_experts_per_tok " +
+                                std::to_string(spec_.top_k));
+    }
+  }
+  opts_.prune = std::move(p);
+  return {};
 }
 
 std::unique_ptr<SequenceState> Dsv41Model::new_sequence() {
@@ -281,9 +309,20 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
       std::vector<float> rw(S * K);
       std::vector<int32_t> rid(S * K);
       std::vector<uint8_t> rtie(S);
-      throw_if_error(ops::moe_route(ctx, {S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob},
-                                    {cv2(xa, S, D), cv2(lw.gate), cv1(lw.gate_bias), v2(rw, S, K),
-                                     TensorView<int32_t, 2>(rid.data(), {S, K}), TensorView<uint8_t, 1>(rtie.data(), {S})}));
+      ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
+      ops::MoeRouteArgs ra{cv2(xa, S, D), cv2(lw.gate), cv1(lw.gate_bias), v2(rw, S, K),
+                           TensorView<int32_t, 2>(rid.data(), {S, K}), TensorView<uint8_t, 1>(rtie.data(), {S})};
+      if (ExpertPruning const& pr = opts_.prune; pr.active()) {  // lossy lever (seed-notes §5)
+        bool const decode = S == 1 && c.pos[0] > 0;
+        if (pr.scope == ExpertPruning::Scope::kAll || decode) {
+          rd.prune_top_p = pr.top_p;
+          rd.prune_min_k = pr.min_k;
+          rd.prune_renorm = pr.renorm;
+        }
+        if (!pr.expert_mask.empty())
+          ra.expert_mask = TensorView<uint8_t const, 1>(pr.expert_mask[l].data(), {s.n_experts});
+      }
+      throw_if_error(ops::moe_route(ctx, rd, ra));
       for (int64_t r = 0; r < S; ++r)
         if (rtie[r]) {
           ++st.ties_.router;

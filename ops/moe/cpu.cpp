@@ -2,6 +2,7 @@
 /// CPU backend of the MoE family: ref/moe_ref.hpp per token (route, then its experts in ascending id and
 /// the shared expert last).
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "ops/cpu_common.hpp"
@@ -17,14 +18,27 @@ Status MoeRoute<Backend::kCpu>::check(MoeRouteDesc const& d, MoeRouteArgs const&
   if (a.bias.data) TESSERA_TRY(check_shape(a.bias, {d.experts}, "moe_route bias"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_route weights"));
   TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_route ids"));
+  TESSERA_CHECK(d.prune_top_p > 0.f && d.prune_top_p <= 1.f, "moe_route needs 0 < prune_top_p <= 1");
+  TESSERA_CHECK(d.prune_min_k >= 0, "moe_route needs prune_min_k >= 0");
+  if (a.expert_mask.data) {
+    TESSERA_TRY(check_shape(a.expert_mask, {d.experts}, "moe_route expert_mask"));
+    int64_t open = 0;
+    for (int64_t e = 0; e < d.experts; ++e) open += a.expert_mask(e) ? 0 : 1;
+    TESSERA_CHECK(open >= d.top_k, "moe_route expert_mask leaves " + std::to_string(open) + " experts, fewer than top_k " +
+                                       std::to_string(d.top_k));
+  }
   return check_shape(a.cutoff_tie, {d.rows}, "moe_route cutoff_tie");
 }
 
 Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a, ExecContext& ctx) {
   detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
+    for (int64_t r = b; r < e; ++r) {
       a.cutoff_tie(r) = ref::moe_route_row(&a.x(r, 0), a.gate.data, a.bias.data, d.experts, d.dim, d.top_k, d.gate_temp,
-                                           d.norm_top_k, d.routed_scale, &a.ids(r, 0), &a.weights(r, 0));
+                                           d.norm_top_k, d.routed_scale, &a.ids(r, 0), &a.weights(r, 0),
+                                           a.expert_mask.data);
+      if (d.prune_top_p < 1.f)
+        ref::moe_prune_row(&a.ids(r, 0), &a.weights(r, 0), d.top_k, d.prune_top_p, d.prune_min_k, d.prune_renorm);
+    }
   }, 8);
   return {};
 }
@@ -50,7 +64,7 @@ Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs 
   }
   for (int64_t r = 0; r < d.rows; ++r)
     for (int64_t i = 0; i < d.top_k; ++i)
-      TESSERA_CHECK(a.ids(r, i) >= 0 && a.ids(r, i) < d.experts, "moe_experts expert id out of range");
+      TESSERA_CHECK(a.ids(r, i) >= -1 && a.ids(r, i) < d.experts, "moe_experts expert id out of range");
   return {};
 }
 
@@ -64,7 +78,8 @@ Status MoeExperts<Backend::kCpu>::run(MoeExpertsDesc const& d, MoeExpertsArgs co
       std::sort(order.begin(), order.end(), [](auto const& x, auto const& y) { return x.first < y.first; });
       float const* x = &a.x(r, 0);
       for (auto const& [id, w] : order)
-        ref::moe_expert_row_accumulate(x, a.w1[id].data, a.w3[id].data, a.w2[id].data, d.dim, d.inter, d.swiglu_limit,
+        if (id >= 0)  // −1 = slot dropped by pruning
+          ref::moe_expert_row_accumulate(x, a.w1[id].data, a.w3[id].data, a.w2[id].data, d.dim, d.inter, d.swiglu_limit,
                                        true, w, d.md, acc.data(), scratch.data());
       if (d.shared_expert)
         ref::moe_expert_row_accumulate(x, a.shared_w1.data, a.shared_w3.data, a.shared_w2.data, d.dim, d.inter,

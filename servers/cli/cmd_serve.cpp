@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "servers/cli/command.hpp"
+#include "servers/cli/prune_flags.hpp"
 #include "servers/openai/serve.hpp"
 #include "verify/harness/perturbed_model.hpp"
 
@@ -25,12 +26,12 @@ static bool parse_num(ArgParser const& a, char const* name, double lo, double hi
 }
 
 int cmd_serve(std::vector<std::string> const& args) {
-  ArgParser a(args,
-              {"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
+  std::vector<std::string> value_opts{"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
                "prefill-chunk", "memory-budget-mib", "max-body-mib", "request-timeout", "drain-timeout", "served-model-name",
                "port-file", "stub-scripts", "stub-step-delay-us", "stub-token-delay-us", "keepalive", "max-connections",
-               "prefix-cache-entries", "tokenizer", "perturb-position"},
-              {"cors", "metrics-open", "help"});
+               "prefix-cache-entries", "tokenizer", "perturb-position"};
+  for (auto const& n : prune_flag_names()) value_opts.push_back(n);
+  ArgParser a(args, value_opts, {"cors", "metrics-open", "help"});
   if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
     std::fprintf(stderr,
@@ -39,8 +40,20 @@ int cmd_serve(std::vector<std::string> const& args) {
                  "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
                  "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
                  "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
-                 "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n");
+                 "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n"
+                 "         %s\n", prune_usage());
     return a.has("help") && a.error().empty() ? 0 : 2;
+  }
+  // Expert pruning is a load option of the DeepSeek-V4.1 model; the stub model has no router.
+  auto prune = parse_prune_flags(a);
+  if (!prune) {
+    std::fprintf(stderr, "tessera serve: %s\n", prune.status().message().c_str());
+    return 2;
+  }
+  std::string const model_arg = a.get_or("model", "");
+  if (has_prune_flags(a) && (model_arg.empty() || model_arg == "stub")) {
+    std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
+    return 2;
   }
   server::ServeConfig c;
   c.model_dir = a.get_or("model", "");

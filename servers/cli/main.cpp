@@ -63,17 +63,19 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
-int cmd_verify_exl3(std::vector<std::string> const& args);
-int cmd_quantize(std::vector<std::string> const& args);
+int cmd_calibrate(std::vector<std::string> const& args);
+int cmd_prune(std::vector<std::string> const& args);
+int cmd_verify_retention(std::vector<std::string> const& args);
 int cmd_make_synthetic(std::vector<std::string> const& args);
 int cmd_inspect(std::vector<std::string> const& args);
-int cmd_serve(std::vector<std::string> const& args);
-int cmd_verify_engines(std::vector<std::string> const& args);
-int cmd_verify_invariance(std::vector<std::string> const& args);
-int cmd_verify_soak(std::vector<std::string> const& args);
 int cmd_generate(std::vector<std::string> const& args);
 int cmd_verify_golden(std::vector<std::string> const& args);
 int cmd_serve(std::vector<std::string> const& args);
+int cmd_verify_exl3(std::vector<std::string> const& args);
+int cmd_quantize(std::vector<std::string> const& args);
+int cmd_verify_engines(std::vector<std::string> const& args);
+int cmd_verify_invariance(std::vector<std::string> const& args);
+int cmd_verify_soak(std::vector<std::string> const& args);
 
 static Command const kCommands[] = {
     {"version", "print the version and what this build contains", cmd_version},
@@ -87,6 +89,9 @@ static Command const kCommands[] = {
     {"verify soak", "bounded mixed traffic against a server: errors, slot leaks, one reply per greedy body", cmd_verify_soak},
     {"verify exl3", "EXL3 test ladder on the golden fixtures (spec/exl3.md §7.4)", cmd_verify_exl3},
     {"quantize", "quantize a bf16/fp32/FP8 checkpoint to EXL3 (--bits AVG, per-tensor K)", cmd_quantize},
+    {"calibrate", "record per-layer expert selection counts and weights over a prompts file", cmd_calibrate},
+    {"prune", "write a checkpoint keeping the most-used routed experts (--keep fraction)", cmd_prune},
+    {"verify retention", "teacher-forced top-1 agreement, KL and routing overlap of a pruned model", cmd_verify_retention},
     // [commands]
 };
 

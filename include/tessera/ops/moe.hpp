@@ -3,6 +3,11 @@
 /// renormalisation, routed scaling; ties → lower expert id) and MoeExperts (clamped SwiGLU experts, the
 /// routing weight applied before w2, routed outputs summed in ascending expert id from a zero fp32
 /// buffer, the shared expert added last, →md). Reference: ref/moe_ref.hpp.
+/// Expert pruning (spec/seed-notes.md §5, lossy, off by default): a static per-expert mask excludes
+/// experts before top-k (MoeRouteArgs::expert_mask), and per-token top-p keeps the smallest
+/// weight-ordered prefix of the selected experts reaching prune_top_p of their summed weight (at least
+/// prune_min_k, at least 1); a dropped slot keeps its position with id −1 and weight 0, and MoeExperts
+/// skips slots with id −1. A CUDA backend takes the same Desc fields and the same slot convention.
 #pragma once
 
 #include <span>
@@ -17,6 +22,11 @@ struct MoeRouteDesc {
   int64_t rows = 0, experts = 0, dim = 0, top_k = 1;
   float gate_temp = 1.f, routed_scale = 1.f;
   bool norm_top_k = true;
+  // Per-token pruning (runs when prune_top_p < 1; ref::moe_prune_row); the defaults keep
+  // every selected expert and leave ids and weights bit for bit as without pruning.
+  float prune_top_p = 1.f;     // in (0, 1]; 1 = off
+  int64_t prune_min_k = 0;     // keep at least max(1, prune_min_k) experts
+  bool prune_renorm = true;    // kept weights ·= (selected sum / kept sum); false = original weights
   friend bool operator==(MoeRouteDesc const&, MoeRouteDesc const&) = default;
 };
 
@@ -38,6 +48,7 @@ struct MoeRouteArgs {
   TensorView<float, 2> weights;      // [rows, top_k]
   TensorView<int32_t, 2> ids;        // [rows, top_k], descending biased score
   TensorView<uint8_t, 1> cutoff_tie; // [rows]
+  TensorView<uint8_t const, 1> expert_mask;  // [experts] nonzero = pruned (never selected); empty = none
 };
 
 struct MoeExpertsDesc {
@@ -62,7 +73,7 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
 
 struct MoeExpertsArgs {
   TensorView<float const, 2> x;                     // [rows, dim]
-  TensorView<int32_t const, 2> ids;                 // [rows, top_k]
+  TensorView<int32_t const, 2> ids;                 // [rows, top_k]; −1 = empty slot (pruned)
   TensorView<float const, 2> weights;               // [rows, top_k]
   std::span<TensorView<float const, 2> const> w1;   // experts × [inter, dim]
   std::span<TensorView<float const, 2> const> w3;   // experts × [inter, dim]

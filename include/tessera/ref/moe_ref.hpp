@@ -4,6 +4,10 @@
 ///   w_i = s[sel_i]; if norm and k > 1: w_i /= (Σ_i w_i + 1e-20) (sum in sel order); w_i ·= routed_scale.
 /// Expert (clamped SwiGLU): g = f32(→md(w1·x)), u = f32(→md(w3·x)); u = clamp(u, ±L), g = min(g, L) (L > 0);
 ///   a = →md(w·(silu(g)·u)); y = f32(→md(w2·a)).
+/// Static mask: experts with mask_e ≠ 0 get biased score −∞ before top-k (never selected).
+/// Per-token prune (seed-notes §5): order the k slots by weight descending (ties → lower slot), keep the
+///   shortest prefix with kept ≥ max(1, min_k) and Σ kept ≥ top_p · Σ all (fp32, in that order); dropped
+///   slots get id −1, weight 0; renorm: kept w ·= Σ all / Σ kept (only when something was dropped).
 /// Block: out = →md(Σ_{selected e ascending} y_e + y_shared), accumulated in fp32 from zero.
 #pragma once
 
@@ -18,11 +22,12 @@ namespace tessera::ref {
 
 /// x [D], gate [E, D], bias [E] → ids [k] (descending biased score), weights [k]; returns the cutoff tie.
 inline bool moe_route_row(float const* x, float const* gate, float const* bias, int64_t experts, int64_t d,
-                          int64_t k, float temp, bool norm, float routed_scale, int32_t* ids, float* weights) {
+                          int64_t k, float temp, bool norm, float routed_scale, int32_t* ids, float* weights,
+                          uint8_t const* mask = nullptr) {
   std::vector<float> s(static_cast<size_t>(experts)), biased(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
     s[e] = std::sqrt(softplus(dot(x, gate + e * d, d) / temp));
-    biased[e] = s[e] + (bias ? bias[e] : 0.f);
+    biased[e] = (mask && mask[e]) ? -INFINITY : s[e] + (bias ? bias[e] : 0.f);
   }
   std::vector<int32_t> sel;
   bool tie = false;
@@ -33,6 +38,27 @@ inline bool moe_route_row(float const* x, float const* gate, float const* bias, 
     for (int64_t i = 0; i < k; ++i) weights[i] = weights[i] / (sum + 1e-20f);
   for (int64_t i = 0; i < k; ++i) weights[i] = weights[i] * routed_scale;
   return tie;
+}
+
+/// Per-token top-p pruning of one row's k slots in place; returns the number kept.
+inline int64_t moe_prune_row(int32_t* ids, float* weights, int64_t k, float top_p, int64_t min_k, bool renorm) {
+  std::vector<int64_t> order(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+  float total = 0.f;
+  for (int64_t i = 0; i < k; ++i) total += weights[i];
+  float const need = top_p * total;
+  int64_t const floor_k = std::max<int64_t>(1, min_k);
+  float cum = 0.f;
+  int64_t keep = 0;
+  while (keep < k && (keep < floor_k || cum < need)) cum += weights[order[keep++]];
+  if (keep == k) return k;
+  for (int64_t j = keep; j < k; ++j) { ids[order[j]] = -1; weights[order[j]] = 0.f; }
+  if (renorm) {
+    float const scale = total / cum;
+    for (int64_t j = 0; j < keep; ++j) weights[order[j]] = weights[order[j]] * scale;
+  }
+  return keep;
 }
 
 /// One expert on one token: x [D], w1/w3 [I, D], w2 [D, I]; `weight` < 0 means unweighted (shared

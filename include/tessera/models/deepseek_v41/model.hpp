@@ -81,8 +81,21 @@ class Dsv41State final : public SequenceState {
 using DebugTap = std::function<void(std::string const& name, std::vector<int64_t> const& shape,
                                     std::span<float const> values)>;
 
+/// Routed-expert pruning (spec/seed-notes.md §5; lossy, labelled, off by default; ops/moe.hpp). The
+/// shared expert is never pruned. The defaults compute the unpruned model bit for bit.
+struct ExpertPruning {
+  enum class Scope : uint8_t { kDecode, kAll };  // decode = chunks of one token after the first position
+  float top_p = 1.f;    // per-token top-p over the selected experts' weights, (0, 1]; 1 = off
+  int64_t min_k = 0;    // keep at least max(1, min_k)
+  bool renorm = true;   // rescale the kept weights to the selected sum; false = keep the original weights
+  Scope scope = Scope::kDecode;
+  std::vector<std::vector<uint8_t>> expert_mask;  // [layers][n_experts], nonzero = never selected; empty = none
+  bool active() const { return top_p < 1.f || !expert_mask.empty(); }
+};
+
 struct ModelOptions {
   Numerics numerics = Numerics::kFp32;
+  ExpertPruning prune;
   ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
   int64_t max_rollback = 64;   // truncate() reaches back this many tokens (state kept for it)
   int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
@@ -106,6 +119,9 @@ class Dsv41Model final : public LanguageModel {
   EngramTables const& engram() const { return engram_; }
   Numerics numerics() const { return opts_.numerics; }
   void set_boundary_ulps(int ulps) { opts_.boundary_ulps = ulps; }
+  /// Validates and installs routed-expert pruning for later forwards (names the bad field).
+  Status set_pruning(ExpertPruning p);
+  ExpertPruning const& pruning() const { return opts_.prune; }
   std::vector<float> const& main_inv_freq() const { return main_inv_freq_; }
   std::vector<float> const& compress_inv_freq() const { return compress_inv_freq_; }
   void set_debug_tap(DebugTap tap) { tap_ = std::move(tap); }
