@@ -160,9 +160,9 @@ int serve_main(ServeConfig cfg) {
     stub->chat = make_deepseek_chat_format(stub->tokenizer.get());
     description = "DeepSeek-V4.1 from " + cfg.model_dir + " (CPU reference model); tokenizer: " + stub->codec->name();
   }
-  model::LanguageModel& base = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
-  std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(base) : nullptr;
-  Engine engine(wrapped ? *wrapped : base, cfg.engine);
+  model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
+  std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
+  Engine engine(wrapped ? *wrapped : lm, cfg.engine);
   ServedModel served;
   served.id = !cfg.served_name.empty() ? cfg.served_name : real ? "deepseek-v4.1-" + std::string(real->info().name.empty() ? "local" : real->info().name) : lm.info().name;
   served.description = description;
