@@ -56,7 +56,7 @@ __device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_
 }
 
 /// grid rows · tiles, block kScoreThreads; dynamic smem (heads·di + heads) floats.
-__global__ void __launch_bounds__(kScoreThreads) index_score_kernel(ScoreParams const p) {
+__global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScoreParams const p) {
   extern __shared__ float sm[];
   int64_t const row = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles;
   int64_t const j0 = tile * kScoreThreads, j = j0 + threadIdx.x;
