@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the CSA2 attention family (include/tessera/ops/attention.hpp, spec/deepseek-v41.md
 /// §2.5.5), the arithmetic of ref/attention_ref.hpp step for step:
-///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u sequential over the head dim, dot_step per element)
+///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u one sequential FMA chain over the head dim)
 ///   m = max(σ_h, max_u l_u);  e_u = expf(l_u − m);  s = ((e_0 + e_1) + …) + expf(σ_h − m)  (in key order)
-///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (sequential over the row's keys, dot_step).
+///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (one sequential FMA chain over the row's keys).
 /// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
 /// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
 /// is one thread walking the tile in key order, and thread t owns output channels t, t+kThreads, ….
@@ -45,20 +45,20 @@ struct AttentionParams {
 
 __device__ __forceinline__ float round_md(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
-/// q_h·k sequential over i (ref::dot); q_h in shared memory.
+/// q_h·k as one sequential FMA chain over i (ref::dot_fma_seq); q_h in shared memory.
 __device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t hd, bool vec4) {
   float acc = 0.f;
   if (vec4) {
     float4 const* k4 = reinterpret_cast<float4 const*>(k);
     for (int64_t i = 0; i < hd / 4; ++i) {
       float4 const v = k4[i];
-      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
-      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
-      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
-      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+      acc = dev::fma_step(acc, qs[4 * i + 0], v.x);
+      acc = dev::fma_step(acc, qs[4 * i + 1], v.y);
+      acc = dev::fma_step(acc, qs[4 * i + 2], v.z);
+      acc = dev::fma_step(acc, qs[4 * i + 3], v.w);
     }
   } else {
-    for (int64_t i = 0; i < hd; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+    for (int64_t i = 0; i < hd; ++i) acc = dev::fma_step(acc, qs[i], k[i]);
   }
   return acc;
 }
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       for (int u = 0; u < len; ++u) {
         int32_t const id = id_s[u];
         float const kv = id >= 0 ? p.keys[id * p.key_stride + i] : NAN;
-        s = dev::dot_step(s, l_s[u], kv);
+        s = dev::fma_step(s, l_s[u], kv);
       }
       acc[a] = s;
     }

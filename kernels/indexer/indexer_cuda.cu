@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the indexer family (include/tessera/ops/indexer.hpp, spec/deepseek-v41.md §2.5.4),
 /// the arithmetic and selections of ref/indexer_ref.hpp:
-///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot sequential,
-///                    dot_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
+///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot one sequential
+///                    FMA chain, fma_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
 ///                    query row and weights sit in shared memory. Bit-equal to the CPU backend.
 ///   CandidateBlocks  block maxima of Bc entries (the block (vis − 1) // Bc forced to +inf), the
 ///                    min(topk_blocks, #blocks) best blocks > −inf kept (topk_select.cuh), entry mask.
@@ -44,13 +44,13 @@ __device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_
     float4 const* k4 = reinterpret_cast<float4 const*>(k);
     for (int64_t i = 0; i < n / 4; ++i) {
       float4 const v = k4[i];
-      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
-      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
-      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
-      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+      acc = dev::fma_step(acc, qs[4 * i + 0], v.x);
+      acc = dev::fma_step(acc, qs[4 * i + 1], v.y);
+      acc = dev::fma_step(acc, qs[4 * i + 2], v.z);
+      acc = dev::fma_step(acc, qs[4 * i + 3], v.w);
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+    for (int64_t i = 0; i < n; ++i) acc = dev::fma_step(acc, qs[i], k[i]);
   }
   return acc;
 }

@@ -33,7 +33,7 @@ inline void index_score_row(float const* q, float const* w, float const* keys, i
     if (j >= visible) { out[j] = -INFINITY; continue; }
     float acc = 0.f;
     for (int64_t h = 0; h < heads; ++h) {
-      float d = dot(q + h * di, keys + j * di, di);
+      float d = dot_fma_seq(q + h * di, keys + j * di, di);  // einsum → batched GEMM order
       float r = d > 0.f ? d : 0.f;
       acc += (r * scale) * w[h];
     }
