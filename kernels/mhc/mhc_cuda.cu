@@ -40,10 +40,14 @@ __global__ void __launch_bounds__(64) mhc_mix_kernel(MhcMixParams const p) {
   float const r = s_r;
   for (int64_t o = threadIdx.x; o < nm; o += blockDim.x) {
     float const* w = p.fn + o * nd;
-    float acc = 0.f;
-#pragma unroll 4
-    for (int64_t i = 0; i < nd; ++i) acc = device::dot_step(acc, __fmul_rn(x[i], r), __ldg(w + i));
-    m[o] = acc;
+    device::DotAcc acc;  // ref::dot(f, fn_o) with f_i = x_i·r
+    for (int64_t c0 = 0; c0 < nd; c0 += device::kDotChunk) {
+      int64_t const c1 = c0 + device::kDotChunk < nd ? c0 + device::kDotChunk : nd;
+      acc.begin();
+      for (int64_t i = c0; i < c1; ++i) acc.step(__fmul_rn(x[i], r), __ldg(w + i));
+      acc.end();
+    }
+    m[o] = acc.value();
   }
   __syncthreads();
   if (threadIdx.x != 0) return;

@@ -16,18 +16,46 @@ namespace tessera::device {
 /// acc + a·b with the product and the sum rounded separately: one step of ref::dot.
 __device__ __forceinline__ float dot_step(float acc, float a, float b) { return __fadd_rn(acc, __fmul_rn(a, b)); }
 
+/// The dot-product order of ref::dot as chunks of kDotChunk consecutive indices, so a kernel that walks k
+/// in 32-wide tiles can follow it: begin() at a chunk start, step() per index in order, end() at the chunk
+/// end, value() at the end. The two switches describe ref::dot: kDotFma (one fused rounding per step
+/// instead of a rounded product and a rounded sum) and kDotCarry (the running sum carries across chunks,
+/// i.e. one sequential chain; otherwise each chunk starts from +0 and the chunk sums are added in order).
+/// Today's ref::dot: kDotFma = false, kDotCarry = true. A change of ref::dot to another chunked order is a
+/// change of these constants (and kDotChunk) only.
+inline constexpr int kDotChunk = 32;
+inline constexpr bool kDotFma = false;
+inline constexpr bool kDotCarry = true;
+
+struct DotAcc {
+  float total = 0.f, chunk = 0.f;
+  bool first = true;
+  __device__ __forceinline__ void begin() { chunk = kDotCarry ? total : 0.f; }
+  __device__ __forceinline__ void step(float a, float b) { chunk = kDotFma ? __fmaf_rn(a, b, chunk) : dot_step(chunk, a, b); }
+  __device__ __forceinline__ void end() {
+    total = (kDotCarry || first) ? chunk : __fadd_rn(total, chunk);
+    first = false;
+  }
+  __device__ __forceinline__ float value() const { return total; }
+};
+
 /// An fp32 weight, or a bf16-stored one widened exactly.
 __device__ __forceinline__ float load_w(float const* p) { return __ldg(p); }
 __device__ __forceinline__ float load_w(Bf16 const* p) {
   return __uint_as_float(static_cast<uint32_t>(__ldg(reinterpret_cast<unsigned short const*>(p))) << 16);
 }
 
-/// ref::dot(a, b, n) for a in memory the caller reads directly and b a weight row.
+/// ref::dot(a, b, n) on one thread for a in memory the caller reads directly and b a weight row.
 template <class W>
 __device__ __forceinline__ float dot_seq(float const* a, W const* b, int64_t n) {
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc = dot_step(acc, a[i], load_w(b + i));
-  return acc;
+  DotAcc acc;
+  for (int64_t c0 = 0; c0 < n; c0 += kDotChunk) {
+    int64_t const c1 = c0 + kDotChunk < n ? c0 + kDotChunk : n;
+    acc.begin();
+    for (int64_t i = c0; i < c1; ++i) acc.step(a[i], load_w(b + i));
+    acc.end();
+  }
+  return acc.value();
 }
 
 /// "→md" of common_ref.hpp: identity for fp32, RNE to bf16 for bf16.
