@@ -135,11 +135,11 @@ static_assert(BackendOp<AttentionKeyList<Backend::kCuda>, AttentionKeyListDesc, 
 Status AttentionKeyList<Backend::kCuda>::check(AttentionKeyListDesc const& d, AttentionKeyListArgs const& a) {
   TESSERA_TRY(check_attention_key_list(d, a));
   TESSERA_CHECK(d.top_k <= kAttentionKeyListTopKMax, "attention_key_list (CUDA): top_k above 8192 is not compiled");
-  TESSERA_TRY(dev::check_on_device(a.old_pos, "attention_key_list old_pos"));
-  TESSERA_TRY(dev::check_on_device(a.pos, "attention_key_list pos"));
-  TESSERA_TRY(dev::check_on_device(a.selected, "attention_key_list selected"));
-  TESSERA_TRY(dev::check_on_device(a.row_offsets, "attention_key_list row_offsets"));
-  return dev::check_on_device(a.key_ids, "attention_key_list key_ids");
+  TESSERA_TRY(device::check_on_device(a.old_pos, "attention_key_list old_pos"));
+  TESSERA_TRY(device::check_on_device(a.pos, "attention_key_list pos"));
+  TESSERA_TRY(device::check_on_device(a.selected, "attention_key_list selected"));
+  TESSERA_TRY(device::check_on_device(a.row_offsets, "attention_key_list row_offsets"));
+  return device::check_on_device(a.key_ids, "attention_key_list key_ids");
 }
 
 Status AttentionKeyList<Backend::kCuda>::run(AttentionKeyListDesc const& d, AttentionKeyListArgs const& a,
@@ -161,11 +161,11 @@ Status AttentionKeyList<Backend::kCuda>::run(AttentionKeyListDesc const& d, Atte
   while (len < d.top_k) len <<= 1;
   p.sort_len = len;
   k::key_count_kernel<<<1, k::kCountThreads, 0, ctx.stream>>>(p);
-  TESSERA_TRY(dev::launch_status("attention_key_list (CUDA) count kernel"));
+  TESSERA_TRY(device::launch_status("attention_key_list (CUDA) count kernel"));
   if (d.rows == 0) return {};
   size_t const smem = p.selected ? static_cast<size_t>(len) * sizeof(int32_t) : 0;
   k::key_fill_kernel<<<static_cast<unsigned>(d.rows), k::kFillThreads, smem, ctx.stream>>>(p);
-  return dev::launch_status("attention_key_list (CUDA) fill kernel");
+  return device::launch_status("attention_key_list (CUDA) fill kernel");
 }
 
 }  // namespace tessera::ops

@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CUDA backend of the MoE family (include/tessera/ops/moe.hpp, ref/moe_ref.hpp, spec §2.6).
+///   MoeRoute: one block per token. Thread e forms s_e = sqrt(softplus(x·W_e / temp)) (the dot sequential
+///     in k as ref::dot; softplus with CUDA expf/log1pf, ≤ 2 ulp from glibc), biased_e = s_e + b_e (−∞ for a
+///     masked expert); warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
+///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
+///     renormalises (sum in selection order), scales, and applies ref::moe_prune_row (stable order by weight).
+///   MoeExperts, grouped over experts: the (token, slot) assignments are sorted by expert id (CUB stable
+///     radix sort: a pure function of the routing) and cut into tiles of up to 8 assignments of one
+///     expert (and tiles of 8 tokens for the shared expert), so a block reads each weight tile once for
+///     up to 8 tokens. act = →md(w·(silu(min(g, L))·clamp(u, ±L))) with g, u = →md(W1/W3 · x); then
+///     y = →md(W2 · act) per assignment; then per token out_o = →md(Σ_e y_e,o + y_shared,o), the routed
+///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot is sequential in k
+///     (warp_dot_rows_ptr), so a value never depends on the tile it shares: only silu's expf is not
+///     bitwise, and a token's result never depends on the other tokens.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
+#include "tessera/ops/moe.hpp"
+
+namespace tessera::kernels {
+
+namespace {
+
+constexpr int kMaxTopK = 16;
+
+struct RouteParams {
+  float const* x = nullptr;       // [rows, dim]
+  float const* gate = nullptr;    // [experts, dim]
+  float const* bias = nullptr;    // [experts] or null
+  uint8_t const* mask = nullptr;  // [experts] or null; nonzero = never selected
+  float* weights = nullptr;       // [rows, top_k]
+  int32_t* ids = nullptr;         // [rows, top_k]
+  uint8_t* cutoff_tie = nullptr;  // [rows]
+  int64_t rows = 0, experts = 0, dim = 0, top_k = 1;
+  float temp = 1.f, routed_scale = 1.f, prune_top_p = 1.f;
+  int64_t prune_min_k = 0;
+  bool norm = true, prune_renorm = true;
+};
+
+/// (v, i) better than (w, j): larger value, then lower index. −∞ and NaN never qualify (callers filter).
+__device__ __forceinline__ bool better(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
+
+__global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
+  extern __shared__ float smem[];
+  float* s = smem;                    // [experts] unbiased scores
+  float* biased = smem + p.experts;   // [experts]
+  __shared__ int sel[kMaxTopK];
+  __shared__ float kth;
+  int64_t const row = blockIdx.x;
+  float const* x = p.x + row * p.dim;
+  for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
+    float const dot = device::dot_seq(x, p.gate + e * p.dim, p.dim);
+    float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp)));
+    s[e] = se;
+    biased[e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    int const lane = threadIdx.x;
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      float bv = -INFINITY;
+      int bi = -1;
+      for (int64_t e = lane; e < p.experts; e += 32) {
+        float const v = biased[e];
+        if (!(v > -INFINITY)) continue;
+        bool taken = false;
+        for (int64_t j = 0; j < i; ++j) taken |= sel[j] == e;
+        if (!taken && (bi < 0 || better(v, static_cast<int>(e), bv, bi))) { bv = v; bi = static_cast<int>(e); }
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        float const ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        int const oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) { bv = ov; bi = oi; }
+      }
+      if (lane == 0) { sel[i] = bi; kth = bv; }
+      __syncwarp();
+    }
+    // Cutoff tie: an unselected finite score equal to the k-th.
+    int tie = 0;
+    for (int64_t e = lane; e < p.experts; e += 32) {
+      float const v = biased[e];
+      if (!(v > -INFINITY) || v != kth) continue;
+      bool taken = false;
+      for (int64_t j = 0; j < p.top_k; ++j) taken |= sel[j] == e;
+      tie |= !taken;
+    }
+    tie = __any_sync(0xffffffffu, tie);
+    if (lane == 0) p.cutoff_tie[row] = tie ? 1 : 0;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int64_t const k = p.top_k;
+  int32_t* ids = p.ids + row * k;
+  float* w = p.weights + row * k;
+  float sum = 0.f;
+  for (int64_t i = 0; i < k; ++i) {
+    ids[i] = sel[i];
+    w[i] = sel[i] >= 0 ? s[sel[i]] : 0.f;
+    sum = __fadd_rn(sum, w[i]);
+  }
+  if (p.norm && k > 1)
+    for (int64_t i = 0; i < k; ++i) w[i] = __fdiv_rn(w[i], __fadd_rn(sum, 1e-20f));
+  for (int64_t i = 0; i < k; ++i) w[i] = __fmul_rn(w[i], p.routed_scale);
+  if (!(p.prune_top_p < 1.f)) return;
+  // ref::moe_prune_row: stable order by weight descending (insertion sort is stable).
+  int order[kMaxTopK];
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t j = i;
+    while (j > 0 && w[i] > w[order[j - 1]]) { order[j] = order[j - 1]; --j; }
+    order[j] = static_cast<int>(i);
+  }
+  float total = 0.f;
+  for (int64_t i = 0; i < k; ++i) total = __fadd_rn(total, w[i]);
+  float const need = __fmul_rn(p.prune_top_p, total);
+  int64_t const floor_k = p.prune_min_k > 1 ? p.prune_min_k : 1;
+  float cum = 0.f;
+  int64_t keep = 0;
+  while (keep < k && (keep < floor_k || cum < need)) cum = __fadd_rn(cum, w[order[keep++]]);
+  if (keep == k) return;
+  for (int64_t j = keep; j < k; ++j) { ids[order[j]] = -1; w[order[j]] = 0.f; }
+  if (p.prune_renorm) {
+    float const scale = __fdiv_rn(total, cum);
+    for (int64_t j = 0; j < keep; ++j) w[order[j]] = __fmul_rn(w[order[j]], scale);
+  }
+}
+
+constexpr int kWarps = 4;
+constexpr int kTile = 8;  // assignments (token rows) per block: each weight tile is reused for all of them
+
+/// One block's rows: routed tile = up to kTile assignments of one expert (consecutive in the sorted order);
+/// shared tile = up to kTile consecutive tokens of the shared expert.
+struct TileInfo {
+  int32_t expert;  // −1 = shared expert
+  int32_t start;   // first sorted assignment (routed) or first token (shared)
+  int32_t count;
+  int32_t pad;
+};
+
+struct ExpertsParams {
+  float const* x = nullptr;          // [rows, dim]
+  int32_t const* ids = nullptr;      // [rows, top_k]
+  float const* weights = nullptr;    // [rows, top_k]
+  ops::MoeExpertsDeviceWeights w;
+  uint32_t* keys = nullptr;          // [A] expert id (experts for an empty slot)
+  uint32_t* keys_sorted = nullptr;   // [A]
+  uint32_t* vals = nullptr;          // [A] assignment a = row·top_k + slot
+  uint32_t* vals_sorted = nullptr;   // [A] assignments grouped by expert, ascending a within one
+  TileInfo* tiles = nullptr;         // [max_routed_tiles]
+  int32_t* num_tiles = nullptr;      // [1] routed tiles in use
+  float* act = nullptr;              // [rows, top_k + 1, inter]: SwiGLU activations (slot top_k = shared)
+  float* ybuf = nullptr;             // [rows, top_k + 1, dim]: →md(W2·act) per slot
+  float* out = nullptr;              // [rows, dim]
+  int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1, max_routed_tiles = 0;
+  float limit = 0.f;
+  bool shared = true, bf16 = false;
+};
+
+__global__ void moe_keys_kernel(ExpertsParams const p) {
+  int64_t const a = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (a >= p.rows * p.top_k) return;
+  int32_t const id = p.ids[a];
+  p.keys[a] = (id >= 0 && id < p.experts) ? static_cast<uint32_t>(id) : static_cast<uint32_t>(p.experts);
+  p.vals[a] = static_cast<uint32_t>(a);
+}
+
+/// Expert segments of the sorted keys (binary search per expert), then the tile table (one thread, in
+/// expert order: the table is a pure function of the routing).
+__global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
+  extern __shared__ int32_t off[];  // [experts + 1]
+  int64_t const A = p.rows * p.top_k;
+  for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) {
+    int64_t lo = 0, hi = A;  // first index with key >= e
+    while (lo < hi) {
+      int64_t const mid = (lo + hi) >> 1;
+      if (p.keys_sorted[mid] < static_cast<uint32_t>(e)) lo = mid + 1; else hi = mid;
+    }
+    off[e] = static_cast<int32_t>(lo);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int32_t n = 0;
+  for (int64_t e = 0; e < p.experts; ++e)
+    for (int32_t s = off[e]; s < off[e + 1]; s += kTile) {
+      int32_t const c = off[e + 1] - s < kTile ? off[e + 1] - s : kTile;
+      p.tiles[n++] = TileInfo{static_cast<int32_t>(e), s, c, 0};
+    }
+  *p.num_tiles = n;
+}
+
+/// The rows of tile `t` (routed when t < max_routed_tiles): the slot index into act/ybuf ([rows, top_k+1])
+/// and the expert; false when the block has no tile.
+__device__ bool tile_rows(ExpertsParams const& p, int64_t t, int32_t (&slot)[kTile], int& n, int32_t& expert) {
+  if (t < p.max_routed_tiles) {
+    if (t >= *p.num_tiles) return false;
+    TileInfo const ti = p.tiles[t];
+    expert = ti.expert;
+    n = ti.count;
+    for (int r = 0; r < n; ++r) {
+      uint32_t const a = p.vals_sorted[ti.start + r];
+      slot[r] = static_cast<int32_t>((a / p.top_k) * (p.top_k + 1) + a % p.top_k);
+    }
+    return true;
+  }
+  if (!p.shared) return false;
+  int64_t const tok0 = (t - p.max_routed_tiles) * kTile;
+  if (tok0 >= p.rows) return false;
+  expert = -1;
+  n = static_cast<int>(p.rows - tok0 < kTile ? p.rows - tok0 : kTile);
+  for (int r = 0; r < n; ++r) slot[r] = static_cast<int32_t>((tok0 + r) * (p.top_k + 1) + p.top_k);
+  return true;
+}
+
+/// act[slot] = →md(w·(silu(min(g, L))·clamp(u, ±L))), g/u = →md(W1/W3·x); grid (inter/128, tiles).
+template <class W>
+__global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams const p) {
+  __shared__ float tiles[kWarps][32 * 33];
+  __shared__ int32_t slot[kTile];
+  __shared__ float const* xr[kTile];
+  __shared__ float wt[kTile];
+  __shared__ int n_s, expert_s, ok_s;
+  if (threadIdx.x == 0) {
+    int32_t sl[kTile];
+    int n = 0;
+    int32_t e = -1;
+    ok_s = tile_rows(p, blockIdx.y, sl, n, e);
+    n_s = n;
+    expert_s = e;
+    for (int r = 0; r < n; ++r) {
+      slot[r] = sl[r];
+      int64_t const tok = sl[r] / (p.top_k + 1), s = sl[r] % (p.top_k + 1);
+      xr[r] = p.x + tok * p.dim;
+      wt[r] = s < p.top_k ? p.weights[tok * p.top_k + s] : 0.f;
+    }
+  }
+  __syncthreads();
+  if (!ok_s) return;
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
+  if (o0 >= p.inter) return;
+  int const e = expert_s, n = n_s;
+  W const* w1 = static_cast<W const*>(e >= 0 ? p.w.w1[e] : p.w.shared_w1);
+  W const* w3 = static_cast<W const*>(e >= 0 ? p.w.w3[e] : p.w.shared_w3);
+  float g[kTile], u[kTile];
+  warp_dot_rows_ptr<kTile>(xr, n, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
+  warp_dot_rows_ptr<kTile>(xr, n, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
+  int64_t const i = o0 + lane;
+  if (i >= p.inter) return;
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) {
+    if (r >= n) break;
+    float gv = device::round_md(g[r], p.bf16), uv = device::round_md(u[r], p.bf16);
+    if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
+    float y = __fmul_rn(device::silu(gv), uv);
+    if (e >= 0) y = __fmul_rn(wt[r], y);
+    p.act[static_cast<int64_t>(slot[r]) * p.inter + i] = device::round_md(y, p.bf16);
+  }
+}
+
+/// ybuf[slot] = →md(W2·act[slot]); grid (dim/128, tiles).
+template <class W>
+__global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams const p) {
+  __shared__ float tiles[kWarps][32 * 33];
+  __shared__ int32_t slot[kTile];
+  __shared__ float const* ar[kTile];
+  __shared__ int n_s, expert_s, ok_s;
+  if (threadIdx.x == 0) {
+    int32_t sl[kTile];
+    int n = 0;
+    int32_t e = -1;
+    ok_s = tile_rows(p, blockIdx.y, sl, n, e);
+    n_s = n;
+    expert_s = e;
+    for (int r = 0; r < n; ++r) { slot[r] = sl[r]; ar[r] = p.act + static_cast<int64_t>(sl[r]) * p.inter; }
+  }
+  __syncthreads();
+  if (!ok_s) return;
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
+  if (o0 >= p.dim) return;
+  int const e = expert_s, n = n_s;
+  W const* w2 = static_cast<W const*>(e >= 0 ? p.w.w2[e] : p.w.shared_w2);
+  float y[kTile];
+  warp_dot_rows_ptr<kTile>(ar, n, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
+  int64_t const o = o0 + lane;
+  if (o >= p.dim) return;
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) {
+    if (r >= n) break;
+    p.ybuf[static_cast<int64_t>(slot[r]) * p.dim + o] = device::round_md(y[r], p.bf16);
+  }
+}
+
+/// out = →md(Σ_{slots by ascending expert id} ybuf + ybuf[shared]) from +0; grid (dim/256, rows).
+__global__ void __launch_bounds__(256) moe_combine_kernel(ExpertsParams const p) {
+  __shared__ int order[kMaxTopK];
+  int64_t const row = blockIdx.y, k = p.top_k;
+  if (threadIdx.x == 0)
+    for (int64_t i = 0; i < k; ++i) {
+      int32_t const id = p.ids[row * k + i];
+      int64_t j = i;
+      while (j > 0 && id < p.ids[row * k + order[j - 1]]) { order[j] = order[j - 1]; --j; }
+      order[j] = static_cast<int>(i);
+    }
+  __syncthreads();
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= p.dim) return;
+  float const* yb = p.ybuf + row * (k + 1) * p.dim + o;
+  float total = 0.f;
+  for (int64_t t = 0; t < k; ++t) {
+    int32_t const id = p.ids[row * k + order[t]];
+    if (id < 0 || id >= p.experts) continue;
+    total = __fadd_rn(total, yb[order[t] * p.dim]);
+  }
+  if (p.shared) total = __fadd_rn(total, yb[k * p.dim]);
+  p.out[row * p.dim + o] = device::round_md(total, p.bf16);
+}
+
+}  // namespace
+
+}  // namespace tessera::kernels
+
+namespace tessera::ops {
+
+static_assert(BackendOp<MoeRoute<Backend::kCuda>, MoeRouteDesc, MoeRouteArgs>);
+static_assert(BackendOp<MoeExperts<Backend::kCuda>, MoeExpertsDesc, MoeExpertsArgs>);
+
+Status MoeRoute<Backend::kCuda>::check(MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
+  TESSERA_CHECK(d.top_k <= kernels::kMaxTopK, "moe_route CUDA supports top_k <= 16");
+  TESSERA_CHECK(d.experts * 2 * sizeof(float) <= 48 * 1024, "moe_route CUDA supports up to 6144 experts");
+  TESSERA_CHECK(d.dim > 0, "moe_route dim must be positive");
+  TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_route x"));
+  TESSERA_TRY(check_shape(a.gate, {d.experts, d.dim}, "moe_route gate"));
+  if (a.bias.data) TESSERA_TRY(check_shape(a.bias, {d.experts}, "moe_route bias"));
+  if (a.expert_mask.data) TESSERA_TRY(check_shape(a.expert_mask, {d.experts}, "moe_route expert_mask"));
+  TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_route weights"));
+  TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_route ids"));
+  TESSERA_CHECK(d.prune_top_p > 0.f && d.prune_top_p <= 1.f, "moe_route needs 0 < prune_top_p <= 1");
+  TESSERA_CHECK(d.prune_min_k >= 0, "moe_route needs prune_min_k >= 0");
+  return check_shape(a.cutoff_tie, {d.rows}, "moe_route cutoff_tie");
+}
+
+Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& a, ExecContext& ctx) {
+  using namespace kernels;
+  if (d.rows == 0) return {};
+  RouteParams p;
+  p.x = a.x.data; p.gate = a.gate.data; p.bias = a.bias.data; p.mask = a.expert_mask.data;
+  p.weights = a.weights.data; p.ids = a.ids.data; p.cutoff_tie = a.cutoff_tie.data;
+  p.rows = d.rows; p.experts = d.experts; p.dim = d.dim; p.top_k = d.top_k;
+  p.temp = d.gate_temp; p.routed_scale = d.routed_scale; p.prune_top_p = d.prune_top_p;
+  p.prune_min_k = d.prune_min_k; p.norm = d.norm_top_k; p.prune_renorm = d.prune_renorm;
+  size_t const smem = static_cast<size_t>(d.experts) * 2 * sizeof(float);
+  moe_route_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p);
+  return launch_status("moe_route_kernel");
+}
+
+namespace {
+
+struct ExpertsLayout {
+  size_t act, ybuf, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
+  int64_t max_routed_tiles;
+};
+
+ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
+  using kernels::align256;
+  int64_t const A = d.rows * d.top_k, slots = d.rows * (d.top_k + 1);
+  ExpertsLayout L{};
+  L.max_routed_tiles = kernels::ceil_div(A, kernels::kTile) + d.experts;
+  size_t cub_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<uint32_t const*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<uint32_t const*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<int64_t>(A));
+  size_t off = 0;
+  auto take = [&](size_t bytes) { size_t const o = off; off += align256(bytes); return o; };
+  L.act = take(static_cast<size_t>(slots * d.inter) * sizeof(float));
+  L.ybuf = take(static_cast<size_t>(slots * d.dim) * sizeof(float));
+  L.keys = take(static_cast<size_t>(A) * 4); L.keys_sorted = take(static_cast<size_t>(A) * 4);
+  L.vals = take(static_cast<size_t>(A) * 4); L.vals_sorted = take(static_cast<size_t>(A) * 4);
+  L.tiles = take(static_cast<size_t>(L.max_routed_tiles) * sizeof(kernels::TileInfo));
+  L.num_tiles = take(sizeof(int32_t));
+  L.cub = take(cub_bytes);
+  L.total = off;
+  return L;
+}
+
+}  // namespace
+
+size_t MoeExperts<Backend::kCuda>::workspace_bytes(MoeExpertsDesc const& d) { return experts_layout(d).total; }
+
+Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
+  TESSERA_CHECK(d.weight_dtype == DType::kF32 || d.weight_dtype == DType::kBf16,
+                "moe_experts weight_dtype must be f32 or bf16");
+  TESSERA_CHECK(d.top_k >= 1 && d.top_k <= kernels::kMaxTopK, "moe_experts CUDA supports 1 <= top_k <= 16");
+  TESSERA_CHECK(d.experts >= 1 && d.experts <= 8192, "moe_experts CUDA supports 1..8192 experts");
+  TESSERA_CHECK(d.dim > 0 && d.inter > 0, "moe_experts dim and inter must be positive");
+  TESSERA_CHECK(d.rows <= 65535 && kernels::ceil_div(d.rows * d.top_k, kernels::kTile) + d.experts +
+                                           kernels::ceil_div(d.rows, kernels::kTile) <= 65535,
+                "moe_experts CUDA: too many rows per launch (split the batch)");
+  TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
+  TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
+  TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
+  TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "moe_experts out"));
+  TESSERA_CHECK(a.dev.w1 && a.dev.w3 && a.dev.w2, "moe_experts CUDA needs the device pointer arrays dev.w1/w3/w2");
+  if (d.shared_expert)
+    TESSERA_CHECK(a.dev.shared_w1 && a.dev.shared_w3 && a.dev.shared_w2,
+                  "moe_experts CUDA needs dev.shared_w1/w3/w2 when shared_expert");
+  return {};
+}
+
+Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs const& a, ExecContext& ctx) {
+  using namespace kernels;
+  if (d.rows == 0) return {};
+  ExpertsLayout const L = experts_layout(d);
+  Scratch ws;
+  TESSERA_TRY(ws.acquire(ctx, L.total));
+  auto* base = static_cast<unsigned char*>(ws.ptr);
+  ExpertsParams p;
+  p.x = a.x.data; p.ids = a.ids.data; p.weights = a.weights.data; p.w = a.dev; p.out = a.out.data;
+  p.keys = reinterpret_cast<uint32_t*>(base + L.keys);
+  p.keys_sorted = reinterpret_cast<uint32_t*>(base + L.keys_sorted);
+  p.vals = reinterpret_cast<uint32_t*>(base + L.vals);
+  p.vals_sorted = reinterpret_cast<uint32_t*>(base + L.vals_sorted);
+  p.tiles = reinterpret_cast<TileInfo*>(base + L.tiles);
+  p.num_tiles = reinterpret_cast<int32_t*>(base + L.num_tiles);
+  p.act = reinterpret_cast<float*>(base + L.act);
+  p.ybuf = reinterpret_cast<float*>(base + L.ybuf);
+  p.rows = d.rows; p.experts = d.experts; p.dim = d.dim; p.inter = d.inter; p.top_k = d.top_k;
+  p.max_routed_tiles = L.max_routed_tiles;
+  p.limit = d.swiglu_limit; p.shared = d.shared_expert; p.bf16 = d.md == DType::kBf16;
+  cudaStream_t const st = stream_of(ctx);
+  int64_t const A = d.rows * d.top_k;
+  moe_keys_kernel<<<static_cast<unsigned>(ceil_div(A, 256)), 256, 0, st>>>(p);
+  TESSERA_TRY(launch_status("moe_keys_kernel"));
+  int end_bit = 1;
+  while ((int64_t{1} << end_bit) <= d.experts) ++end_bit;  // keys are 0..experts
+  size_t cub_bytes = L.total - L.cub;
+  TESSERA_TRY(cuda_status(cub::DeviceRadixSort::SortPairs(base + L.cub, cub_bytes,
+                                                          static_cast<uint32_t const*>(p.keys), p.keys_sorted,
+                                                          static_cast<uint32_t const*>(p.vals), p.vals_sorted, A, 0,
+                                                          end_bit, st),
+                          "moe_experts expert sort"));
+  moe_tiles_kernel<<<1, 256, static_cast<size_t>(d.experts + 1) * sizeof(int32_t), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tiles_kernel"));
+  unsigned const ny = static_cast<unsigned>(L.max_routed_tiles + ceil_div(d.rows, kTile));
+  dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
+  dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
+  dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
+  if (d.weight_dtype == DType::kBf16) {
+    moe_act_kernel<Bf16><<<ga, kWarps * 32, 0, st>>>(p);
+    TESSERA_TRY(launch_status("moe_act_kernel"));
+    moe_down_kernel<Bf16><<<gd, kWarps * 32, 0, st>>>(p);
+  } else {
+    moe_act_kernel<float><<<ga, kWarps * 32, 0, st>>>(p);
+    TESSERA_TRY(launch_status("moe_act_kernel"));
+    moe_down_kernel<float><<<gd, kWarps * 32, 0, st>>>(p);
+  }
+  TESSERA_TRY(launch_status("moe_down_kernel"));
+  moe_combine_kernel<<<gc, 256, 0, st>>>(p);
+  return launch_status("moe_combine_kernel");
+}
+
+}  // namespace tessera::ops
