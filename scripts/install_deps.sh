@@ -3,7 +3,7 @@
 # CUDA 13 is expected at /usr/local/cuda (optional: without nvcc the build is CPU-only).
 set -euo pipefail
 
-debs=(g++ pkg-config python3 libeigen3-dev libboost1.81-dev libboost-json1.81-dev libboost-test1.81-dev libpcre2-dev)
+debs=(g++ pkg-config python3 libeigen3-dev libboost1.81-dev libboost-json1.81-dev libboost-test1.81-dev libpcre2-dev zlib1g-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

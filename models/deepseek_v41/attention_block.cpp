@@ -268,7 +268,7 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   float const* wa = w.wo_a.data_as<float>();
   for (int64_t r = 0; r < S; ++r)
     for (int64_t g = 0; g < G; ++g)
-      ref::linear_row(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
+      ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
   out.assign(S * D, 0.f);
   linear(ctx, y.data(), S, w.wo_b, out.data(), md);
 

@@ -3,20 +3,12 @@
 /// golden/v41-tiny variants, asserted per prompt: no uncertified disagreement (teacher-forced and
 /// free-running), logits within the derived tolerance, and the overall verdict.
 ///
-/// KNOWN FAILURES, declared with Boost.Test's expected_failures (an upper bound: a regression that adds a
-/// failing assertion fails the case) plus a floor on the exact-step count (a regression that loses a step
-/// fails too). The references compute in the golden engine's own orders (cuBLAS GEMM chunk order, torch's
-/// row-reduction order, correctly rounded rsqrt; docs/deepseek-v41-cpu.md "Numerics"), which leaves only
-/// its hardware transcendentals (CUDA rsqrtf and expf are not correctly rounded) and its M-dependent
-/// decode-GEMV orders as sources of difference:
-///  * fp32, prompt 6: the teacher-forced argmax at step 2 (position 258, golden gap 0.107) and the
-///    free-running token there differ; every other step of every prompt agrees, logits within 5e-6.
-///    3 assertions (uncertified disagreements, max error, verdict).
-///  * bf16: 243/256 steps exact. The golden's bf16 GEMMs run on tensor cores with their own accumulation;
-///    elements a bf16 ulp apart feed the FP8/FP4 quantisers and top-k selections, which amplify them.
-///    11 assertions.
-/// verify golden prints the details; the golden itself disagrees with itself on 3 fp32 prompts through
-/// the same kind of FP8 boundary (its full_logits vs step_logits).
+/// The references compute in the golden engine's own orders and with its rsqrt (docs/deepseek-v41-cpu.md
+/// "Numerics"); fp32 passes the gate: 256/256 steps exact, logits within 0.0085 (tolerance 0.0102).
+/// KNOWN FAILURES (bf16 only), declared with Boost.Test's expected_failures (an upper bound: a regression
+/// that adds a failing assertion fails the case) plus a floor on the exact-step count: 240/256 steps exact.
+/// The golden's bf16 GEMMs run on tensor cores with their own accumulation; elements a bf16 ulp apart feed
+/// the FP8/FP4 quantisers and top-k selections, which amplify them. verify golden prints the details.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -68,17 +60,17 @@ BOOST_AUTO_TEST_CASE(fp32_precondition_gaps_above_tie_bound) {
   BOOST_TEST(min_gap > 1e-3);  // the fp32 gate is never weakened silently by a golden near-tie
 }
 
-BOOST_AUTO_TEST_CASE(fp32, *boost::unit_test::expected_failures(3)) {
+BOOST_AUTO_TEST_CASE(fp32) {
   auto rep = run("fp32");
   BOOST_TEST(rep.self_consistency_agree == 256);
-  BOOST_TEST(rep.exact >= 255);
+  BOOST_TEST(rep.exact == 256);
   check(rep);
 }
 
 BOOST_AUTO_TEST_CASE(bf16, *boost::unit_test::expected_failures(11)) {
   auto rep = run("bf16");
   BOOST_TEST(rep.self_consistency_agree == 254);
-  BOOST_TEST(rep.exact >= 243);
+  BOOST_TEST(rep.exact >= 240);
   BOOST_TEST(rep.exact >= rep.self_consistency_agree);
   check(rep);
 }

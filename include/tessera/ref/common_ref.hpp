@@ -43,6 +43,12 @@ inline float dot_fma_seq(float const* a, float const* b, int64_t n, int64_t stri
   return acc;
 }
 
+/// linear_row in the batched-GEMM order (one FMA chain per output): the grouped output projection, a bmm
+/// in the golden engine.
+inline void linear_row_fma_seq(float const* x, float const* w, int64_t in, int64_t out, float* y, DType md) {
+  for (int64_t o = 0; o < out; ++o) y[o] = round_md(dot_fma_seq(x, w + o * in, in), md);
+}
+
 /// y[o] = →md(Σ_i x[i]·W[o, i]) for o < out: one row of a bias-free linear layer, W row-major [out, in].
 inline void linear_row(float const* x, float const* w, int64_t in, int64_t out, float* y, DType md) {
   for (int64_t o = 0; o < out; ++o) y[o] = round_md(dot(x, w + o * in, in), md);
@@ -52,7 +58,13 @@ inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 /// torch softplus with β = 1 and threshold 20: x itself above the threshold.
 inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
-/// 1/√x rounded once to fp32 (through fp64: the double-rounding error is below 2⁻²⁹ ulp, never seen).
-inline float rsqrt(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
+/// rsqrt(x) as the golden engine evaluates it: CUDA's rsqrtf (torch.rsqrt on the GPU), which is not
+/// correctly rounded (on an H200 it differs from 1/√x rounded once on 21.7% of inputs, by −2…+1 ulp). The
+/// measured per-input offsets for [1, 4) ship with the library (ops/core/cuda_rsqrtf.cpp); rsqrtf(x·4^k) =
+/// rsqrtf(x)·2^−k extends them to every positive normal x. Zero, negative, subnormal, infinite and NaN
+/// inputs take 1/√x rounded once, which is what rsqrtf returns there too.
+float rsqrt(float x);
+/// 1/√x rounded once to fp32 (through fp64: the double-rounding error is below 2⁻²⁹ ulp).
+inline float rsqrt_correctly_rounded(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
 
 }  // namespace tessera::ref
