@@ -88,6 +88,9 @@ int cmd_generate(std::vector<std::string> const& args) {
       throw Error(not_supported("--draft dspark: " + dir + " has no DSpark weights (mtp.*; make-synthetic --mtp writes them)"));
     drafter = model::dsv41::make_dspark_drafter(*m, static_cast<model::dsv41::Dsv41State const&>(*st));
   } else if (draft != "none") throw Error(invalid_argument("--draft must be none, lookup or dspark, got '" + draft + "'"));
+  if (drafter && m->pruning().active() && m->pruning().scope == model::dsv41::ExpertPruning::Scope::kDecode)
+    throw Error(invalid_argument("--draft with decode-scope expert pruning is not exact (a verify window is not a "
+                                 "one-token decode chunk, so it is not pruned); use --draft none or prune every scope"));
   model::DepthPolicy pol;
   if (p.has("draft-k")) pol.fixed_k = std::stol(*p.get("draft-k"));
   if (pol.fixed_k > pol.max_k) pol.max_k = pol.fixed_k;

@@ -87,16 +87,22 @@ inline std::unique_ptr<OverlaySource> tiny_mtp_source(std::string const& variant
   return src;
 }
 
+/// A tiny model with DSpark; `max_positions` > 0 replaces max_position_embeddings (512 in the golden
+/// configuration; the server test's tool prompts are longer).
+inline std::unique_ptr<model::dsv41::Dsv41Model> make_dspark_tiny(std::string const& variant, int64_t max_positions = 0) {
+  auto src = tiny_mtp_source(variant);
+  model::dsv41::ModelOptions o;
+  o.numerics = variant == "bf16" ? model::dsv41::Numerics::kBf16 : model::dsv41::Numerics::kFp32;
+  auto spec = tiny_mtp_spec();
+  if (max_positions > 0) spec.max_position_embeddings = max_positions;
+  return model::dsv41::Dsv41Model::create(spec, *src, o).value_or_throw();
+}
+
 /// The tiny model with DSpark (cached per variant for the test binary).
 inline model::dsv41::Dsv41Model& dspark_tiny_model(std::string const& variant = "fp32") {
   static std::map<std::string, std::unique_ptr<model::dsv41::Dsv41Model>> cache;
   auto& m = cache[variant];
-  if (!m) {
-    auto src = tiny_mtp_source(variant);
-    model::dsv41::ModelOptions o;
-    o.numerics = variant == "bf16" ? model::dsv41::Numerics::kBf16 : model::dsv41::Numerics::kFp32;
-    m = model::dsv41::Dsv41Model::create(tiny_mtp_spec(), *src, o).value_or_throw();
-  }
+  if (!m) m = make_dspark_tiny(variant);
   return *m;
 }
 

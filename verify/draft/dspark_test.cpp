@@ -12,6 +12,7 @@
 ///    the final state continuing bit for bit like the serial one.
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -111,6 +112,24 @@ BOOST_AUTO_TEST_CASE(block_pass_equals_position_by_position) {
     ++checked;
   }
   BOOST_TEST(checked == 6);
+  // Cost of one pass (5 rows, 3 blocks) after a 40-token context, against a 1-row target forward.
+  auto prompt = verify::corpus_prompt(1, m.info().vocab_size);
+  auto st = m.new_sequence();
+  feed(m, *st, prompt, 64);
+  double pass = 1e9, fwd = 1e9;
+  std::vector<float> lg(static_cast<size_t>(m.info().vocab_size));
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    (void)m.dspark_draft(as_state(*st), 7).value_or_throw();
+    auto t1 = std::chrono::steady_clock::now();
+    int32_t t = 7;
+    throw_if_error(m.forward_one(as_state(*st), std::span<int32_t const>(&t, 1), 1, lg.data()));
+    auto t2 = std::chrono::steady_clock::now();
+    throw_if_error(m.truncate(*st, st->length() - 1));
+    pass = std::min(pass, std::chrono::duration<double>(t1 - t0).count());
+    fwd = std::min(fwd, std::chrono::duration<double>(t2 - t1).count());
+  }
+  BOOST_TEST_MESSAGE("DSpark pass " << pass * 1e6 << " us, 1-row target forward " << fwd * 1e6 << " us (min of 5)");
 }
 
 BOOST_AUTO_TEST_CASE(markov_chaining_and_confidence_head) {

@@ -58,7 +58,8 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
     // No drafts past the token budget (a round emits ≤ k + 1) or the context.
     int64_t const room = std::min(remaining - 1, info.max_context - L - x);
     Draft d;
-    if (drafting && room > 0) {
+    // No drafter call when even certain drafts would not pay (confidences are ≤ 1).
+    if (drafting && room > 0 && rule_.choose(std::vector<float>(static_cast<size_t>(std::min(room, policy_.max_k)), 1.f), room) > 0) {
       auto t0 = Clock::now();
       d = drafter_->propose(committed, std::min(policy_.max_k, room));
       st.draft_s += seconds_since(t0);
