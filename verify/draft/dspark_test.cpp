@@ -278,4 +278,62 @@ BOOST_AUTO_TEST_CASE(dspark_drafted_equals_serial) {
                      << ", state probes " << probes);
 }
 
+BOOST_AUTO_TEST_CASE(bf16_model_dspark_drafted_equals_serial) {
+  Dsv41Model& m = verify::dspark_tiny_model("bf16");
+  BOOST_REQUIRE(m.has_dspark());
+  for (int i = 0; i < 6; ++i) {
+    auto prompt = verify::corpus_prompt(40 + i, m.info().vocab_size);
+    ops::SamplingRowParams p;
+    p.temperature = i % 2 ? 0.9f : 0.f;
+    p.seed = 3 + static_cast<uint64_t>(i);
+    auto ref_state = m.new_sequence();
+    auto ref = verify::serial_decode(m, *ref_state, prompt, 10, p, true);
+    auto st = m.new_sequence();
+    auto drafter = model::dsv41::make_dspark_drafter(m, as_state(*st));
+    model::DepthPolicy pol;
+    pol.fixed_k = 5;
+    model::Generator gen(m, drafter.get(), pol);
+    model::GenerateOptions go;
+    go.max_new_tokens = 10;
+    go.ignore_eos = true;
+    go.sampling = p;
+    model::DraftStats ds;
+    BOOST_TEST((gen.generate(*st, prompt, go, &ds).value_or_throw() == ref), "bf16 prompt " << i);
+    BOOST_TEST(ds.drafted > 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(synthetic_plan_has_the_spec_shapes) {
+  // make-synthetic --mtp: spec §2.8 shapes for the tiny configuration (D 64, V 512, r 256, |T| 3, E 128).
+  auto c = verify::tiny_mtp_config();
+  BOOST_TEST(c.num_nextn_predict_layers == 3);
+  BOOST_TEST(c.compress_ratios.size() == 10u);
+  std::map<std::string, model::dsv41::TensorSpec> plan;
+  for (auto const& t : model::dsv41::checkpoint_plan(c)) plan[t.name] = t;
+  using V = std::vector<int64_t>;
+  BOOST_TEST((plan.at("mtp.0.main_proj.weight").shape == V{64, 192}));
+  BOOST_TEST((plan.at("mtp.0.main_norm.weight").shape == V{64}));
+  BOOST_TEST((plan.at("mtp.2.markov_head.embed.weight").shape == V{512, 256}));
+  BOOST_TEST((plan.at("mtp.2.markov_head.head.weight").shape == V{512, 256}));
+  BOOST_TEST((plan.at("mtp.2.confidence_head.weight").shape == V{1, 64 + 256}));
+  BOOST_TEST(plan.at("mtp.2.confidence_head.weight").fp32_island);
+  BOOST_TEST((plan.at("mtp.1.ffn.gate.weight").shape == V{128, 64}));
+  BOOST_TEST(plan.count("mtp.1.ffn.experts.127.w2.weight") == 1u);
+  BOOST_TEST(plan.count("mtp.1.ffn.experts.128.w2.weight") == 0u);
+  BOOST_TEST(plan.count("mtp.1.main_proj.weight") == 0u);
+  BOOST_TEST(plan.count("mtp.0.norm.weight") == 0u);
+  BOOST_TEST(plan.count("mtp.1.attn.compressor.wkv.weight") == 0u);  // window-only attention
+  int64_t mtp = 0;
+  for (auto const& [n, t] : plan) mtp += n.rfind("mtp.", 0) == 0;
+  BOOST_TEST(mtp == 3 * (6 + 10 + 2 + 3 * 128 + 3) + 2 + 4);
+  // Without --mtp nothing changes; a noise token outside the vocabulary is refused.
+  auto plain = model::dsv41::tiny_config(512);
+  for (auto const& t : model::dsv41::checkpoint_plan(plain)) BOOST_TEST(t.name.rfind("mtp.", 0) != 0);
+  auto small = model::dsv41::tiny_config(512);
+  small.dspark_noise_token_id = 600;
+  auto st = model::dsv41::enable_mtp(small, 3);
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.message().find("dspark_noise_token_id") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
