@@ -133,11 +133,9 @@ void Dsv41Model::dspark_record(Dsv41State& st, int64_t layer, std::vector<float>
   int64_t const j = it - tl.begin(), T = static_cast<int64_t>(tl.size()), D = spec_.hidden_size, n = spec_.hc_mult;
   int64_t const S = static_cast<int64_t>(X.size()) / (n * D), TD = T * D;
   DType const md = opts_.numerics == Numerics::kBf16 ? DType::kBf16 : DType::kF32;
-  if (j == 0) {
-    if (st.dspark_taps_.empty()) st.dspark_tap_first_ = st.length_;
-    st.dspark_taps_.resize(st.dspark_taps_.size() + static_cast<size_t>(S * TD), 0.f);
-  }
-  int64_t const row0 = st.length_ - st.dspark_tap_first_;
+  if (st.dspark_taps_.empty()) st.dspark_tap_first_ = st.length_;
+  int64_t const row0 = st.length_ - st.dspark_tap_first_;  // rows = positions first … length − 1, then the chunk
+  if (j == 0) st.dspark_taps_.resize(static_cast<size_t>((row0 + S) * TD), 0.f);
   for (int64_t r = 0; r < S; ++r)
     for (int64_t c = 0; c < D; ++c) {
       float sum = 0.f;  // streams in order 0 … n−1
