@@ -5,12 +5,17 @@
 /// request, each sent with drafting on (DSpark, fixed depths; lookup) and with "draft": false, alone and
 /// concurrently: the replies are byte-identical (id, created, tool-call ids and prefix-cache counts aside). /metrics and /health count the
 /// drafted and accepted tokens under the vLLM spec_decode names; "draft": false requests draft nothing.
+/// In the engine alone, on the stub model: always-right, always-wrong and random drafters at fixed depths
+/// give the serial replies and finish reasons (replies ending by EOS, stop ids and max_tokens inside draft
+/// windows), with the counters showing what was kept.
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <random>
 #include <regex>
 #include <thread>
 
+#include "servers/openai/engine/stub_model.hpp"
 #include "servers/openai/routes/api.hpp"
 #include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
@@ -110,9 +115,143 @@ double metric(std::string const& text, std::string const& name) {
   return std::stod(m[1]);
 }
 
+/// Knows the serial sequences (prompt ++ reply ++ stop token) of every request; proposes their
+/// continuation of `committed` (kRight), (t + 1) mod V (kWrong), or each token right with probability
+/// 1/2 (kRandom). Past the end of a sequence it proposes token 2.
+class OracleDrafter final : public model::Drafter {
+ public:
+  enum class Mode { kRight, kWrong, kRandom };
+  OracleDrafter(std::shared_ptr<std::vector<std::vector<int32_t>> const> truth, Mode mode, int64_t vocab, uint64_t seed)
+      : truth_(std::move(truth)), mode_(mode), vocab_(vocab), rng_(seed) {}
+  std::string name() const override { return "oracle"; }
+  model::Draft propose(std::span<int32_t const> committed, int64_t max_k) override {
+    model::Draft d;
+    for (auto const& t : *truth_) {
+      if (t.size() < committed.size() || !std::equal(committed.begin(), committed.end(), t.begin())) continue;
+      for (int64_t i = 0; i < max_k; ++i) {
+        size_t at = committed.size() + static_cast<size_t>(i);
+        int32_t x = at < t.size() ? t[at] : 2;
+        if (mode_ == Mode::kWrong) x = static_cast<int32_t>((x + 1) % vocab_);
+        if (mode_ == Mode::kRandom && rng_() % 2) x = static_cast<int32_t>(32 + rng_() % 95);
+        d.tokens.push_back(x);
+      }
+      break;
+    }
+    return d;
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::vector<int32_t>> const> truth_;
+  Mode mode_;
+  int64_t vocab_;
+  std::mt19937_64 rng_;
+};
+
+struct EngineReply {
+  std::vector<int32_t> tokens;  // the stop token included (flagged by `stopped`)
+  FinishReason finish = FinishReason::kNone;
+  bool operator==(EngineReply const&) const = default;
+};
+
+EngineReply collect(std::shared_ptr<RequestHandle> const& h) {
+  EngineReply r;
+  for (int i = 0; i < 4000; ++i) {
+    std::vector<TokenEvent> ev;
+    h->wait(ev, std::chrono::milliseconds(20));
+    for (auto const& e : ev) r.tokens.push_back(e.token);
+    if (h->finish_reason() != FinishReason::kNone) {
+      ev.clear();
+      h->wait(ev, std::chrono::milliseconds(0));
+      for (auto const& e : ev) r.tokens.push_back(e.token);
+      r.finish = h->finish_reason();
+      return r;
+    }
+  }
+  BOOST_FAIL("request did not finish");
+  return r;
+}
+
+std::vector<EngineReply> run_all(Engine& e, std::vector<GenerationRequest> const& rqs) {
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (auto const& rq : rqs) hs.push_back(e.submit(rq).value_or_throw());
+  std::vector<EngineReply> out;
+  for (auto const& h : hs) out.push_back(collect(h));
+  return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(server_drafting)
+
+BOOST_AUTO_TEST_CASE(forced_drafters_give_the_serial_replies_in_the_engine) {
+  // The stub model (row-invariant by construction, EOS likely at every position), 4 slots, 32 requests:
+  // greedy and seeded, max_tokens 7 / 23 / 60, a stop id on some, so replies end inside draft windows.
+  StubModelConfig sc;
+  sc.vocab_size = 300;
+  sc.eos_token_ids = {1};
+  for (int t = 32; t < 127; ++t) sc.allowed_tokens.push_back(t);
+  sc.allowed_tokens.push_back(1);
+  sc.eos_bias = -1.5f;
+  StubModel stub(sc);
+  std::mt19937_64 g(321);
+  std::vector<GenerationRequest> rqs;
+  for (int i = 0; i < 32; ++i) {
+    GenerationRequest rq;
+    for (size_t j = 0, n = 5 + g() % 36; j < n; ++j) rq.prompt.push_back(static_cast<int32_t>(32 + g() % 95));
+    rq.max_tokens = std::array<int64_t, 3>{7, 23, 60}[i % 3];
+    rq.sampling.temperature = i % 2 ? 0.9f : 0.f;
+    rq.sampling.seed = 900 + static_cast<uint64_t>(i);
+    if (i % 4 == 3) rq.stop_token_ids = {static_cast<int32_t>(32 + i)};
+    rqs.push_back(rq);
+  }
+  EngineOptions serial_opts;
+  serial_opts.max_batch = 4;
+  Engine serial(stub, serial_opts);
+  auto want = run_all(serial, rqs);
+  serial.stop();
+  auto truth = std::make_shared<std::vector<std::vector<int32_t>>>();
+  int ended_by_stop = 0;
+  for (size_t i = 0; i < rqs.size(); ++i) {
+    std::vector<int32_t> t = rqs[i].prompt;
+    t.insert(t.end(), want[i].tokens.begin(), want[i].tokens.end());
+    truth->push_back(t);
+    ended_by_stop += want[i].finish == FinishReason::kStop;
+  }
+  BOOST_TEST(ended_by_stop > 4);
+  using Mode = OracleDrafter::Mode;
+  struct Case { Mode mode; int64_t k; };
+  for (Case c : {Case{Mode::kRight, 5}, Case{Mode::kRight, 2}, Case{Mode::kWrong, 3}, Case{Mode::kRandom, 4}}) {
+    EngineOptions eo = serial_opts;
+    uint64_t seed = 1;
+    eo.make_drafter = [&](model::SequenceState&) { return std::make_unique<OracleDrafter>(truth, c.mode, 300, seed++); };
+    eo.drafter_name = "oracle";
+    eo.draft_policy.fixed_k = c.k;
+    Engine e(stub, eo);
+    auto got = run_all(e, rqs);
+    for (size_t i = 0; i < rqs.size(); ++i)
+      BOOST_TEST((got[i] == want[i]), "mode " << int(c.mode) << " k " << c.k << " request " << i);
+    EngineStats st = e.stats();
+    e.stop();
+    BOOST_TEST(st.draft_tokens_total > 0u);
+    uint64_t generated = 0;
+    for (auto const& w : want) generated += w.tokens.size();
+    if (c.mode == Mode::kRight) {
+      // Every round keeps its drafts up to a finish: ≥ k + 1 tokens a round but for the last ones.
+      BOOST_TEST(st.accepted_tokens_total + st.draft_rounds_total >= generated - rqs.size());
+      BOOST_TEST(st.rounds_by_accepted[static_cast<size_t>(c.k)] > 0u);  // whole windows kept
+    }
+    if (c.mode == Mode::kWrong) BOOST_TEST(st.accepted_tokens_total == 0u);
+    if (c.mode == Mode::kRandom) {
+      BOOST_TEST(st.accepted_tokens_total > 0u);
+      BOOST_TEST(st.accepted_tokens_total < st.draft_tokens_total);
+    }
+    uint64_t per_pos0 = st.accepted_per_position.empty() ? 0 : st.accepted_per_position[0];
+    BOOST_TEST(per_pos0 <= st.draft_rounds_total);
+    BOOST_TEST_MESSAGE("oracle mode " << int(c.mode) << " k " << c.k << ": rounds " << st.draft_rounds_total << " drafted "
+                       << st.draft_tokens_total << " accepted " << st.accepted_tokens_total << " of " << generated << " tokens");
+  }
+}
+
 
 BOOST_AUTO_TEST_CASE(drafted_replies_equal_serial_replies) {
   auto owned = verify::make_dspark_tiny("fp32", 4096);  // room for the tool prompt (~1,200 byte tokens)
