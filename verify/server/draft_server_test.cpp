@@ -304,6 +304,10 @@ BOOST_AUTO_TEST_CASE(drafted_replies_equal_serial_replies) {
   BOOST_TEST_MESSAGE("server lookup: drafted " << metric(met, "vllm:spec_decode_num_draft_tokens_total") << " accepted "
                      << metric(met, "vllm:spec_decode_num_accepted_tokens_total"));
 
+  // DSpark with the depth rule (cost table measured on the engine thread at the first drafting step).
+  Server adaptive(m, "auto", -1);
+  for (size_t i : {0u, 1u, 10u}) BOOST_TEST(adaptive.chat_reply(with_draft(bodies[i], true)) == serial[i], "adaptive request " << i);
+  BOOST_TEST(adaptive.engine->stats().drafter == "dspark");
   // No drafter: no spec_decode series at all (never faked as 0); "dspark" without weights is refused.
   Server none(m, "none", -1);
   BOOST_TEST(none.chat_reply(with_draft(bodies[0], true)) == serial[0]);

@@ -213,7 +213,7 @@ void Engine::admit() {
     s->committed = s->req.prompt;
     if (options_.make_drafter && s->req.draft) {
       s->drafter = options_.make_drafter(*s->state);
-      s->rule = model::DepthRule(options_.draft_policy);
+      s->rule = depth_;  // the engine's cost table and the acceptance learned from earlier requests
     }
     s->handle->set_admitted(cached);
     {
@@ -330,6 +330,7 @@ bool Engine::step() {
     if (finished) continue;
     if (k > 0) {
       s.rule.observe_round(k, a, conf);
+      depth_.observe_round(k, a, conf);
       s.drafter->observe(k, a);
     }
     if (s.pos < old_pos + k + 1) {

@@ -150,7 +150,7 @@ class Engine {
   std::list<CacheEntry> cache_;  // front = most recently used
   mutable std::mutex stats_mu_;
   EngineStats stats_;
-  model::DepthRule depth_;  // the verify-cost table every slot's rule copies
+  model::DepthRule depth_;  // cost table + acceptance over every request: a new slot's rule starts as a copy
   std::thread thread_;
 };
 
