@@ -131,6 +131,13 @@ Result<ModelSpec> spec_from_config(Config const& c) {
   if (c.scoring_func != "sqrtsoftplus") return not_supported("scoring_func '" + c.scoring_func + "' (only sqrtsoftplus)");
   if (c.hidden_act != "silu") return not_supported("hidden_act '" + c.hidden_act + "' (only silu)");
   for (int64_t e : c.eos_token_id) s.eos_token_ids.push_back(static_cast<int32_t>(e));
+  s.dspark.blocks = c.num_nextn_predict_layers;
+  s.dspark.block_size = c.dspark_block_size;
+  s.dspark.noise_token = c.dspark_noise_token_id;
+  s.dspark.markov_rank = c.dspark_markov_rank;
+  s.dspark.n_experts = c.dspark_n_routed_experts;
+  s.dspark.top_k = c.dspark_num_experts_per_tok;
+  s.dspark.target_layers = c.dspark_target_layer_ids;
   TESSERA_TRY(s.validate());
   return s;
 }

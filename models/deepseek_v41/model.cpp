@@ -10,6 +10,7 @@
 #include <string>
 
 #include "models/deepseek_v41/model_internal.hpp"
+#include "tessera/models/deepseek_v41/dspark.hpp"
 #include "tessera/core/thread_pool.hpp"
 #include "tessera/ops/engram.hpp"
 #include "tessera/ops/mhc.hpp"
@@ -47,7 +48,7 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, flo
 }
 
 size_t Dsv41State::memory_bytes() const {
-  size_t b = history_.size() * sizeof(int64_t);
+  size_t b = history_.size() * sizeof(int64_t) + dspark_taps_.size() * sizeof(float);
   for (auto const& l : layers_)
     b += (l.window.size() + l.buf_kv.size() + l.buf_gate.size() + l.raw_kv.size() + l.raw_gate.size() + l.ckv.size() +
           l.index_k.size()) * sizeof(float) +
@@ -64,6 +65,9 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   auto e = load_engram_tables(spec, src);
   if (!e) return e.status();
   m->engram_ = std::move(*e);
+  auto d = load_dspark_weights(spec, src, opts.numerics);
+  if (!d) return d.status();
+  m->dspark_ = std::move(*d);
   m->main_inv_freq_ = ref::rope_inv_freq_default(spec.rope_theta, spec.rope_dim);
   m->compress_inv_freq_ = spec.yarn ? ref::rope_inv_freq_yarn(spec.compress_rope_theta, spec.rope_dim, spec.yarn_factor,
                                                               spec.yarn_beta_fast, spec.yarn_beta_slow,
@@ -160,6 +164,7 @@ Status Dsv41Model::truncate(SequenceState& state, int64_t length) {
     }
   }
   st->history_.resize(static_cast<size_t>(length));
+  if (dspark_) dspark_truncate(*st, length);
   auto& ev = st->ties_.events;
   for (auto it = ev.begin(); it != ev.end();) {
     if (it->position >= length) {
@@ -177,6 +182,8 @@ Status Dsv41Model::truncate(SequenceState& state, int64_t length) {
 
 size_t Dsv41Model::state_bytes_for(int64_t n) const {
   size_t b = static_cast<size_t>(n) * sizeof(int64_t);
+  if (dspark_)
+    b += static_cast<size_t>(std::min(n, spec_.sliding_window + opts_.max_rollback) * static_cast<int64_t>(spec_.dspark.target_layers.size()) * spec_.hidden_size * 4);
   int64_t hd = spec_.head_dim, W = spec_.sliding_window;
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     b += static_cast<size_t>(std::min(n, W - 1 + opts_.max_rollback) * (hd * 4 + 8));
@@ -288,6 +295,7 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
                                         {cv2(X, S, nD), cv2(kv, S, (n + 1) * D), cv1(lw.e_qk), v2(X, S, nD)}));
         tap(pfx + "engram.out0", {1, S, n, D}, X);
       }
+      if (dspark_) dspark_record(st, l, X);  // DSpark target features (dspark.hpp)
       // Attention site (§2.3): mix of the current streams, collapse with the previous site's pre.
       throw_if_error(ops::mhc_mix(ctx, {S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps},
                                   {cv2(X, S, nD), cv2(lw.hc_attn_fn), cv1(lw.hc_attn_base), cv1(lw.hc_attn_scale),

@@ -55,6 +55,26 @@ Status ModelSpec::validate() const {
   return {};
 }
 
+Status ModelSpec::validate_dspark() const {
+  auto bad = [](std::string m) { return invalid_argument("DeepSeek-V4.1 config (DSpark): " + m); };
+  if (dspark.blocks < 1) return bad("num_nextn_predict_layers is 0: the checkpoint has no DSpark blocks");
+  {
+    if (dspark.block_size < 1) return bad("dspark_block_size must be >= 1");
+    if (dspark.noise_token < 0 || dspark.noise_token >= vocab_size)
+      return bad("dspark_noise_token_id " + std::to_string(dspark.noise_token) + " is outside the vocabulary");
+    if (dspark.markov_rank < 1) return bad("dspark_markov_rank must be >= 1");
+    if (dspark.top_k < 1 || dspark.top_k > dspark.n_experts)
+      return bad("dspark_num_experts_per_tok must be in [1, dspark_n_routed_experts]");
+    if (dspark.target_layers.empty()) return bad("dspark_target_layer_ids is empty");
+    for (size_t i = 0; i < dspark.target_layers.size(); ++i) {
+      int64_t t = dspark.target_layers[i];
+      if (t < 0 || t >= num_layers) return bad("dspark_target_layer_ids entry " + std::to_string(t) + " out of range");
+      if (i > 0 && t <= dspark.target_layers[i - 1]) return bad("dspark_target_layer_ids must be ascending");
+    }
+  }
+  return {};
+}
+
 ModelSpec tiny_golden_spec() {
   ModelSpec s;
   s.name = "deepseek_v41-tiny";

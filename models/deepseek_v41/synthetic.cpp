@@ -184,8 +184,62 @@ std::vector<TensorSpec> checkpoint_plan(Config const& c) {
       add(L + "engram.embed.scale", {rows, (de + 31) / 32}, Role::kEngramScale);
     }
   }
+  // DSpark blocks `mtp.{b}.*` (spec §2.8; native names, no embed/head copies: those are the target's).
+  int64_t const Ed = c.dspark_n_routed_experts, T = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  int64_t const r = c.dspark_markov_rank, NB = c.num_nextn_predict_layers;
+  for (int64_t b = 0; b < NB; ++b) {
+    std::string const M = "mtp." + std::to_string(b) + ".";
+    for (char const* site : {"attn", "ffn"}) {
+      add(M + "hc_" + site + "_fn", {(2 + n) * n, n * D}, Role::kHcFn);
+      add(M + "hc_" + site + "_base", {(2 + n) * n}, Role::kHcBase);
+      add(M + "hc_" + site + "_scale", {3}, Role::kHcScale);
+    }
+    add(M + "attn_norm.weight", {D}, Role::kNorm);
+    add(M + "ffn_norm.weight", {D}, Role::kNorm);
+    add(M + "attn.wq_a.weight", {qr, D}, Role::kLinear);
+    add(M + "attn.q_norm.weight", {qr}, Role::kNorm);
+    add(M + "attn.wq_b.weight", {H * hd, qr}, Role::kLinear);
+    add(M + "attn.wkv.weight", {hd, D}, Role::kLinear);
+    add(M + "attn.kv_norm.weight", {hd}, Role::kNorm);
+    add(M + "attn.wo_a.weight", {G * ro, H * hd / G}, Role::kLinear);
+    add(M + "attn.wo_b.weight", {D, G * ro}, Role::kLinear);
+    add(M + "attn.attn_sink", {H}, Role::kSink);
+    add(M + "ffn.gate.weight", {Ed, D}, Role::kLinear);
+    add(M + "ffn.gate.bias", {Ed}, Role::kRouterBias);
+    for (int64_t e = 0; e < Ed; ++e) {
+      std::string const X = M + "ffn.experts." + std::to_string(e) + ".";
+      add(X + "w1.weight", {I, D}, Role::kExpertLinear);
+      add(X + "w3.weight", {I, D}, Role::kExpertLinear);
+      add(X + "w2.weight", {D, I}, Role::kExpertLinear);
+    }
+    add(M + "ffn.shared_experts.w1.weight", {I, D}, Role::kLinear);
+    add(M + "ffn.shared_experts.w3.weight", {I, D}, Role::kLinear);
+    add(M + "ffn.shared_experts.w2.weight", {D, I}, Role::kLinear);
+    if (b == 0) {
+      add(M + "main_proj.weight", {D, T * D}, Role::kLinear);
+      add(M + "main_norm.weight", {D}, Role::kNorm);
+    }
+    if (b == NB - 1) {
+      add(M + "norm.weight", {D}, Role::kNorm);
+      add(M + "markov_head.embed.weight", {c.vocab_size, r}, Role::kEmbedding);
+      add(M + "markov_head.head.weight", {c.vocab_size, r}, Role::kLinear);
+      add(M + "confidence_head.weight", {1, D + r}, Role::kLinear);
+      plan.back().fp32_island = true;  // the confidence head runs in fp32 (spec §2.8)
+    }
+  }
   std::sort(plan.begin(), plan.end(), [](auto const& a, auto const& b) { return a.name < b.name; });
   return plan;
+}
+
+Status enable_mtp(Config& c, int64_t blocks) {
+  if (blocks < 1) return invalid_argument("--mtp: the number of DSpark blocks must be >= 1");
+  if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
+    return invalid_argument("--mtp: dspark_noise_token_id " + std::to_string(c.dspark_noise_token_id) +
+                            " is outside the vocabulary of " + std::to_string(c.vocab_size));
+  if (c.dspark_target_layer_ids.empty()) return invalid_argument("--mtp: the config has no dspark_target_layer_ids");
+  c.num_nextn_predict_layers = blocks;
+  c.compress_ratios.resize(static_cast<size_t>(c.num_hidden_layers + blocks), 0);  // draft layers: ratio 0
+  return {};
 }
 
 ValueFn synthetic_values(TensorSpec const& spec, uint64_t seed) {

@@ -12,6 +12,7 @@
 #include "servers/cli/command.hpp"
 #include "servers/cli/prune_flags.hpp"
 #include "tessera/models/common/drafter.hpp"
+#include "tessera/models/deepseek_v41/dspark.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
@@ -79,10 +80,17 @@ int cmd_generate(std::vector<std::string> const& args) {
   // Decoding goes through the drafting Generator; --draft none is the serial loop (k = 0 every round).
   std::string draft = p.get_or("draft", "none");
   std::unique_ptr<model::Drafter> drafter;
-  if (draft == "lookup") drafter = model::make_lookup_drafter();
-  else if (draft == "dspark")
-    throw Error(not_supported("--draft dspark: the DSpark drafter is not implemented yet (docs/drafting.md)"));
-  else if (draft != "none") throw Error(invalid_argument("--draft must be none, lookup or dspark, got '" + draft + "'"));
+  auto st = m->new_sequence();
+  if (draft == "lookup") {
+    drafter = model::make_lookup_drafter();
+  } else if (draft == "dspark") {
+    if (!m->has_dspark())
+      throw Error(not_supported("--draft dspark: " + dir + " has no DSpark weights (mtp.*; make-synthetic --mtp writes them)"));
+    drafter = model::dsv41::make_dspark_drafter(*m, static_cast<model::dsv41::Dsv41State const&>(*st));
+  } else if (draft != "none") throw Error(invalid_argument("--draft must be none, lookup or dspark, got '" + draft + "'"));
+  if (drafter && m->pruning().active() && m->pruning().scope == model::dsv41::ExpertPruning::Scope::kDecode)
+    throw Error(invalid_argument("--draft with decode-scope expert pruning is not exact (a verify window is not a "
+                                 "one-token decode chunk, so it is not pruned); use --draft none or prune every scope"));
   model::DepthPolicy pol;
   if (p.has("draft-k")) pol.fixed_k = std::stol(*p.get("draft-k"));
   if (pol.fixed_k > pol.max_k) pol.max_k = pol.fixed_k;
@@ -94,7 +102,6 @@ int cmd_generate(std::vector<std::string> const& args) {
   go.sampling.top_k = static_cast<int32_t>(std::stol(p.get_or("top-k", "0")));
   go.sampling.seed = std::stoull(p.get_or("seed", "0"));
   model::Generator gen(*m, drafter.get(), pol);
-  auto st = m->new_sequence();
   model::DraftStats stats;
   auto out = gen.generate(*st, *ids, go, &stats).value_or_throw();
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);

@@ -2,7 +2,8 @@
 /// `tessera make-synthetic --out DIR --preset tiny|v41-flash [--layers L] [--dtype fp32|bf16] [--seed S]
 /// [--vocab-size V] [--engram-rows N]`: writes config.json + model.safetensors of seeded random weights in
 /// the OLD naming (models/deepseek_v41/synthetic.hpp). tiny = spec/deepseek-v41.md §6 with `--vocab-size`
-/// (default 512); v41-flash = the released dimensions with the first L layers (default 2).
+/// (default 512); v41-flash = the released dimensions with the first L layers (default 2). `--mtp` adds
+/// `--mtp-blocks` (default 3) DSpark blocks `mtp.*` with the shapes of spec §2.8 (the drafter of models/deepseek_v41/dspark.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,7 +18,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: tessera make-synthetic --out DIR --preset tiny|v41-flash [--layers L] [--dtype fp32|bf16]\n"
-    "                              [--seed S] [--vocab-size V] [--engram-rows N]\n";
+    "                              [--seed S] [--vocab-size V] [--engram-rows N] [--mtp [--mtp-blocks N]]\n";
 
 /// A non-negative integer option, or -1 with a message.
 int64_t int_option(ArgParser const& ap, char const* name, int64_t fallback) {
@@ -35,7 +36,7 @@ int64_t int_option(ArgParser const& ap, char const* name, int64_t fallback) {
 }  // namespace
 
 int cmd_make_synthetic(std::vector<std::string> const& args) {
-  ArgParser ap(args, {"out", "preset", "layers", "dtype", "seed", "vocab-size", "engram-rows"});
+  ArgParser ap(args, {"out", "preset", "layers", "dtype", "seed", "vocab-size", "engram-rows", "mtp-blocks"}, {"mtp"});
   if (!ap.error().empty() || !ap.positionals().empty() || !ap.has("out") || !ap.has("preset")) {
     std::fprintf(stderr, "%s%s", ap.error().empty() ? "" : (ap.error() + "\n").c_str(), kUsage);
     return 2;
@@ -60,6 +61,14 @@ int cmd_make_synthetic(std::vector<std::string> const& args) {
   if (!config) {
     std::fprintf(stderr, "tessera make-synthetic: %s\n", config.status().to_string().c_str());
     return 2;
+  }
+  if (ap.has("mtp")) {
+    int64_t const blocks = int_option(ap, "mtp-blocks", 3);
+    if (blocks < 0) return 2;
+    if (Status st = model::dsv41::enable_mtp(*config, blocks); !st.ok()) {
+      std::fprintf(stderr, "tessera make-synthetic: %s\n", st.to_string().c_str());
+      return 2;
+    }
   }
   auto format = model::dsv41::dense_format(dtype);
   auto sum = model::dsv41::write_synthetic_checkpoint(*config, *ap.get("out"), static_cast<uint64_t>(seed), *format);

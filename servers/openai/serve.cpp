@@ -16,6 +16,7 @@
 #include "servers/openai/engine/stub_model.hpp"
 #include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
+#include "tessera/models/deepseek_v41/dspark.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::server {
@@ -45,6 +46,31 @@ Result<std::vector<Sha256Digest>> load_api_keys(std::string const& path) {
   }
   if (out.empty()) return malformed("API key file '" + path + "' holds no keys");
   return out;
+}
+
+Status configure_drafting(EngineOptions& engine, model::LanguageModel& lm, std::string const& draft, int64_t draft_k) {
+  auto* dm = dynamic_cast<model::dsv41::Dsv41Model*>(&lm);
+  bool const dspark = dm && dm->has_dspark();
+  engine.make_drafter = nullptr;
+  engine.drafter_name.clear();
+  if (draft == "dspark" || (draft == "auto" && dspark)) {
+    if (!dspark) return invalid_argument("--draft dspark: the model has no DSpark weights (mtp.*)");
+    engine.make_drafter = [dm](model::SequenceState& st) -> std::unique_ptr<model::Drafter> {
+      auto* ds = dynamic_cast<model::dsv41::Dsv41State*>(&st);
+      return ds ? model::dsv41::make_dspark_drafter(*dm, *ds) : nullptr;
+    };
+    engine.drafter_name = "dspark";
+  } else if (draft == "lookup") {
+    engine.make_drafter = [](model::SequenceState&) { return model::make_lookup_drafter(); };
+    engine.drafter_name = "lookup";
+  } else if (draft != "none" && draft != "auto") {
+    return invalid_argument("--draft must be auto, dspark, lookup or none, got '" + draft + "'");
+  }
+  if (draft_k >= 0) {
+    engine.draft_policy.fixed_k = draft_k;
+    engine.draft_policy.max_k = std::max(engine.draft_policy.max_k, draft_k);
+  }
+  return {};
 }
 
 namespace {
@@ -161,6 +187,11 @@ int serve_main(ServeConfig cfg) {
     description = "DeepSeek-V4.1 from " + cfg.model_dir + " (CPU reference model); tokenizer: " + stub->codec->name();
   }
   model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
+  if (Status d = configure_drafting(cfg.engine, lm, cfg.draft, cfg.draft_k); !d.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", d.message().c_str());
+    return 2;
+  }
+  if (!cfg.engine.drafter_name.empty()) description += "; drafting: " + cfg.engine.drafter_name;
   std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
   Engine engine(wrapped ? *wrapped : lm, cfg.engine);
   ServedModel served;

@@ -11,6 +11,7 @@
 #include "servers/openai/engine/engine.hpp"
 #include "servers/openai/http/server.hpp"
 #include "servers/openai/routes/api.hpp"
+#include "tessera/core/status.hpp"
 
 namespace tessera::server {
 
@@ -25,12 +26,21 @@ struct ServeConfig {
   int64_t stub_step_delay_us = 0;
   int64_t stub_token_delay_us = 0;
   double drain_timeout_s = 20;
+  /// Speculative decoding (docs/drafting.md): "auto" = DSpark when the checkpoint has mtp.* weights,
+  /// else none; "dspark" (an error without the weights), "lookup" (prompt-lookup copies, any model),
+  /// "none". draft_k ≥ 0 fixes the depth (else the depth rule).
+  std::string draft = "auto";
+  int64_t draft_k = -1;
   HttpOptions http;
   EngineOptions engine;
   ApiOptions api;
   /// Test hook (verify/harness): wraps the loaded model before the engine sees it (planted faults).
   std::function<std::unique_ptr<model::LanguageModel>(model::LanguageModel&)> wrap_model;
 };
+
+/// Fills `engine.make_drafter` / `drafter_name` / `draft_policy` for `model` from `draft` and `draft_k`
+/// (kInvalidArgument for an unknown mode or "dspark" on a model without DSpark weights).
+Status configure_drafting(EngineOptions& engine, model::LanguageModel& model, std::string const& draft, int64_t draft_k);
 
 /// Returns the process exit code.
 int serve_main(ServeConfig config);

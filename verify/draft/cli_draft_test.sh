@@ -1,6 +1,7 @@
 #!/bin/sh
 # `tessera generate` prints the same ids with --draft none and --draft lookup (fixed and adaptive depth),
-# greedy and keyed T > 0, on the tiny golden model; and --draft dspark fails with a clear message.
+# greedy and keyed T > 0, on the tiny golden model; --draft dspark fails with a clear message there (no
+# mtp.* weights); on a make-synthetic --mtp tiny model --draft dspark prints the --draft none ids.
 set -eu
 tessera="$1"
 model="$TESSERA_SHARED_DIR/golden/v41-tiny/fp32"
@@ -18,6 +19,21 @@ done
 if "$tessera" generate --model "$model" --prompt-ids $p --draft dspark 2>/tmp/dspark_err.$$; then
   echo "--draft dspark should fail"; exit 1
 fi
-grep -q "DSpark drafter is not implemented" /tmp/dspark_err.$$ || { cat /tmp/dspark_err.$$; exit 1; }
+grep -q "has no DSpark weights" /tmp/dspark_err.$$ || { cat /tmp/dspark_err.$$; exit 1; }
 rm -f /tmp/dspark_err.$$
-echo "cli drafted == serial: 6 runs equal"
+# A synthetic tiny model with DSpark blocks; the Engram hash data comes from the golden fixture.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$tessera" make-synthetic --out "$dir" --preset tiny --mtp --seed 3 >/dev/null
+ln -s "$TESSERA_SHARED_DIR/golden/v41-tiny/fp32/golden.safetensors" "$dir/golden.safetensors"
+for samp in "" "--temperature 0.8 --top-p 0.9 --seed 42"; do
+  # shellcheck disable=SC2086
+  want=$("$tessera" generate --model "$dir" --prompt-ids $p --max-new-tokens 24 --ignore-eos $samp --draft none)
+  for k in "--draft-k 5" "--draft-k 2" ""; do
+    # shellcheck disable=SC2086
+    got=$("$tessera" generate --model "$dir" --prompt-ids $p --max-new-tokens 24 --ignore-eos $samp --draft dspark $k 2>"$dir/err")
+    if [ "$got" != "$want" ]; then echo "dspark $k $samp: $got != $want"; cat "$dir/err"; exit 1; fi
+    grep -q "draft=dspark" "$dir/err" || { cat "$dir/err"; exit 1; }
+  done
+done
+echo "cli drafted == serial: 6 lookup runs and 6 dspark runs equal"

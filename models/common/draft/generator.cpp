@@ -30,26 +30,7 @@ void DraftStats::add(DraftStats const& o) {
 }
 
 Generator::Generator(LanguageModel& model, Drafter* drafter, DepthPolicy policy)
-    : model_(model), drafter_(drafter), policy_(policy), cost_(static_cast<size_t>(policy.max_k + 1), 0.0),
-      alpha_(policy.prior_acceptance) {}
-
-int64_t Generator::choose_depth(std::span<float const> confidence, int64_t available) const {
-  int64_t const cap = std::min(available, policy_.max_k);
-  if (policy_.fixed_k >= 0) return std::clamp<int64_t>(policy_.fixed_k, 0, std::max<int64_t>(cap, 0));
-  if (cap <= 0 || cost_[0] <= 0) return 0;
-  int64_t best_k = 0;
-  double best = 1.0 / cost_[0], expected = 1.0, reach = 1.0;
-  for (int64_t j = 1; j <= cap; ++j) {
-    float const c = j - 1 < static_cast<int64_t>(confidence.size()) ? confidence[j - 1] : -1.f;
-    reach *= c >= 0.f ? double(c) : alpha_;
-    expected += reach;
-    if (cost_[j] > 0 && expected / cost_[j] > best) {
-      best = expected / cost_[j];
-      best_k = j;
-    }
-  }
-  return best_k;
-}
+    : model_(model), drafter_(drafter), policy_(policy), rule_(policy) {}
 
 Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span<int32_t const> prompt,
                                                  GenerateOptions const& opts, DraftStats* stats_out) {
@@ -58,23 +39,10 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
   int64_t const V = info.vocab_size, L0 = state.length();
   bool const drafting = drafter_ && (policy_.fixed_k != 0);
   // Seed the cost table by timing verify windows of 1 … max_k + 1 rows on a scratch sequence.
-  if (drafting && policy_.fixed_k < 0 && cost_[0] <= 0) {
-    auto scratch = model_.new_sequence();
-    std::vector<int32_t> warm(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 16));
-    std::vector<float> lg(static_cast<size_t>((policy_.max_k + 1) * V));
-    SequenceStep s0{scratch.get(), warm, 1, lg.data()};
-    TESSERA_TRY(model_.forward({&s0, 1}));
-    int64_t const base = scratch->length();
-    std::vector<int32_t> win(static_cast<size_t>(policy_.max_k + 1), warm.back());
-    for (int rep = 0; rep < 3; ++rep)
-      for (int64_t k = 0; k <= policy_.max_k; ++k) {
-        SequenceStep s{scratch.get(), std::span<int32_t const>(win.data(), static_cast<size_t>(k + 1)), k + 1, lg.data()};
-        auto t0 = Clock::now();
-        TESSERA_TRY(model_.forward({&s, 1}));
-        double dt = seconds_since(t0);
-        cost_[k] = rep == 0 ? dt : std::min(cost_[k], dt);
-        TESSERA_TRY(model_.truncate(*scratch, base));
-      }
+  if (drafting && policy_.fixed_k < 0 && !rule_.calibrated()) {
+    auto cost = measure_verify_cost(model_, prompt, policy_.max_k);
+    if (!cost) return cost.status();
+    rule_.set_cost(std::move(*cost), false);
   }
 
   DraftStats st;
@@ -90,7 +58,8 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
     // No drafts past the token budget (a round emits ≤ k + 1) or the context.
     int64_t const room = std::min(remaining - 1, info.max_context - L - x);
     Draft d;
-    if (drafting && room > 0) {
+    // No drafter call when even certain drafts would not pay (confidences are ≤ 1).
+    if (drafting && room > 0 && rule_.choose(std::vector<float>(static_cast<size_t>(std::min(room, policy_.max_k)), 1.f), room) > 0) {
       auto t0 = Clock::now();
       d = drafter_->propose(committed, std::min(policy_.max_k, room));
       st.draft_s += seconds_since(t0);
@@ -122,8 +91,7 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
     TESSERA_TRY(model_.forward({&step, 1}));
     double const fwd = seconds_since(t0);
     st.forward_s += fwd;
-    if (!frozen_ && x == 1 && k < static_cast<int64_t>(cost_.size()))
-      cost_[k] = cost_[k] > 0 ? (1 - policy_.ema) * cost_[k] + policy_.ema * fwd : fwd;
+    if (x == 1) rule_.observe_cost(k, fwd);
 
     std::vector<int32_t> choices(static_cast<size_t>(k + 1));
     int64_t a = 0;
@@ -149,8 +117,7 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
       ++st.rollbacks;
     }
     if (k > 0) {
-      // Per-position acceptance: positions 0 … a−1 accepted, position a rejected (if a < k).
-      for (int64_t i = 0; i < std::min(k, a + 1); ++i) alpha_ = (1 - policy_.ema) * alpha_ + policy_.ema * (i < a ? 1.0 : 0.0);
+      rule_.observe_round(k, a, d.confidence);
       if (drafter_) drafter_->observe(k, a);
     }
     ++st.rounds;

@@ -20,7 +20,13 @@ struct Engine::Slot {
   std::vector<int32_t> reply;       // sampled tokens (a stop token ends the reply and is not stored)
   size_t price = 0;
   bool cached_snapshot = false;     // prompt[0, n-1) already offered to the prefix cache
-  std::vector<float> logits;
+  std::vector<float> logits;       // [rows of the last step, V]
+  // Speculative decoding.
+  std::unique_ptr<model::Drafter> drafter;  // null: serial decoding
+  model::DepthRule rule;
+  std::vector<int32_t> committed;   // prompt ++ reply: what the drafter continues
+  std::vector<int32_t> window;      // this step's [pending ; drafts]
+  model::Draft draft;               // this step's drafts (tokens cut to the verified depth)
 };
 
 static double seconds_since(Clock::time_point t) {
@@ -36,6 +42,11 @@ Engine::Engine(model::LanguageModel& model, EngineOptions options)
   if (options_.step_token_budget < options_.max_batch) options_.step_token_budget = options_.max_batch;
   if (options_.memory_budget_bytes == 0)
     options_.memory_budget_bytes = static_cast<size_t>(options_.max_batch) * model_.state_bytes_for(max_context_);
+  depth_ = model::DepthRule(options_.draft_policy);
+  stats_.drafting = static_cast<bool>(options_.make_drafter);
+  stats_.drafter = options_.drafter_name;
+  stats_.accepted_per_position.assign(static_cast<size_t>(std::max<int64_t>(options_.draft_policy.max_k, 0)), 0);
+  stats_.rounds_by_accepted.assign(stats_.accepted_per_position.size() + 1, 0);
   stats_.slots_total = options_.max_batch;
   stats_.memory_budget_bytes = options_.memory_budget_bytes;
   slots_.resize(options_.max_batch);
@@ -199,6 +210,11 @@ void Engine::admit() {
     s->price = price;
     s->logits.resize(static_cast<size_t>(vocab_));
     s->cached_snapshot = cached == static_cast<int64_t>(s->req.prompt.size()) - 1;
+    s->committed = s->req.prompt;
+    if (options_.make_drafter && s->req.draft) {
+      s->drafter = options_.make_drafter(*s->state);
+      s->rule = depth_;  // the engine's cost table and the acceptance learned from earlier requests
+    }
     s->handle->set_admitted(cached);
     {
       std::lock_guard sl(stats_mu_);
@@ -233,16 +249,25 @@ bool Engine::step() {
   std::vector<int32_t> one_token(slots_.size());
   std::vector<bool> decode_row;
   int64_t budget = options_.step_token_budget;
-  // Decode rows (including each slot's last prompt token) first: they are latency-bound.
+  // Decode rows (including each slot's last prompt token) first: they are latency-bound. Drafts share
+  // what the step budget leaves after one row per decode slot.
+  int64_t decode_slots = 0;
+  for (auto const& s : slots_)
+    if (s && s->pos >= static_cast<int64_t>(s->req.prompt.size()) - 1) ++decode_slots;
+  int64_t extra = std::max<int64_t>(0, budget - decode_slots);
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot* s = slots_[i].get();
     int64_t n = s ? static_cast<int64_t>(s->req.prompt.size()) : 0;
     if (!s || s->pos < n - 1) continue;
     one_token[i] = s->pos < n ? s->req.prompt[s->pos] : s->reply.back();
-    batch.push_back({s->state.get(), std::span<int32_t const>(&one_token[i], 1), 1, s->logits.data()});
+    s->window.assign(1, one_token[i]);
+    int64_t const k = s->drafter ? propose(*s, s->window, extra) : 0;
+    extra -= k;
+    s->logits.resize(static_cast<size_t>((k + 1) * vocab_));
+    batch.push_back({s->state.get(), std::span<int32_t const>(s->window), k + 1, s->logits.data()});
     owner.push_back(i);
     decode_row.push_back(true);
-    --budget;
+    budget -= k + 1;
   }
   int64_t prefill_tokens = 0;
   for (size_t i = 0; i < slots_.size() && budget > 0; ++i) {
@@ -263,42 +288,116 @@ bool Engine::step() {
     for (size_t b = 0; b < owner.size(); ++b) finish_slot(owner[b], FinishReason::kError, st.message());
     return true;
   }
-  uint64_t generated = 0;
+  uint64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;
+  std::vector<uint64_t> per_pos(stats_.accepted_per_position.size(), 0), by_accepted(stats_.rounds_by_accepted.size(), 0);
   for (size_t b = 0; b < batch.size(); ++b) {
     size_t i = owner[b];
     Slot& s = *slots_[i];
-    s.pos += static_cast<int64_t>(batch[b].tokens.size());
     int64_t n = static_cast<int64_t>(s.req.prompt.size());
     if (!decode_row[b]) {
+      s.pos += static_cast<int64_t>(batch[b].tokens.size());
       if (s.pos == n - 1 && !s.cached_snapshot) cache_insert(s);
       continue;
     }
-    if (s.pos == n) prefill_tokens += 1;
-    TokenEvent ev;
-    Status ss = sample_row(s, ev);
-    if (!ss.ok()) { finish_slot(i, FinishReason::kError, ss.message()); continue; }
-    if (s.reply.empty()) s.handle->set_ttft(seconds_since(s.handle->submitted_));
-    bool is_eos = std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), ev.token) != info_.eos_token_ids.end();
-    bool is_stop_id = std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), ev.token) != s.req.stop_token_ids.end();
-    ++generated;
-    if ((is_eos && !s.req.ignore_eos) || is_stop_id) {
-      ev.is_stop_token = true;
-      s.handle->push(std::move(ev));
-      finish_slot(i, FinishReason::kStop);
-      continue;
+    int64_t const old_pos = s.pos, k = batch[b].num_logit_rows - 1;
+    if (old_pos == n - 1) prefill_tokens += 1;
+    std::vector<int32_t> const drafts(s.draft.tokens.begin(), s.draft.tokens.begin() + k);
+    std::vector<float> const conf = s.draft.confidence;
+    // Row r is the serial step at position old_pos + 1 + r; stop after the first token that is not
+    // the draft (or a finish).
+    int64_t a = 0;
+    bool finished = false;
+    for (int64_t r = 0; r <= k; ++r) {
+      if (r > 0) std::copy(s.logits.begin() + r * vocab_, s.logits.begin() + (r + 1) * vocab_, s.logits.begin());
+      s.pos = old_pos + 1 + r;
+      TokenEvent ev;
+      Status ss = sample_row(s, ev);
+      if (!ss.ok()) { finish_slot(i, FinishReason::kError, ss.message()); finished = true; break; }
+      int32_t const tok = ev.token;
+      ++generated;
+      finished = emit(i, std::move(ev));
+      bool const kept = r < k && tok == drafts[static_cast<size_t>(r)];
+      a += kept ? 1 : 0;
+      if (finished || !kept) break;
     }
-    if (s.req.constraint) s.req.constraint->accept(ev.token);
-    s.reply.push_back(ev.token);
-    s.handle->push(std::move(ev));
-    if (s.req.constraint && s.req.constraint->done()) finish_slot(i, FinishReason::kStop);
-    else if (static_cast<int64_t>(s.reply.size()) >= s.req.max_tokens || s.pos + 1 >= max_context_)
-      finish_slot(i, FinishReason::kLength);
+    if (k > 0) {
+      ++rounds;
+      drafted += static_cast<uint64_t>(k);
+      accepted += static_cast<uint64_t>(a);
+      for (int64_t j = 0; j < a && j < static_cast<int64_t>(per_pos.size()); ++j) ++per_pos[j];
+      if (a < static_cast<int64_t>(by_accepted.size())) ++by_accepted[a];
+    }
+    if (finished) continue;
+    if (k > 0) {
+      s.rule.observe_round(k, a, conf);
+      depth_.observe_round(k, a, conf);
+      s.drafter->observe(k, a);
+    }
+    if (s.pos < old_pos + k + 1) {
+      Status t = model_.truncate(*s.state, s.pos);  // drop the rejected drafts' rows
+      if (!t.ok()) finish_slot(i, FinishReason::kError, t.message());
+    }
   }
   std::lock_guard sl(stats_mu_);
   stats_.generation_tokens_total += generated;
   stats_.prefill_tokens_total += static_cast<uint64_t>(prefill_tokens);
+  stats_.draft_rounds_total += rounds;
+  stats_.draft_tokens_total += drafted;
+  stats_.accepted_tokens_total += accepted;
+  for (size_t j = 0; j < per_pos.size(); ++j) stats_.accepted_per_position[j] += per_pos[j];
+  for (size_t j = 0; j < by_accepted.size(); ++j) stats_.rounds_by_accepted[j] += by_accepted[j];
   ++stats_.steps_total;
   return true;
+}
+
+bool Engine::emit(size_t i, TokenEvent ev) {
+  Slot& s = *slots_[i];
+  if (s.reply.empty()) s.handle->set_ttft(seconds_since(s.handle->submitted_));
+  bool is_eos = std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), ev.token) != info_.eos_token_ids.end();
+  bool is_stop_id = std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), ev.token) != s.req.stop_token_ids.end();
+  if ((is_eos && !s.req.ignore_eos) || is_stop_id) {
+    ev.is_stop_token = true;
+    s.handle->push(std::move(ev));
+    finish_slot(i, FinishReason::kStop);
+    return true;
+  }
+  if (s.req.constraint) s.req.constraint->accept(ev.token);
+  s.reply.push_back(ev.token);
+  s.committed.push_back(ev.token);
+  s.handle->push(std::move(ev));
+  if (s.req.constraint && s.req.constraint->done()) {
+    finish_slot(i, FinishReason::kStop);
+    return true;
+  }
+  if (static_cast<int64_t>(s.reply.size()) >= s.req.max_tokens || s.pos + 1 >= max_context_) {
+    finish_slot(i, FinishReason::kLength);
+    return true;
+  }
+  return false;
+}
+
+int64_t Engine::propose(Slot& s, std::vector<int32_t>& window, int64_t budget) {
+  model::DepthPolicy const& pol = options_.draft_policy;
+  // A round emits ≤ k + 1 tokens and feeds k + 1: stay within max_tokens, the context and the budget.
+  int64_t const room = std::min({budget, s.req.max_tokens - static_cast<int64_t>(s.reply.size()) - 1,
+                                 max_context_ - s.pos - 2, pol.max_k});
+  s.draft = {};
+  if (room <= 0) return 0;
+  if (pol.fixed_k < 0 && !depth_.calibrated()) {
+    // Once per engine: the verify cost of 1 … max_k + 1 rows on a scratch sequence.
+    auto cost = model::measure_verify_cost(model_, s.committed, pol.max_k);
+    if (cost.ok()) depth_.set_cost(std::move(*cost), true);
+  }
+  if (!s.rule.calibrated() && depth_.calibrated()) s.rule.set_cost(depth_.cost(), true);
+  // No drafter call when even certain drafts would not pay (confidences are ≤ 1).
+  if (s.rule.choose(std::vector<float>(static_cast<size_t>(room), 1.f), room) == 0) return 0;
+  s.draft = s.drafter->propose(s.committed, room);
+  int64_t valid = 0;  // a drafter's out-of-vocabulary token ends its proposal
+  while (valid < static_cast<int64_t>(s.draft.tokens.size()) && s.draft.tokens[valid] >= 0 && s.draft.tokens[valid] < vocab_) ++valid;
+  int64_t const k = s.rule.choose(s.draft.confidence, std::min(room, valid));
+  s.draft.tokens.resize(static_cast<size_t>(k));
+  window.insert(window.end(), s.draft.tokens.begin(), s.draft.tokens.end());
+  return k;
 }
 
 Status Engine::sample_row(Slot& s, TokenEvent& ev) {

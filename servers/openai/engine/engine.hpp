@@ -13,13 +13,22 @@
 /// is free and the priced total (running slots + prefix-cache snapshots, which are evicted LRU first)
 /// fits the memory budget. A request that can never fit, or a full queue, is refused at submit; one that
 /// waits longer than the queue timeout is finished with kOverCapacity (the HTTP side answers 503).
+///
+/// Speculative decoding (docs/drafting.md): with a drafter factory, a decode slot whose request allows
+/// drafting feeds [last ; d₀ … d_{k−1}] with k + 1 logits rows (k from the depth rule, within the step's
+/// token budget, the reply's max_tokens and the context), then runs row i through the same per-token
+/// path as serial decoding (sampler at position old + 1 + i, penalties over the reply so far, the
+/// constraint's mask, stop ids) and stops after the first token ≠ d_i or a finish; the state is truncated
+/// to the emitted tokens. Each emitted token is therefore the token serial decoding emits.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -27,6 +36,7 @@
 
 #include "servers/openai/engine/types.hpp"
 #include "tessera/core/status.hpp"
+#include "tessera/models/common/drafter.hpp"
 #include "tessera/models/common/language_model.hpp"
 
 namespace tessera::server {
@@ -40,6 +50,11 @@ struct EngineOptions {
   double queue_timeout_s = 60;         // waiting longer → kOverCapacity (503)
   int prefix_cache_entries = 32;       // snapshots kept (0 = no prefix cache)
   int64_t prefix_cache_min_tokens = 8; // shorter prefixes are not snapshotted
+  /// A drafter over one slot's sequence state (null: no drafting; a null result: that slot decodes
+  /// serially). Requests with draft = false never get one.
+  std::function<std::unique_ptr<model::Drafter>(model::SequenceState&)> make_drafter;
+  std::string drafter_name;            // for /metrics and /health ("dspark", "lookup")
+  model::DepthPolicy draft_policy;     // fixed_k ≥ 0 bypasses the depth rule
 };
 
 struct EngineStats {
@@ -59,6 +74,14 @@ struct EngineStats {
   int prefix_cache_entries = 0;
   size_t memory_used_bytes = 0;
   size_t memory_budget_bytes = 0;
+  // Speculative decoding (vLLM's spec_decode counters).
+  bool drafting = false;                 // a drafter factory is configured
+  std::string drafter;
+  uint64_t draft_rounds_total = 0;       // decode rows that verified ≥ 1 draft
+  uint64_t draft_tokens_total = 0;       // drafts verified
+  uint64_t accepted_tokens_total = 0;    // drafts kept
+  std::vector<uint64_t> accepted_per_position;  // [max_k]: rounds whose draft i was kept
+  std::vector<uint64_t> rounds_by_accepted;     // [max_k + 1]: rounds that kept exactly a drafts
 };
 
 class Engine {
@@ -98,6 +121,10 @@ class Engine {
   void admit();
   bool step();
   Status sample_row(Slot& s, TokenEvent& ev);
+  /// Emits one sampled token through the serial per-token path; true when the slot finished.
+  bool emit(size_t i, TokenEvent ev);
+  /// Drafts for a decode slot (0 … budget − 1 of them) into `window` after the pending token.
+  int64_t propose(Slot& s, std::vector<int32_t>& window, int64_t budget);
   void finish_slot(size_t i, FinishReason r, std::string error = {});
   void cache_insert(Slot& s);
   CacheEntry* cache_lookup(std::vector<int32_t> const& prompt);
@@ -123,6 +150,7 @@ class Engine {
   std::list<CacheEntry> cache_;  // front = most recently used
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  model::DepthRule depth_;  // cost table + acceptance over every request: a new slot's rule starts as a copy
   std::thread thread_;
 };
 

@@ -159,8 +159,9 @@ HttpResponse Api::health() const {
     o["memory_used_bytes"] = s.memory_used_bytes;
     o["memory_budget_bytes"] = s.memory_budget_bytes;
     o["context_length"] = model_.engine->max_context();
-    o["drafted_total"] = 0;   // speculative decoding is not implemented: nothing drafted
-    o["accepted_total"] = 0;
+    o["drafted_total"] = s.draft_tokens_total;
+    o["accepted_total"] = s.accepted_tokens_total;
+    if (s.drafting) o["drafter"] = s.drafter;
   }
   HttpResponse r;
   r.status = draining ? 503 : 200;
@@ -171,7 +172,7 @@ HttpResponse Api::health() const {
 HttpResponse Api::metrics() const {
   EngineStats s = model_.engine->stats();
   std::string out;
-  char buf[256];
+  char buf[1024];
   std::string const label = "model_name=\"" + model_.id + "\"";
   auto series = [&](char const* name, char const* type, char const* help, double v) {
     for (char const* prefix : {"tessera:", "vllm:"}) {
@@ -189,6 +190,41 @@ HttpResponse Api::metrics() const {
   series("prefix_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", double(s.prefix_cache_hits));
   series("cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens_total));
   series("num_requests_refused_total", "counter", "Requests refused for capacity or drain.", double(s.requests_refused));
+  if (s.drafting) {
+    // Speculative decoding, under vLLM's spec_decode names (only when a drafter is configured).
+    series("spec_decode_num_drafts_total", "counter", "Decode rows that verified at least one draft token.",
+           double(s.draft_rounds_total));
+    series("spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", double(s.draft_tokens_total));
+    series("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", double(s.accepted_tokens_total));
+    series("spec_decode_draft_acceptance_rate", "gauge", "Accepted / verified draft tokens.",
+           s.draft_tokens_total ? double(s.accepted_tokens_total) / double(s.draft_tokens_total) : 0.0);
+    for (char const* prefix : {"tessera:", "vllm:"}) {
+      std::snprintf(buf, sizeof buf, "# HELP %sspec_decode_num_accepted_tokens_per_pos_total Rounds whose draft at this position was accepted.\n"
+                    "# TYPE %sspec_decode_num_accepted_tokens_per_pos_total counter\n", prefix, prefix);
+      out += buf;
+      for (size_t j = 0; j < s.accepted_per_position.size(); ++j) {
+        std::snprintf(buf, sizeof buf, "%sspec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%zu\"} %llu\n", prefix,
+                      label.c_str(), j, static_cast<unsigned long long>(s.accepted_per_position[j]));
+        out += buf;
+      }
+    }
+    // Accepted drafts per verifying round, as a histogram (le = accepted count).
+    out += "# HELP tessera:spec_decode_accepted_per_round Draft tokens accepted per verifying round.\n"
+           "# TYPE tessera:spec_decode_accepted_per_round histogram\n";
+    uint64_t cum = 0, sum = 0;
+    for (size_t a = 0; a < s.rounds_by_accepted.size(); ++a) {
+      cum += s.rounds_by_accepted[a];
+      sum += a * s.rounds_by_accepted[a];
+      std::snprintf(buf, sizeof buf, "tessera:spec_decode_accepted_per_round_bucket{%s,le=\"%zu\"} %llu\n", label.c_str(), a,
+                    static_cast<unsigned long long>(cum));
+      out += buf;
+    }
+    std::snprintf(buf, sizeof buf, "tessera:spec_decode_accepted_per_round_bucket{%s,le=\"+Inf\"} %llu\n"
+                  "tessera:spec_decode_accepted_per_round_sum{%s} %llu\ntessera:spec_decode_accepted_per_round_count{%s} %llu\n",
+                  label.c_str(), static_cast<unsigned long long>(cum), label.c_str(), static_cast<unsigned long long>(sum),
+                  label.c_str(), static_cast<unsigned long long>(cum));
+    out += buf;
+  }
   std::lock_guard lk(metrics_mu_);
   for (char const* prefix : {"tessera:", "vllm:"}) {
     std::snprintf(buf, sizeof buf, "# HELP %srequest_success_total Finished requests by finish reason.\n# TYPE %srequest_success_total counter\n", prefix, prefix);

@@ -71,12 +71,51 @@ struct DraftStats {
 ///   E[tokens | k] = 1 + Σ_{j=1..k} Π_{i<j} p_i,   cost(k) = measured seconds of a (k+1)-row verify forward,
 /// with p_i the drafter's confidence (or, when unknown, the running acceptance rate α of the drafter);
 /// k = 0 when no k > 0 beats 1 / cost(0). `fixed_k ≥ 0` bypasses the rule (tests, --draft-k).
+/// With `calibrate_confidence`, once `calibration_min` drafted positions were verified, a confidence is
+/// scaled by α / ĉ (ĉ = the running mean confidence of the verified positions, same EMA as α), so an
+/// over-confident head whose drafts keep failing drives k to 0.
 struct DepthPolicy {
   int64_t max_k = 5;
   int64_t fixed_k = -1;
   double prior_acceptance = 0.5;  // α before anything was measured
   double ema = 0.2;               // weight of a new round in α and in the cost averages
+  bool calibrate_confidence = true;
+  int64_t calibration_min = 8;
 };
+
+/// The state of the depth rule for one drafter: the verify-cost table (shared by every sequence of a
+/// model: one may copy it between rules) and the running acceptance.
+class DepthRule {
+ public:
+  explicit DepthRule(DepthPolicy policy = {});
+  DepthPolicy const& policy() const { return policy_; }
+  /// The depth for a proposal with these confidences (negative = unknown), at most `available`.
+  int64_t choose(std::span<float const> confidence, int64_t available) const;
+  /// A verified round: `drafted` tokens with these confidences, `accepted` kept; positions 0 … accepted
+  /// (the first rejected one included) update α (and ĉ).
+  void observe_round(int64_t drafted, int64_t accepted, std::span<float const> confidence = {});
+  /// A measured (k + 1)-row verify forward (EMA; ignored when the table is frozen).
+  void observe_cost(int64_t k, double seconds);
+  /// Replaces the cost table (k + 1 entries, any unit); frozen = no online updates.
+  void set_cost(std::vector<double> cost, bool frozen = true);
+  std::vector<double> const& cost() const { return cost_; }
+  bool calibrated() const { return !cost_.empty() && cost_[0] > 0; }
+  double acceptance() const { return alpha_; }
+  /// p_i the rule uses for a confidence c (negative = unknown → α).
+  double reach_probability(float c) const;
+
+ private:
+  DepthPolicy policy_;
+  std::vector<double> cost_;  // [max_k + 1]; 0 = not measured yet
+  double alpha_;
+  double conf_mean_ = 0;
+  int64_t conf_seen_ = 0;
+  bool frozen_ = false;
+};
+
+/// Seconds of verify forwards of 1 … max_k + 1 rows on a scratch sequence primed with `warm` (≤ 16
+/// tokens used): the minimum of 3 timings each. The model's own sequences are not touched.
+Result<std::vector<double>> measure_verify_cost(LanguageModel& model, std::span<int32_t const> warm, int64_t max_k);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
@@ -94,24 +133,19 @@ class Generator {
   Result<std::vector<int32_t>> generate(SequenceState& state, std::span<int32_t const> prompt,
                                         GenerateOptions const& opts, DraftStats* stats = nullptr);
   /// Depth the policy picks for a proposal with these confidences (exposed for tests and benches).
-  int64_t choose_depth(std::span<float const> confidence, int64_t available) const;
+  int64_t choose_depth(std::span<float const> confidence, int64_t available) const { return rule_.choose(confidence, available); }
   /// Measured (or seeded) seconds of a verify forward of k + 1 rows, k ≤ max_k.
-  std::vector<double> const& verify_cost() const { return cost_; }
+  std::vector<double> const& verify_cost() const { return rule_.cost(); }
   /// Replaces the cost table (k + 1 entries, any unit); frozen = no online updates (tests, benches).
-  void set_verify_cost(std::vector<double> cost, bool frozen = true) {
-    cost.resize(cost_.size(), cost.empty() ? 0.0 : cost.back());
-    cost_ = std::move(cost);
-    frozen_ = frozen;
-  }
-  double acceptance_estimate() const { return alpha_; }
+  void set_verify_cost(std::vector<double> cost, bool frozen = true) { rule_.set_cost(std::move(cost), frozen); }
+  double acceptance_estimate() const { return rule_.acceptance(); }
+  DepthRule& depth_rule() { return rule_; }
 
  private:
   LanguageModel& model_;
   Drafter* drafter_;
   DepthPolicy policy_;
-  std::vector<double> cost_;  // [max_k + 1]; 0 = not measured yet
-  double alpha_;
-  bool frozen_ = false;
+  DepthRule rule_;
 };
 
 }  // namespace tessera::model

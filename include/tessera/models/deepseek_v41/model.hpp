@@ -66,6 +66,9 @@ class Dsv41State final : public SequenceState {
   size_t memory_bytes() const override;
   TieCounts const& ties() const { return ties_; }
   std::vector<QuantBoundary> const& quant_boundaries() const { return boundaries_; }
+  /// DSpark target features [rows, |T|·D] of positions dspark_tap_first() … length − 1 (dspark.hpp).
+  std::vector<float> const& dspark_taps() const { return dspark_taps_; }
+  int64_t dspark_tap_first() const { return dspark_tap_first_; }
 
  private:
   friend class Dsv41Model;
@@ -74,7 +77,12 @@ class Dsv41State final : public SequenceState {
   std::vector<int64_t> history_;    // compressed token id per position (Engram look-back)
   TieCounts ties_;
   std::vector<QuantBoundary> boundaries_;
+  std::vector<float> dspark_taps_;  // last W + max_rollback positions (only with DSpark weights)
+  int64_t dspark_tap_first_ = 0;
 };
+
+struct DsparkWeights;
+struct DsparkPass;
 
 /// Optional observer of intermediate tensors, named like the golden's `debug.*` keys without the
 /// prefix (e.g. "model.layers.3.attn.out0"); rows are the chunk's rows. For tests and bisection.
@@ -125,6 +133,12 @@ class Dsv41Model final : public LanguageModel {
   std::vector<float> const& main_inv_freq() const { return main_inv_freq_; }
   std::vector<float> const& compress_inv_freq() const { return compress_inv_freq_; }
   void set_debug_tap(DebugTap tap) { tap_ = std::move(tap); }
+  /// DSpark (dspark.hpp): loaded when the checkpoint has `mtp.*` weights.
+  bool has_dspark() const { return dspark_ != nullptr; }
+  DsparkWeights const* dspark_weights() const { return dspark_.get(); }
+  /// One draft pass for `anchor` (the pending token at position st.length()). `row_step` > 0 runs every
+  /// row-wise op on that many rows at a time (1 = the position-by-position formulation; tests).
+  Result<DsparkPass> dspark_draft(Dsv41State const& st, int32_t anchor, int64_t row_step = 0) const;
 
   /// Appends `tokens` to one sequence and writes logits for its last `num_logit_rows` tokens.
   Status forward_one(Dsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits);
@@ -135,6 +149,8 @@ class Dsv41Model final : public LanguageModel {
   Dsv41Model() = default;
   struct Chunk;
   void attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vector<float> const& xa, std::vector<float>& out);
+  void dspark_record(Dsv41State& st, int64_t layer, std::vector<float> const& X) const;
+  void dspark_truncate(Dsv41State& st, int64_t length) const;
   void tap(std::string const& name, std::vector<int64_t> shape, std::span<float const> v) const {
     if (tap_) tap_(name, shape, v);
   }
@@ -146,6 +162,7 @@ class Dsv41Model final : public LanguageModel {
   EngramTables engram_;
   std::vector<float> main_inv_freq_, compress_inv_freq_;
   DebugTap tap_;
+  std::shared_ptr<DsparkWeights const> dspark_;
 };
 
 }  // namespace tessera::model::dsv41

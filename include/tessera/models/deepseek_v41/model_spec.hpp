@@ -16,6 +16,16 @@ namespace tessera::model::dsv41 {
 /// (`dtype=bfloat16`), rounding at exactly the points of spec §5.1, fp32 islands kept (§4.2).
 enum class Numerics : uint8_t { kFp32, kBf16 };
 
+/// The DSpark draft module (spec §2.8; checkpoint keys `mtp.0` … `mtp.{blocks−1}`). blocks = 0: none.
+struct DsparkSpec {
+  int64_t blocks = 0;                 // num_nextn_predict_layers
+  int64_t block_size = 5;             // draft positions per pass
+  int64_t noise_token = 0;            // dspark_noise_token_id
+  int64_t markov_rank = 256;
+  int64_t n_experts = 128, top_k = 3; // the draft blocks' MoE
+  std::vector<int64_t> target_layers; // dspark_target_layer_ids, ascending
+};
+
 struct ModelSpec {
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, head_dim = 0, q_lora_rank = 0;
   int64_t rope_dim = 0, o_groups = 1, o_lora_rank = 0, sliding_window = 0, max_position_embeddings = 0;
@@ -36,6 +46,7 @@ struct ModelSpec {
   double yarn_factor = 1, yarn_beta_fast = 32, yarn_beta_slow = 1, yarn_original_max_pos = 0;
   std::vector<int32_t> eos_token_ids;
   std::string name = "deepseek_v41";
+  DsparkSpec dspark;
 
   bool is_kv_source(int64_t l) const;
   bool is_index_source(int64_t l) const;
@@ -45,6 +56,8 @@ struct ModelSpec {
   int64_t kv_source_of(int64_t l) const;
   /// spec §1.1 validation list; the message names the offending field.
   Status validate() const;
+  /// The DSpark fields (checked only when DSpark weights are loaded; a text-only load ignores them).
+  Status validate_dspark() const;
 };
 
 /// The configuration of golden/v41-tiny (spec/deepseek-v41.md §6).

@@ -42,7 +42,9 @@ struct TensorSpec {
   bool fp32_island = false;   // kept in f32 by a bf16 checkpoint (spec §4.2, _keep_in_fp32_modules_strict)
 };
 
-/// Every tensor of a checkpoint for `c`, in the OLD naming, sorted by name.
+/// Every tensor of a checkpoint for `c`, in the OLD naming, sorted by name; with num_nextn_predict_layers
+/// > 0 also the DSpark blocks `mtp.{b}.*` of spec §2.8 (native names: block 0 `main_proj` [D, |T|·D] and
+/// `main_norm`, the last block `norm`, `markov_head.{embed,head}` [V, r], `confidence_head` [1, D + r]).
 std::vector<TensorSpec> checkpoint_plan(Config const& c);
 
 /// Engram primes per Engram layer, in column order (n-gram size 2..N, heads 0..He−1), by the search of
@@ -76,6 +78,10 @@ std::unique_ptr<SyntheticFormat> dense_format(DType dtype);
 /// KV / index / candidate sources and Engram layers below `layers`), no DSpark layers, and Engram tables of
 /// about `engram_rows` rows (engram_vocab_size ≈ engram_rows / columns; the rows are the prime sums).
 Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows);
+
+/// Gives `c` `blocks` DSpark blocks (num_nextn_predict_layers, ratio-0 compress entries), keeping its
+/// dspark_* fields; the noise token must lie in the vocabulary (make-synthetic --mtp).
+Status enable_mtp(Config& c, int64_t blocks = 3);
 
 struct SyntheticSummary {
   size_t num_tensors = 0;
