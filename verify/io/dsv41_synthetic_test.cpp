@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -175,6 +176,105 @@ BOOST_AUTO_TEST_CASE(v41_flash_plan) {
   BOOST_TEST(!synthetic_config("tiny", 512, 3, 0).ok());
   BOOST_TEST(!synthetic_config("huge", 512, 0, 0).ok());
   BOOST_TEST(!synthetic_config("v41-flash", 512, 41, 0).ok());
+}
+
+// The native layout on the tiny plan: every stored FP8 / FP4 code dequantised with its ue8m0 scale is the
+// planned value within the format's rounding (e4m3: half an ulp, 2^-4 relative for normals, 2^-10·s for
+// subnormals; e2m1: at most s, its widest half-gap); every scale is the smallest power of two ≥ amax/qmax.
+BOOST_AUTO_TEST_CASE(native_fp8_dequantises_to_the_plan) {
+  TempDir td;
+  Config const c = tiny_config();
+  auto fmt = native_fp8_format();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 9, *fmt).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  std::map<std::string, TensorSpec> plan;
+  for (auto const& s : checkpoint_plan(c)) plan[s.name] = s;
+  int fp8 = 0, fp4 = 0, table = 0;
+  for (auto const& [name, spec] : plan) {
+    auto const* ti = ck.find(name);
+    BOOST_REQUIRE_MESSAGE(ti || spec.role == TensorSpec::Role::kEngramScale, name);
+    if (!ti || (ti->dtype != DType::kF8E4m3 && ti->dtype != DType::kI8)) continue;
+    std::string const sname = name.substr(0, name.size() - 7) + ".scale";
+    auto const* si = ck.find(sname);
+    BOOST_REQUIRE_MESSAGE(si && si->dtype == DType::kE8m0, sname);
+    Tensor w = ck.load(name).value_or_throw(), sc = ck.load(sname).value_or_throw();
+    int64_t const rows = spec.shape[0], cols = spec.shape[1];
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    synthetic_values(spec, 9)(v.data(), 0, rows * cols);
+    bool const fp4_row = ti->dtype == DType::kI8, block = !fp4_row && spec.role != TensorSpec::Role::kEngramTable;
+    BOOST_TEST((sc.dim(0) == (block ? (rows + 31) / 32 : rows)));
+    BOOST_TEST(sc.dim(1) == (cols + 31) / 32);
+    float const qmax = fp4_row ? 6.f : 448.f;
+    std::vector<float> amax(static_cast<size_t>(sc.numel()), 0.f);
+    auto sidx = [&](int64_t r, int64_t col) { return (block ? r / 32 : r) * sc.dim(1) + col / 32; };
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col)
+        amax[sidx(r, col)] = std::max(amax[sidx(r, col)], std::fabs(v[r * cols + col]));
+    int bad = 0;
+    for (int64_t i = 0; i < sc.numel(); ++i) {
+      float const s = float_from_e8m0(sc.data_as<uint8_t>()[i]);
+      if (!(s >= amax[i] / qmax && (s / 2 < amax[i] / qmax))) ++bad;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col) {
+        float const s = float_from_e8m0(sc.data_as<uint8_t>()[sidx(r, col)]), x = v[r * cols + col];
+        uint8_t const* b = w.data_as<uint8_t>();
+        float const d = fp4_row ? float_from_fp4_e2m1(col % 2 ? b[(r * cols + col) / 2] >> 4 : b[(r * cols + col) / 2] & 0xF) * s
+                                : float_from_fp8_e4m3(b[r * cols + col]) * s;
+        float const tol = fp4_row ? s : std::max(std::fabs(x) * 0.0625f, s * 0.0009765625f);
+        if (!(std::fabs(d - x) <= tol)) ++bad;
+      }
+    BOOST_TEST(bad == 0, name << ": " << bad << " bad codes or scales");
+    (fp4_row ? fp4 : spec.role == TensorSpec::Role::kEngramTable ? table : fp8) += 1;
+  }
+  BOOST_TEST(fp4 == 7 * 8 * 3);           // every routed expert of the 7 layers
+  BOOST_TEST(fp8 > 7 * 5);                // attention, shared experts, indexer, engram wkv
+  BOOST_TEST(table == 2);                 // the tiny model's two Engram layers
+  BOOST_TEST((ck.find("model.embed.weight")->dtype == DType::kBf16));
+  BOOST_TEST((ck.find("model.layers.0.hc_attn_fn")->dtype == DType::kF32));
+  BOOST_TEST(ck.find("model.layers.0.attn.compressor.wkv.weight") == nullptr);  // tiny layer 0: window only
+}
+
+// EXL3 K allocation follows spec/exl3.md §5.3 and its budget: head 6, attention 5 (6 on layer 0), indexer
+// wk 8, experts floor(bpw) promoted end layers first until the released budget is spent.
+BOOST_AUTO_TEST_CASE(exl3_bits_allocation) {
+  using V = std::vector<int64_t>;
+  BOOST_TEST(exl3_synthetic_bits("lm_head.weight", V{129280, 5120}, 2.8) == 6);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.0.attn.wq_b.weight", V{32768, 1280}, 2.8) == 6);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.3.attn.wq_b.weight", V{32768, 1280}, 2.8) == 5);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.attn.indexer.wk.weight", V{128, 512}, 2.8) == 8);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.attn.indexer.weights_proj.weight", V{32, 5120}, 2.8) == 0);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.ffn.gate.weight", V{384, 5120}, 2.8) == 0);
+  BOOST_TEST(exl3_synthetic_bits("model.embed.weight", V{129280, 5120}, 2.8) == 0);
+  // Average over the released budget lands within one layer's experts of the target, below it.
+  Config const rel = released_config();
+  double bits = 0, params = 0;
+  for (auto const& s : checkpoint_plan([&] {
+         Config c = rel;
+         c.n_routed_experts = 1;  // one expert per layer stands for all: experts of a layer share K
+         return c;
+       }())) {
+    int const k = exl3_synthetic_bits(s.name, s.shape, 2.8);
+    if (k == 0 || s.name == "lm_head.weight") continue;
+    double const w = static_cast<double>(s.shape[0] * s.shape[1]) * (s.role == TensorSpec::Role::kExpertLinear ? 384 : 1);
+    bits += k * w;
+    params += w;
+  }
+  double const avg = bits / params;
+  BOOST_TEST(avg <= 2.8);
+  BOOST_TEST(avg > 2.8 - 0.05);
+  int two = 0, three = 0;
+  for (int l = 0; l < 40; ++l) {
+    int k = exl3_synthetic_bits("model.layers." + std::to_string(l) + ".ffn.experts.0.w1.weight", V{2304, 5120}, 2.8);
+    two += k == 2;
+    three += k == 3;
+  }
+  BOOST_TEST(two + three == 40);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.0.ffn.experts.0.w1.weight", V{2304, 5120}, 2.8) == 3);   // end layers first
+  BOOST_TEST(exl3_synthetic_bits("model.layers.20.ffn.experts.0.w1.weight", V{2304, 5120}, 2.8) == 2);  // middle last
+  BOOST_TEST(!synthetic_format("exl3:9").ok());
+  BOOST_TEST(!synthetic_format("int4").ok());
+  BOOST_TEST(synthetic_format("exl3:2.8").ok());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
