@@ -96,6 +96,20 @@ template <> struct MhcExpand<Backend::kCpu> {
 };
 static_assert(BackendOp<MhcMix<Backend::kCpu>, MhcMixDesc, MhcMixArgs>);
 
+// CUDA backend: kernels/mhc/mhc_cuda.cu (builds with CUDA only). Views hold device memory.
+template <> struct MhcMix<Backend::kCuda> {
+  static Status check(MhcMixDesc const&, MhcMixArgs const&);
+  static Status run(MhcMixDesc const&, MhcMixArgs const&, ExecContext&);
+};
+template <> struct MhcCollapse<Backend::kCuda> {
+  static Status check(MhcCollapseDesc const&, MhcCollapseArgs const&);
+  static Status run(MhcCollapseDesc const&, MhcCollapseArgs const&, ExecContext&);
+};
+template <> struct MhcExpand<Backend::kCuda> {
+  static Status check(MhcExpandDesc const&, MhcExpandArgs const&);
+  static Status run(MhcExpandDesc const&, MhcExpandArgs const&, ExecContext&);
+};
+
 Status mhc_mix(ExecContext&, MhcMixDesc const&, MhcMixArgs const&);
 Status mhc_collapse(ExecContext&, MhcCollapseDesc const&, MhcCollapseArgs const&);
 Status mhc_expand(ExecContext&, MhcExpandDesc const&, MhcExpandArgs const&);

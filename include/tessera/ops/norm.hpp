@@ -39,6 +39,12 @@ template <> struct RmsNorm<Backend::kCpu> {
 };
 static_assert(BackendOp<RmsNorm<Backend::kCpu>, RmsNormDesc, RmsNormArgs>);
 
+// CUDA backend: kernels/norm/norm_cuda.cu (builds with CUDA only). Views hold device memory.
+template <> struct RmsNorm<Backend::kCuda> {
+  static Status check(RmsNormDesc const&, RmsNormArgs const&);
+  static Status run(RmsNormDesc const&, RmsNormArgs const&, ExecContext&);
+};
+
 Status rms_norm(ExecContext&, RmsNormDesc const&, RmsNormArgs const&);
 
 }  // namespace tessera::ops

@@ -26,6 +26,25 @@ Status check_shape(TensorView<T, kRank> const& v, std::array<int64_t, kRank> con
   return {};
 }
 
+/// Checks, then runs Op (one backend functor of a family): `run_checked<RmsNorm<Backend::kCuda>>(ctx, d, a)`.
+template <class Op, class Desc, class Args>
+Status run_checked(ExecContext& ctx, Desc const& d, Args const& a) {
+  TESSERA_TRY(Op::check(d, a));
+  return Op::run(d, a, ctx);
+}
+
+/// Routes by ctx.backend to Family<kCpu> or Family<kCuda>. A template, so only code that instantiates it
+/// (and therefore links libtessera_kernels in CUDA builds) needs the CUDA symbols; the families' plain
+/// entry points (rms_norm, …) stay CPU-only and link without the kernels library.
+template <template <Backend> class Family, class Desc, class Args>
+Status dispatch(ExecContext& ctx, Desc const& d, Args const& a) {
+  if (ctx.backend == Backend::kCpu) return run_checked<Family<Backend::kCpu>>(ctx, d, a);
+#if TESSERA_WITH_CUDA
+  if (ctx.backend == Backend::kCuda) return run_checked<Family<Backend::kCuda>>(ctx, d, a);
+#endif
+  return not_supported("this build has no backend for the op's ExecContext::backend");
+}
+
 inline Status check_md(DType md) {
   if (md != DType::kF32 && md != DType::kBf16) return invalid_argument("model dtype must be f32 or bf16");
   return {};

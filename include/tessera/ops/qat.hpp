@@ -43,6 +43,12 @@ template <> struct FakeQuant<Backend::kCpu> {
 };
 static_assert(BackendOp<FakeQuant<Backend::kCpu>, FakeQuantDesc, FakeQuantArgs>);
 
+// CUDA backend: kernels/qat/qat_cuda.cu (builds with CUDA only). Views hold device memory.
+template <> struct FakeQuant<Backend::kCuda> {
+  static Status check(FakeQuantDesc const&, FakeQuantArgs const&);
+  static Status run(FakeQuantDesc const&, FakeQuantArgs const&, ExecContext&);
+};
+
 Status fake_quant(ExecContext&, FakeQuantDesc const&, FakeQuantArgs const&);
 
 }  // namespace tessera::ops

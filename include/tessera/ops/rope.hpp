@@ -40,6 +40,12 @@ template <> struct Rope<Backend::kCpu> {
 };
 static_assert(BackendOp<Rope<Backend::kCpu>, RopeDesc, RopeArgs>);
 
+// CUDA backend: kernels/rope/rope_cuda.cu (builds with CUDA only). Views hold device memory.
+template <> struct Rope<Backend::kCuda> {
+  static Status check(RopeDesc const&, RopeArgs const&);
+  static Status run(RopeDesc const&, RopeArgs const&, ExecContext&);
+};
+
 Status rope(ExecContext&, RopeDesc const&, RopeArgs const&);
 
 }  // namespace tessera::ops

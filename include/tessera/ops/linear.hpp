@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Dense bias-free linear family: y[r, o] = →md(Σ_i x[r, i]·W[o, i]) with W row-major [out, in] stored in
+/// fp32 or bf16 (widened exactly), the sum in fp32 sequentially in index order (ref::dot), so every
+/// backend is bitwise equal to ref::linear_row over rows and every row is independent of the others.
+/// Used for every projection and the LM head. Reference: ref/common_ref.hpp (linear_row).
+#pragma once
+
+#include <ostream>
+
+#include "tessera/ops/op_common.hpp"
+
+namespace tessera::ops {
+
+struct LinearDesc {
+  int64_t rows = 0, in = 0, out = 0;
+  DType weight_dtype = DType::kF32;  // kF32 (LinearArgs::w) or kBf16 (LinearArgs::w_bf16)
+  DType md = DType::kF32;            // rounding of y: kF32 = none, kBf16 = →bf16
+  friend bool operator==(LinearDesc const&, LinearDesc const&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, LinearDesc const& d) {
+  return os << "LinearDesc{ rows=" << d.rows << " in=" << d.in << " out=" << d.out
+            << " weight=" << dtype_name(d.weight_dtype) << " md=" << dtype_name(d.md) << " }";
+}
+
+struct LinearArgs {
+  TensorView<float const, 2> x;       // [rows, in]; rows may be strided (inner stride 1)
+  TensorView<float const, 2> w;       // [out, in] when weight_dtype == kF32
+  TensorView<Bf16 const, 2> w_bf16;   // [out, in] when weight_dtype == kBf16
+  TensorView<float, 2> y;             // [rows, out]; rows may be strided (inner stride 1); must not alias x
+};
+
+template <Backend B> struct Linear;
+template <> struct Linear<Backend::kCpu> {
+  static Status check(LinearDesc const&, LinearArgs const&);
+  static Status run(LinearDesc const&, LinearArgs const&, ExecContext&);
+};
+static_assert(BackendOp<Linear<Backend::kCpu>, LinearDesc, LinearArgs>);
+
+// CUDA backend: kernels/linear/linear_cuda.cu (builds with CUDA only). Views hold device memory.
+template <> struct Linear<Backend::kCuda> {
+  static Status check(LinearDesc const&, LinearArgs const&);
+  static Status run(LinearDesc const&, LinearArgs const&, ExecContext&);
+};
+
+/// Shape and dtype checks shared by both backends (names the offending argument).
+Status check_linear(LinearDesc const&, LinearArgs const&);
+
+/// CPU entry point (ctx.backend must be kCpu); ops::dispatch<Linear> routes by backend.
+Status linear(ExecContext&, LinearDesc const&, LinearArgs const&);
+
+}  // namespace tessera::ops

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CPU backend of the linear family: ref::linear_row over rows (bf16 weights widened one row at a time).
+#include <vector>
+
+#include "ops/cpu_common.hpp"
+#include "tessera/ops/linear.hpp"
+#include "tessera/ref/common_ref.hpp"
+
+namespace tessera::ops {
+
+namespace {
+template <class T>
+Status check_rows(TensorView<T, 2> const& v, int64_t rows, int64_t cols, char const* what) {
+  if (v.shape[0] != rows || v.shape[1] != cols)
+    return invalid_argument(std::string(what) + ": shape [" + std::to_string(v.shape[0]) + ", " +
+                            std::to_string(v.shape[1]) + "], expected [" + std::to_string(rows) + ", " +
+                            std::to_string(cols) + "]");
+  if (rows > 0 && cols > 0 && (!v.data || v.stride[1] != 1 || v.stride[0] < cols))
+    return invalid_argument(std::string(what) + " needs unit inner stride and non-overlapping rows");
+  return {};
+}
+}  // namespace
+
+Status check_linear(LinearDesc const& d, LinearArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
+  TESSERA_CHECK(d.rows >= 0 && d.in > 0 && d.out > 0, "linear needs rows >= 0, in > 0, out > 0");
+  TESSERA_TRY(check_rows(a.x, d.rows, d.in, "linear x"));
+  TESSERA_TRY(check_rows(a.y, d.rows, d.out, "linear y"));
+  if (d.weight_dtype == DType::kF32) TESSERA_TRY(check_shape(a.w, {d.out, d.in}, "linear w"));
+  else if (d.weight_dtype == DType::kBf16) TESSERA_TRY(check_shape(a.w_bf16, {d.out, d.in}, "linear w_bf16"));
+  else return invalid_argument("linear weight_dtype must be f32 or bf16");
+  TESSERA_CHECK(d.rows == 0 || static_cast<void const*>(a.x.data) != static_cast<void const*>(a.y.data),
+                "linear y must not alias x");
+  return {};
+}
+
+Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) { return check_linear(d, a); }
+
+Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
+  if (d.weight_dtype == DType::kF32) {
+    detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) ref::linear_row(&a.x(r, 0), a.w.data, d.in, d.out, &a.y(r, 0), d.md);
+    }, 1);
+    return {};
+  }
+  // bf16 weights: parallel over outputs, each output row widened once for all rows.
+  detail::cpu_pool(ctx).parallel_for(d.out, [&](int64_t b, int64_t e) {
+    std::vector<float> wrow(static_cast<size_t>(d.in));
+    for (int64_t o = b; o < e; ++o) {
+      for (int64_t i = 0; i < d.in; ++i) wrow[i] = a.w_bf16(o, i).to_float();
+      for (int64_t r = 0; r < d.rows; ++r) a.y(r, o) = ref::round_md(ref::dot(&a.x(r, 0), wrow.data(), d.in), d.md);
+    }
+  }, 16);
+  return {};
+}
+
+Status linear(ExecContext& ctx, LinearDesc const& d, LinearArgs const& a) {
+  return detail::dispatch_cpu<Linear>(ctx, d, a);
+}
+
+}  // namespace tessera::ops

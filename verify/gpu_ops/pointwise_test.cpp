@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CUDA RMSNorm, RoPE, QAT fake quantisers and mHC against their CPU backends on seeded random inputs.
+/// Bitwise (no transcendental): RMSNorm (sqrt and division are correctly rounded on both sides), QAT
+/// (including the near-boundary flags), mHC collapse and expand. Named tolerances:
+///   RoPE: cos/sin are fp64 on the device rounded to fp32, glibc cosf/sinf on the CPU; each may differ
+///     by 1 fp32 ulp, so |Δ| ≤ 2^-22·(|a|+|b|) per rotated element in fp32 mode (kRopeTolF32). In bf16
+///     mode cos/sin are rounded to bf16 before use: a 1-ulp fp32 difference can cross a bf16 rounding
+///     boundary (1 bf16 ulp ≤ 2^-7) and the output is rounded again: |Δ| ≤ 2^-6·(|a|+|b|) (kRopeTolBf16).
+///   mHC mix: sigmoid and the softmax use CUDA expf (≤ 2 ulp) instead of glibc's: relative 1e-5
+///     (kMixRelTol) on pre/post/comb after 20 Sinkhorn iterations (each a handful of roundings).
+/// Row invariance: every kernel gives a row the same bits alone and inside a batch.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/ops/mhc.hpp"
+#include "tessera/ops/norm.hpp"
+#include "tessera/ops/qat.hpp"
+#include "tessera/ops/rope.hpp"
+#include "tessera/ref/rope_ref.hpp"
+#include "verify/common/random.hpp"
+#include "verify/gpu_ops/device_buffer.hpp"
+
+using namespace tessera;
+using namespace tessera::verify;
+
+namespace {
+
+constexpr double kRopeTolF32 = 0x1p-22;
+constexpr double kRopeTolBf16 = 0x1p-6;
+constexpr double kMixRelTol = 1e-5;
+
+template <template <Backend> class F, class D, class A>
+void run_ok(ExecContext& ctx, D const& d, A const& a) {
+  auto s = ops::dispatch<F>(ctx, d, a);
+  BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+}
+
+std::vector<float> norm_gpu(ops::RmsNormDesc const& d, std::vector<float> const& x, std::vector<float> const& w,
+                            bool in_place) {
+  DeviceBuffer<float> dx(x), dw(w), dy(x.size());
+  ops::RmsNormArgs a{dx.cview<2>({d.rows, d.dim}), dw.cview<1>({d.dim}),
+                     in_place ? dx.view<2>({d.rows, d.dim}) : dy.view<2>({d.rows, d.dim})};
+  ExecContext ctx = cuda_ctx();
+  run_ok<ops::RmsNorm>(ctx, d, a);
+  return in_place ? dx.get() : dy.get();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(rms_norm_bitwise_and_row_invariant) {
+  uint64_t const seed = test_seed(511);
+  for (int64_t dim : {7, 1000, 4096})
+    for (bool weighted : {true, false})
+      for (DType md : {DType::kF32, DType::kBf16}) {
+        int64_t const rows = 33;
+        ops::RmsNormDesc d{rows, dim, 1e-6f, weighted, md};
+        auto x = randn(static_cast<size_t>(rows * dim), seed + dim, 3.f);
+        auto w = randn(static_cast<size_t>(dim), seed + 1, 0.5f, 1.f);
+        std::vector<float> cpu(x.size());
+        ops::RmsNormArgs a{TensorView<float const, 2>(x.data(), {rows, dim}),
+                           TensorView<float const, 1>(w.data(), {dim}), TensorView<float, 2>(cpu.data(), {rows, dim})};
+        ExecContext cctx;
+        run_ok<ops::RmsNorm>(cctx, d, a);
+        BOOST_TEST_INFO("dim=" << dim << " weighted=" << weighted << " md=" << dtype_name(md));
+        BOOST_TEST(count_bit_diffs(norm_gpu(d, x, w, false), cpu, "norm") == 0);
+        BOOST_TEST(count_bit_diffs(norm_gpu(d, x, w, true), cpu, "norm in place") == 0);
+        ops::RmsNormDesc d1 = d;
+        d1.rows = 1;
+        BOOST_TEST(count_bit_diffs(norm_gpu(d1, row_slice(x, dim, 17), w, false), row_slice(cpu, dim, 17), "alone") == 0);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(rope_main_and_yarn_forward_inverse) {
+  uint64_t const seed = test_seed(512);
+  int64_t const rows = 13, heads = 3, hd = 96;
+  std::mt19937_64 g(seed);
+  std::vector<int64_t> pos(rows);
+  for (int64_t r = 0; r < rows; ++r) pos[r] = r < 4 ? r : static_cast<int64_t>(g() % 1000000);
+  int64_t total = 0, exact = 0;
+  for (int64_t rd : {64, 96})
+    for (bool yarn : {false, true})
+      for (bool inverse : {false, true})
+        for (DType md : {DType::kF32, DType::kBf16}) {
+          auto inv = yarn ? ref::rope_inv_freq_yarn(160000.0, rd, 16.0, 32.0, 1.0, 65536.0)
+                          : ref::rope_inv_freq_default(10000.0, rd);
+          auto x = randn(static_cast<size_t>(rows * heads * hd), seed + rd + yarn, 2.f);
+          if (md == DType::kBf16)
+            for (auto& v : x) v = round_to_bf16(v);
+          ops::RopeDesc d{rows, heads, hd, rd, inverse, md};
+          std::vector<float> cpu = x;
+          ops::RopeArgs a{TensorView<float, 2>(cpu.data(), {rows, heads * hd}),
+                          TensorView<int64_t const, 1>(pos.data(), {rows}),
+                          TensorView<float const, 1>(inv.data(), {rd / 2})};
+          ExecContext cctx;
+          run_ok<ops::Rope>(cctx, d, a);
+          DeviceBuffer<float> dx(x), dinv(inv);
+          DeviceBuffer<int64_t> dpos(pos);
+          ops::RopeArgs ga{dx.view<2>({rows, heads * hd}), dpos.cview<1>({rows}), dinv.cview<1>({rd / 2})};
+          ExecContext ctx = cuda_ctx();
+          run_ok<ops::Rope>(ctx, d, ga);
+          auto gpu = dx.get();
+          double const tol = md == DType::kBf16 ? kRopeTolBf16 : kRopeTolF32;
+          int64_t bad = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t h = 0; h < heads; ++h)
+              for (int64_t c = 0; c < hd; c += 2) {
+                int64_t const i = r * heads * hd + h * hd + c;
+                double const mag = std::fabs(x[i]) + std::fabs(x[i + 1]);
+                for (int64_t e : {i, i + 1}) {
+                  ++total;
+                  exact += gpu[e] == cpu[e];
+                  if (std::fabs(double(gpu[e]) - cpu[e]) > tol * mag) ++bad;
+                }
+              }
+          BOOST_TEST_INFO("rope_dim=" << rd << " yarn=" << yarn << " inverse=" << inverse << " md=" << dtype_name(md));
+          BOOST_TEST(bad == 0);
+          // Row invariance: row 9 alone.
+          DeviceBuffer<float> d1(row_slice(x, heads * hd, 9));
+          DeviceBuffer<int64_t> p1(std::vector<int64_t>{pos[9]});
+          ops::RopeDesc dd = d;
+          dd.rows = 1;
+          run_ok<ops::Rope>(ctx, dd, ops::RopeArgs{d1.view<2>({1, heads * hd}), p1.cview<1>({1}), dinv.cview<1>({rd / 2})});
+          BOOST_TEST(count_bit_diffs(d1.get(), row_slice(gpu, heads * hd, 9), "rope alone") == 0);
+        }
+  std::printf("rope: %lld of %lld elements bitwise equal to the CPU\n", static_cast<long long>(exact),
+              static_cast<long long>(total));
+}
+
+BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
+  uint64_t const seed = test_seed(513);
+  for (auto kind : {ops::QatKind::kFp8Block32, ops::QatKind::kFp4Block16E4m3, ops::QatKind::kFp4Block32Ue8m0})
+    for (DType md : {DType::kF32, DType::kBf16})
+      for (int ulps : {0, 4})
+        for (int64_t dim : {256, 40}) {
+          int64_t const rows = 11;
+          auto x = randn(static_cast<size_t>(rows * dim), seed + dim + static_cast<int>(kind));
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < dim; ++i) x[r * dim + i] *= std::pow(10.f, static_cast<float>(r - 5));
+          ops::FakeQuantDesc d{rows, dim, kind, md, ulps};
+          std::vector<float> cpu = x;
+          std::vector<uint8_t> cnear(rows, 9);
+          ExecContext cctx;
+          run_ok<ops::FakeQuant>(cctx, d, ops::FakeQuantArgs{TensorView<float, 2>(cpu.data(), {rows, dim}),
+                                                             TensorView<uint8_t, 1>(cnear.data(), {rows})});
+          DeviceBuffer<float> dx(x);
+          DeviceBuffer<uint8_t> dn(std::vector<uint8_t>(rows, 9));
+          ExecContext ctx = cuda_ctx();
+          run_ok<ops::FakeQuant>(ctx, d, ops::FakeQuantArgs{dx.view<2>({rows, dim}), dn.view<1>({rows})});
+          BOOST_TEST_INFO("kind=" << int(kind) << " md=" << dtype_name(md) << " ulps=" << ulps << " dim=" << dim);
+          auto gpu = dx.get();
+          BOOST_TEST(count_bit_diffs(gpu, cpu, "qat") == 0);
+          if (dim == 40 && kind != ops::QatKind::kFp4Block16E4m3) BOOST_TEST(count_bit_diffs(gpu, x, "pass-through") == 0);
+          if (ulps > 0) {
+            auto gnear = dn.get();
+            BOOST_TEST((gnear == cnear));
+          }
+          // Row 3 alone.
+          DeviceBuffer<float> d1(row_slice(x, dim, 3));
+          ops::FakeQuantDesc d1d = d;
+          d1d.rows = 1;
+          d1d.boundary_ulps = 0;
+          run_ok<ops::FakeQuant>(ctx, d1d, ops::FakeQuantArgs{d1.view<2>({1, dim}), {}});
+          BOOST_TEST(count_bit_diffs(d1.get(), row_slice(gpu, dim, 3), "qat alone") == 0);
+        }
+}
+
+BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
+  uint64_t const seed = test_seed(514);
+  for (int64_t dim : {64, 1000}) {
+    int64_t const rows = 6, n = 4, nd = n * dim, nm = (2 + n) * n;
+    auto x = randn(static_cast<size_t>(rows * nd), seed + dim, 1.5f);
+    auto fn = randn(static_cast<size_t>(nm * nd), seed + 2, 0.05f);
+    auto base = randn(static_cast<size_t>(nm), seed + 3, 0.5f);
+    std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+    ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f};
+    std::vector<float> pre(rows * n), post(rows * n), comb(rows * n * n);
+    ExecContext cctx;
+    run_ok<ops::MhcMix>(cctx, d, ops::MhcMixArgs{TensorView<float const, 2>(x.data(), {rows, nd}),
+                                                 TensorView<float const, 2>(fn.data(), {nm, nd}),
+                                                 TensorView<float const, 1>(base.data(), {nm}),
+                                                 TensorView<float const, 1>(scale.data(), {3}),
+                                                 TensorView<float, 2>(pre.data(), {rows, n}),
+                                                 TensorView<float, 2>(post.data(), {rows, n}),
+                                                 TensorView<float, 2>(comb.data(), {rows, n * n})});
+    DeviceBuffer<float> dx(x), dfn(fn), dbase(base), dscale(scale), dpre(pre.size()), dpost(post.size()),
+        dcomb(comb.size());
+    ExecContext ctx = cuda_ctx();
+    auto mix = [&](int64_t r0, int64_t nr, DeviceBuffer<float>& px, DeviceBuffer<float>& pp, DeviceBuffer<float>& pq,
+                   DeviceBuffer<float>& pc) {
+      ops::MhcMixDesc dd = d;
+      dd.rows = nr;
+      run_ok<ops::MhcMix>(ctx, dd, ops::MhcMixArgs{TensorView<float const, 2>(px.data() + r0 * nd, {nr, nd}, Device::kCuda),
+                                                   dfn.cview<2>({nm, nd}), dbase.cview<1>({nm}), dscale.cview<1>({3}),
+                                                   pp.view<2>({nr, n}), pq.view<2>({nr, n}), pc.view<2>({nr, n * n})});
+    };
+    mix(0, rows, dx, dpre, dpost, dcomb);
+    auto gpre = dpre.get(), gpost = dpost.get(), gcomb = dcomb.get();
+    BOOST_TEST_INFO("dim=" << dim);
+    BOOST_TEST(max_rel_diff(gpre, pre) <= kMixRelTol);
+    BOOST_TEST(max_rel_diff(gpost, post) <= kMixRelTol);
+    BOOST_TEST(max_rel_diff(gcomb, comb) <= kMixRelTol);
+    std::printf("mhc_mix dim=%lld: bit mismatches pre %lld post %lld comb %lld (max rel %.3g)\n",
+                static_cast<long long>(dim), static_cast<long long>(count_bit_diffs(gpre, pre, "pre")),
+                static_cast<long long>(count_bit_diffs(gpost, post, "post")),
+                static_cast<long long>(count_bit_diffs(gcomb, comb, "comb")), max_rel_diff(gcomb, comb));
+    DeviceBuffer<float> a1{static_cast<size_t>(n)}, a2{static_cast<size_t>(n)}, a3{static_cast<size_t>(n * n)};
+    mix(4, 1, dx, a1, a2, a3);
+    BOOST_TEST(count_bit_diffs(a1.get(), row_slice(gpre, n, 4), "mix alone pre") == 0);
+    BOOST_TEST(count_bit_diffs(a3.get(), row_slice(gcomb, n * n, 4), "mix alone comb") == 0);
+
+    // Collapse and expand on the CPU's pre/post/comb (so both sides see identical inputs): bitwise.
+    dpre.upload(pre);
+    dpost.upload(post);
+    dcomb.upload(comb);
+    auto y = randn(static_cast<size_t>(rows * dim), seed + 5);
+    DeviceBuffer<float> dy(y), dout(static_cast<size_t>(rows * dim)), dexp(static_cast<size_t>(rows * nd));
+    for (DType md : {DType::kF32, DType::kBf16}) {
+      std::vector<float> col(rows * dim), ex(rows * nd);
+      run_ok<ops::MhcCollapse>(cctx, ops::MhcCollapseDesc{rows, n, dim, md},
+                               ops::MhcCollapseArgs{TensorView<float const, 2>(x.data(), {rows, nd}),
+                                                    TensorView<float const, 2>(pre.data(), {rows, n}),
+                                                    TensorView<float, 2>(col.data(), {rows, dim})});
+      run_ok<ops::MhcExpand>(cctx, ops::MhcExpandDesc{rows, n, dim, md},
+                             ops::MhcExpandArgs{TensorView<float const, 2>(y.data(), {rows, dim}),
+                                                TensorView<float const, 2>(x.data(), {rows, nd}),
+                                                TensorView<float const, 2>(post.data(), {rows, n}),
+                                                TensorView<float const, 2>(comb.data(), {rows, n * n}),
+                                                TensorView<float, 2>(ex.data(), {rows, nd})});
+      run_ok<ops::MhcCollapse>(ctx, ops::MhcCollapseDesc{rows, n, dim, md},
+                               ops::MhcCollapseArgs{dx.cview<2>({rows, nd}), dpre.cview<2>({rows, n}),
+                                                    dout.view<2>({rows, dim})});
+      run_ok<ops::MhcExpand>(ctx, ops::MhcExpandDesc{rows, n, dim, md},
+                             ops::MhcExpandArgs{dy.cview<2>({rows, dim}), dx.cview<2>({rows, nd}),
+                                                dpost.cview<2>({rows, n}), dcomb.cview<2>({rows, n * n}),
+                                                dexp.view<2>({rows, nd})});
+      BOOST_TEST_INFO("md=" << dtype_name(md));
+      BOOST_TEST(count_bit_diffs(dout.get(), col, "collapse") == 0);
+      BOOST_TEST(count_bit_diffs(dexp.get(), ex, "expand") == 0);
+    }
+  }
+}
