@@ -56,3 +56,8 @@ __device__ __forceinline__ float rms_inv_seq(float const* x, int64_t n, float ep
 }
 
 }  // namespace tessera::device
+
+// The gpuattn families' spelling of the same step (same arithmetic).
+namespace tessera::dev {
+__device__ __forceinline__ float dot_step(float acc, float a, float b) { return __fadd_rn(acc, __fmul_rn(a, b)); }
+}  // namespace tessera::dev
