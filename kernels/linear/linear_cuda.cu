@@ -4,6 +4,7 @@
 /// its dot products sequentially in k through device::dot_step (warp_dot_rows), so each y[r, o] is the
 /// exact fp32 sequence of ref::dot whatever the row count or grid: bitwise equal to the CPU and row-invariant.
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear.hpp"
 
 namespace tessera::kernels {

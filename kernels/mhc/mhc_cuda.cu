@@ -7,6 +7,7 @@
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
 ///     No transcendental: bitwise equal to the CPU.
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
 #include "tessera/ops/mhc.hpp"
 
 namespace tessera::kernels {

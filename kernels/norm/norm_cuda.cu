@@ -4,6 +4,7 @@
 /// ss/n + eps, sqrt and 1/· each correctly rounded: bitwise equal to ref::rms_norm_row, weighted
 /// (→md(w·→md(x·r))) and unweighted (x·r).
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
 #include "tessera/ops/norm.hpp"
 
 namespace tessera::kernels {

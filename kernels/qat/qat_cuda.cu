@@ -5,6 +5,7 @@
 /// per quantisation block: max, the power-of-two / e4m3 scale, the true fp32 division, the clamp and the
 /// code conversions of core/dtype.hpp are all exact operations, so the output is bitwise the reference's.
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
 #include "tessera/ops/qat.hpp"
 
 namespace tessera::kernels {

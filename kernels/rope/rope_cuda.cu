@@ -6,6 +6,7 @@
 /// cos/sin are evaluated in fp64 and rounded to fp32 (correctly rounded fp32 except in rare cases; the
 /// CPU uses glibc cosf/sinf): the only non-bitwise step, see verify/gpu_ops/pointwise_test.cpp.
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/concepts.hpp"
 #include "tessera/ops/rope.hpp"
 
 namespace tessera::kernels {

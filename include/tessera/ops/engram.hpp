@@ -90,6 +90,21 @@ template <> struct EngramGate<Backend::kCpu> {
 };
 static_assert(BackendOp<EngramGate<Backend::kCpu>, EngramGateDesc, EngramGateArgs>);
 
+// CUDA backend: kernels/engram/engram_cuda.cu (builds with CUDA only). Views hold device memory; check()
+// validates shapes only. A hash id outside the table gathers a NaN row (ids live on the device).
+template <> struct EngramHash<Backend::kCuda> {
+  static Status check(EngramHashDesc const&, EngramHashArgs const&);
+  static Status run(EngramHashDesc const&, EngramHashArgs const&, ExecContext&);
+};
+template <> struct EngramGather<Backend::kCuda> {
+  static Status check(EngramGatherDesc const&, EngramGatherArgs const&);
+  static Status run(EngramGatherDesc const&, EngramGatherArgs const&, ExecContext&);
+};
+template <> struct EngramGate<Backend::kCuda> {
+  static Status check(EngramGateDesc const&, EngramGateArgs const&);
+  static Status run(EngramGateDesc const&, EngramGateArgs const&, ExecContext&);
+};
+
 Status engram_hash(ExecContext&, EngramHashDesc const&, EngramHashArgs const&);
 Status engram_gather(ExecContext&, EngramGatherDesc const&, EngramGatherArgs const&);
 Status engram_gate(ExecContext&, EngramGateDesc const&, EngramGateArgs const&);

@@ -56,6 +56,7 @@ struct MoeExpertsDesc {
   float swiglu_limit = 0.f;  // ≤ 0 disables the clamp
   bool shared_expert = true;
   DType md = DType::kF32;
+  DType weight_dtype = DType::kF32;  // CUDA: kF32 or kBf16 (MoeExpertsArgs::dev); CPU: kF32 only
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
 
@@ -68,8 +69,20 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
             << " top_k=" << d.top_k
             << " swiglu_limit=" << d.swiglu_limit
             << " shared_expert=" << d.shared_expert
-            << " md=" << dtype_name(d.md) << " }";
+            << " md=" << dtype_name(d.md)
+            << " weight=" << dtype_name(d.weight_dtype) << " }";
 }
+
+/// Expert weights of the CUDA backend, fp32 or bf16 (MoeExpertsDesc::weight_dtype), all in device memory:
+/// w1/w3/w2 are device arrays of `experts` pointers to [inter, dim] / [inter, dim] / [dim, inter].
+struct MoeExpertsDeviceWeights {
+  void const* const* w1 = nullptr;
+  void const* const* w3 = nullptr;
+  void const* const* w2 = nullptr;
+  void const* shared_w1 = nullptr;  // [inter, dim]
+  void const* shared_w3 = nullptr;  // [inter, dim]
+  void const* shared_w2 = nullptr;  // [dim, inter]
+};
 
 struct MoeExpertsArgs {
   TensorView<float const, 2> x;                     // [rows, dim]
@@ -81,6 +94,7 @@ struct MoeExpertsArgs {
   TensorView<float const, 2> shared_w1, shared_w3;  // [inter, dim]
   TensorView<float const, 2> shared_w2;             // [dim, inter]
   TensorView<float, 2> out;                         // [rows, dim]
+  MoeExpertsDeviceWeights dev;                      // CUDA backend only (the spans above are CPU-only)
 };
 
 template <Backend B> struct MoeRoute;
@@ -94,6 +108,20 @@ template <> struct MoeExperts<Backend::kCpu> {
   static Status run(MoeExpertsDesc const&, MoeExpertsArgs const&, ExecContext&);
 };
 static_assert(BackendOp<MoeRoute<Backend::kCpu>, MoeRouteDesc, MoeRouteArgs>);
+
+// CUDA backend: kernels/moe/moe_cuda.cu (builds with CUDA only). Views hold device memory; check() validates
+// shapes only (ids and the expert mask live on the device: an id outside [−1, experts) is skipped).
+template <> struct MoeRoute<Backend::kCuda> {
+  static Status check(MoeRouteDesc const&, MoeRouteArgs const&);
+  static Status run(MoeRouteDesc const&, MoeRouteArgs const&, ExecContext&);
+};
+/// Routed experts then the shared expert per token; workspace rows·(top_k+1)·inter floats (the SwiGLU
+/// activations), ctx.workspace when large enough, else a stream-ordered allocation.
+template <> struct MoeExperts<Backend::kCuda> {
+  static size_t workspace_bytes(MoeExpertsDesc const&);
+  static Status check(MoeExpertsDesc const&, MoeExpertsArgs const&);
+  static Status run(MoeExpertsDesc const&, MoeExpertsArgs const&, ExecContext&);
+};
 
 Status moe_route(ExecContext&, MoeRouteDesc const&, MoeRouteArgs const&);
 Status moe_experts(ExecContext&, MoeExpertsDesc const&, MoeExpertsArgs const&);

@@ -130,6 +130,21 @@ struct Sample<Backend::kCpu> {
   static Status run(SampleDesc const&, SampleArgs const&, ExecContext&);
 };
 
+/// CUDA backend (kernels/sampling/sampling_cuda.cu, builds with CUDA only). Every view holds device
+/// memory, `params` included; check() validates shapes only. Per-row parameters are validated on the device:
+/// a row whose parameters are invalid gets token −2, a row where every token is masked or −∞ gets −1 (the
+/// CPU returns an error for both; run() does not synchronise, so the caller inspects `tokens`).
+/// Same stages and the same keyed Philox draw as the CPU; greedy (T = 0) picks bitwise the same token; for
+/// T > 0 the kept weights use CUDA's fp64 exp and block-order sums, so the token equals the CPU's unless
+/// u·(kept mass) or top_p·(mass) falls within ~1e-13 (relative) of a cumulative boundary.
+/// Workspace: workspace_bytes(desc) (ctx.workspace when large enough, else stream-ordered allocation).
+template <>
+struct Sample<Backend::kCuda> {
+  static size_t workspace_bytes(SampleDesc const&);
+  static Status check(SampleDesc const&, SampleArgs const&);
+  static Status run(SampleDesc const&, SampleArgs const&, ExecContext&);
+};
+
 /// Entry point: validates, then runs the backend named by ctx (CPU only for now).
 Status sample(ExecContext&, SampleDesc const&, SampleArgs const&);
 
