@@ -135,26 +135,33 @@ Result<ModelSpec> spec_from_config(Config const& c) {
   return s;
 }
 
-Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts) {
+Result<ModelFolder> open_model_folder(std::string const& dir) {
   namespace fs = std::filesystem;
   auto cfg = load_config(dir);
   if (!cfg) return cfg.status();
   auto spec = spec_from_config(*cfg);
   if (!spec) return spec.status();
-  CheckpointSource src;
+  ModelFolder mf;
+  mf.spec = std::move(*spec);
   fs::path folder = fs::is_directory(dir) ? fs::path(dir) : fs::path(dir).parent_path();
   fs::path model_file = folder / "model.safetensors";
-  TESSERA_TRY(src.open(fs::exists(model_file) ? model_file.string() : folder.string()));
-  if (!spec->engram_layers.empty() && !src.contains("engram_hash.multipliers")) {
+  TESSERA_TRY(mf.src.open(fs::exists(model_file) ? model_file.string() : folder.string()));
+  if (!mf.spec.engram_layers.empty() && !mf.src.contains("engram_hash.multipliers")) {
     for (char const* extra : {"engram_hash.safetensors", "golden.safetensors"}) {
       fs::path p = folder / extra;
       if (fs::exists(p)) {
-        TESSERA_TRY(src.open(p.string()));
+        TESSERA_TRY(mf.src.open(p.string()));
         break;
       }
     }
   }
-  auto m = Dsv41Model::create(std::move(*spec), src, opts);
+  return mf;
+}
+
+Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts) {
+  auto mf = open_model_folder(dir);
+  if (!mf) return mf.status();
+  auto m = Dsv41Model::create(std::move(mf->spec), mf->src, opts);
   if (!m) return m.status();
   return std::move(*m);
 }

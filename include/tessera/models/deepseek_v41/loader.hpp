@@ -38,6 +38,13 @@ class CheckpointSource final : public WeightSource {
 /// The model's view of a validated Config.
 Result<ModelSpec> spec_from_config(Config const& c);
 
+/// A model folder opened: its spec and its tensors (weights, then the Engram hash data if separate).
+struct ModelFolder {
+  ModelSpec spec;
+  CheckpointSource src;
+};
+Result<ModelFolder> open_model_folder(std::string const& dir);
+
 /// Loads `dir` (config.json + weights + Engram hash data) with the given numerics.
 Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts);
 
