@@ -24,7 +24,7 @@ using namespace tessera::model::dsv41;
 
 namespace {
 
-LanguageModel& gpu_model(std::string const& variant) {
+LanguageModel& tiny_gpu(std::string const& variant) {
   static std::map<std::string, std::unique_ptr<LanguageModel>> cache;
   auto& m = cache[variant];
   if (!m) {
@@ -80,7 +80,7 @@ bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
 
 void gpu_vs_cpu(std::string const& variant, double tol) {
   Dsv41Model& cpu = verify::tiny_model(variant);
-  LanguageModel& gpu = gpu_model(variant);
+  LanguageModel& gpu = tiny_gpu(variant);
   int64_t const V = cpu.info().vocab_size;
   BOOST_REQUIRE_EQUAL(gpu.info().vocab_size, V);
   BOOST_TEST(gpu.info().device == "cuda");
@@ -113,7 +113,7 @@ void gpu_vs_cpu(std::string const& variant, double tol) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(gpu_model)
+BOOST_AUTO_TEST_SUITE(gpu_model_suite)
 
 BOOST_AUTO_TEST_CASE(teacher_forced_fp32_matches_cpu) { gpu_vs_cpu("fp32", 1e-4); }
 
@@ -121,7 +121,7 @@ BOOST_AUTO_TEST_CASE(teacher_forced_bf16_matches_cpu) { gpu_vs_cpu("bf16", 0.25)
 
 BOOST_AUTO_TEST_CASE(greedy_fp32_matches_cpu) {
   Dsv41Model& cpu = verify::tiny_model("fp32");
-  LanguageModel& gpu = gpu_model("fp32");
+  LanguageModel& gpu = tiny_gpu("fp32");
   int64_t const V = cpu.info().vocab_size;
   for (int i : {2, 5, 7}) {
     auto const& g = verify::tiny_files("fp32");
@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(greedy_fp32_matches_cpu) {
 
 BOOST_AUTO_TEST_CASE(chunked_prefill_equals_one_shot) {
   for (std::string variant : {"fp32", "bf16"}) {
-    LanguageModel& gpu = gpu_model(variant);
+    LanguageModel& gpu = tiny_gpu(variant);
     auto tokens = random_tokens(300, gpu.info().vocab_size, 17);
     auto one = run_chunked(gpu, tokens, 300);
     for (int64_t chunk : {1, 7, 64})
@@ -160,7 +160,7 @@ BOOST_AUTO_TEST_CASE(chunked_prefill_equals_one_shot) {
 }
 
 BOOST_AUTO_TEST_CASE(batched_equals_alone) {
-  LanguageModel& gpu = gpu_model("fp32");
+  LanguageModel& gpu = tiny_gpu("fp32");
   int64_t const V = gpu.info().vocab_size;
   std::vector<int64_t> lens = {5, 37, 64, 130, 1, 257};
   std::vector<std::vector<int32_t>> toks;
@@ -197,7 +197,7 @@ BOOST_AUTO_TEST_CASE(batched_equals_alone) {
 }
 
 BOOST_AUTO_TEST_CASE(clone_and_truncate) {
-  LanguageModel& gpu = gpu_model("fp32");
+  LanguageModel& gpu = tiny_gpu("fp32");
   int64_t const V = gpu.info().vocab_size;
   auto tokens = random_tokens(200, V, 5);
   auto head = std::vector<int32_t>(tokens.begin(), tokens.begin() + 150);
