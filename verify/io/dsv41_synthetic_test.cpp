@@ -5,6 +5,7 @@
 /// per-layer tensors only where the released layer kinds own them.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/golden.hpp"
 
@@ -275,6 +277,50 @@ BOOST_AUTO_TEST_CASE(exl3_bits_allocation) {
   BOOST_TEST(!synthetic_format("exl3:9").ok());
   BOOST_TEST(!synthetic_format("int4").ok());
   BOOST_TEST(synthetic_format("exl3:2.8").ok());
+}
+
+// The loader reads the native layout dequantised (code · scale) with logical shapes, and the CPU model
+// runs on it (the Engram hash data from the golden tiny fixture).
+BOOST_AUTO_TEST_CASE(native_fp8_loads_dequantised) {
+  TempDir td;
+  Config const c = tiny_config();
+  auto fmt = native_fp8_format();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 4, *fmt).ok());
+  CheckpointSource src;
+  BOOST_REQUIRE(src.open((td.path / "model.safetensors").string()).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  for (std::string const name : {"model.layers.2.attn.wq_b.weight", "model.layers.2.ffn.experts.3.w2.weight"}) {
+    auto plan = checkpoint_plan(c);
+    auto it = std::find_if(plan.begin(), plan.end(), [&](TensorSpec const& t) { return t.name == name; });
+    BOOST_REQUIRE(it != plan.end());
+    BOOST_TEST((src.shape(name).value_or_throw() == it->shape));
+    Tensor got = src.load_f32(name).value_or_throw();
+    Tensor raw = ck.load(name).value_or_throw();
+    Tensor sc = ck.load(name.substr(0, name.size() - 7) + ".scale").value_or_throw();
+    bool const fp4 = raw.dtype() == DType::kI8;
+    int64_t const rows = it->shape[0], cols = it->shape[1];
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        uint8_t const* b = raw.data_as<uint8_t>();
+        float const code = fp4 ? float_from_fp4_e2m1((b[(r * cols + j) / 2] >> (4 * (j % 2))) & 0xF)
+                               : float_from_fp8_e4m3(b[r * cols + j]);
+        float const s = float_from_e8m0(sc.data_as<uint8_t>()[fp4 ? r * sc.dim(1) + j / 32 : (r / 32) * sc.dim(1) + j / 32]);
+        bad += got.data_as<float>()[r * cols + j] != code * s;
+      }
+    BOOST_TEST(bad == 0, name);
+  }
+  BOOST_REQUIRE(src.open(verify::golden_dir() + "/v41-tiny/fp32/golden.safetensors").ok());
+  auto spec = spec_from_config(c).value_or_throw();
+  auto m = Dsv41Model::create(spec, src, {}).value_or_throw();
+  auto st = m->new_sequence();
+  std::vector<int32_t> toks = {5, 17, 300, 2, 9};
+  std::vector<float> logits(static_cast<size_t>(5 * c.vocab_size));
+  model::SequenceStep step{st.get(), toks, 5, logits.data()};
+  BOOST_REQUIRE(m->forward({&step, 1}).ok());
+  int finite = 0;
+  for (float v : logits) finite += std::isfinite(v) ? 1 : 0;
+  BOOST_TEST(finite == static_cast<int>(logits.size()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -16,7 +16,9 @@
 
 namespace tessera::model::dsv41 {
 
-/// A WeightSource over one or more checkpoints (the first holding a name wins).
+/// A WeightSource over one or more checkpoints (the first holding a name wins). Native FP8 linears
+/// (F8_E4M3 + 32×32-block F8_E8M0 `.scale`) and packed FP4 experts (I8 [r, c/2] + per-row-per-32 `.scale`)
+/// load dequantised, with their logical shapes (spec/deepseek-v41.md §4.2).
 class CheckpointSource final : public WeightSource {
  public:
   void add(io::Checkpoint ckpt, std::string label);
@@ -30,6 +32,8 @@ class CheckpointSource final : public WeightSource {
   std::string describe() const override;
 
  private:
+  enum class Scaled { kNone, kFp8Block, kFp4Row };
+  Scaled scaled(std::string const& name) const;
   io::Checkpoint const* find(std::string const& name) const;
   std::vector<io::Checkpoint> ckpts_;
   std::vector<std::string> labels_;
