@@ -22,3 +22,14 @@ done
 timeout 30 $B/tessera generate --model $G/fp32 --prompt-ids 1,2,3,4 --max-new-tokens 8 --device cuda
 echo "generate rc=$?"
 timeout 30 $B/tessera generate --model $G/fp32 --prompt-ids 1,2,3,4 --max-new-tokens 8 --device cpu
+# The native FP8/FP4 layout (tiny dimensions; Engram hash data from the golden fixture): CPU and GPU tokens.
+S=$OUT/syn; mkdir -p $S
+$B/tessera make-synthetic --out $S/tiny_fp8 --preset tiny --format fp8 && cp $G/fp32/golden.safetensors $S/tiny_fp8/
+for d in cpu cuda; do timeout 30 $B/tessera generate --model $S/tiny_fp8 --prompt-ids 5,6,7,8,9 --max-new-tokens 12 --device $d; done
+# Real v41-flash dimensions, 3 layers (window, window + Engram, ratio-2 KV/index source), 8 experts.
+SECONDS=0
+$B/tessera make-synthetic --out $S/flash3 --preset v41-flash --layers 3 --experts 8 --vocab-size 2048 --format fp8
+echo "make-synthetic ${SECONDS}s"; SECONDS=0
+timeout 90 $B/tessera generate --model $S/flash3 --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 16 --device cuda --ignore-eos
+echo "flash3 generate --device cuda rc=$? ${SECONDS}s"
+rm -rf $S
