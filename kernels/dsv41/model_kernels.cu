@@ -41,17 +41,6 @@ __device__ int64_t count_selected(int32_t const* sel, int64_t K, int64_t T) {
   return c;
 }
 
-__device__ void visible_ranges(KeyListParams const& p, int64_t r, int64_t& i0, int64_t& j0) {
-  int64_t const pos = p.pos0 + r;
-  // old window row i visible ⇔ wpos0 + i > pos − W ⇔ i ≥ pos − W + 1 − wpos0
-  i0 = pos - p.window + 1 - p.wpos0;
-  if (i0 < 0) i0 = 0;
-  if (i0 > p.n_old) i0 = p.n_old;
-  // chunk row j visible ⇔ j ≤ r and pos0 + j > pos − W ⇔ j ≥ r − W + 1
-  j0 = r - p.window + 1;
-  if (j0 < 0) j0 = 0;
-}
-
 /// One thread: offsets[0] = 0, offsets[r+1] = offsets[r] + count(r) (a fixed sequential scan).
 __global__ void key_offsets_kernel(KeyListParams p) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -59,7 +48,7 @@ __global__ void key_offsets_kernel(KeyListParams p) {
   p.offsets[0] = 0;
   for (int64_t r = 0; r < p.rows; ++r) {
     int64_t i0, j0;
-    visible_ranges(p, r, i0, j0);
+    key_list_ranges(p, r, i0, j0);
     acc += (p.n_old - i0) + (r - j0 + 1);
     if (p.selected) acc += count_selected(p.selected + r * p.top_k, p.top_k, p.entries);
     p.offsets[r + 1] = acc;
@@ -70,7 +59,7 @@ __global__ void key_offsets_kernel(KeyListParams p) {
 __global__ void key_fill_kernel(KeyListParams p) {
   int64_t const r = blockIdx.x;
   int64_t i0, j0;
-  visible_ranges(p, r, i0, j0);
+  key_list_ranges(p, r, i0, j0);
   int32_t* out = p.key_ids + p.offsets[r];
   int64_t const nw = p.n_old - i0, nc = r - j0 + 1;
   for (int64_t t = threadIdx.x; t < nw; t += blockDim.x) out[t] = static_cast<int32_t>(i0 + t);

@@ -3,9 +3,8 @@
 /// attention sub-block (spec/deepseek-v41.md §2.1-§2.7) step for step, every tensor on the device, every
 /// op family run as Family<Backend::kCuda> with the same Desc, in the same order. The host keeps only
 /// what the CPU model keeps as bookkeeping: positions, the Engram look-back (hash ids are computed on the
-/// host and uploaded), and the cutoff-tie / quantiser-boundary flags, downloaded once per chunk.
-#include <cuda_runtime.h>
-
+/// host and uploaded), and the cutoff-tie / quantiser-boundary flags, downloaded once per chunk. The same
+/// code runs on the CPU op backends in host memory (Backend::kCpu, the CI check of the composition).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -27,7 +26,9 @@ namespace tessera::model::dsv41 {
 
 namespace {
 
-constexpr Device kDev = Device::kCuda;
+/// The memory tag of the views of the forward running on this thread (kCuda, or kCpu for the host
+/// composition); set by forward_one for its duration.
+thread_local Device kDev = Device::kCuda;
 using F2 = TensorView<float, 2>;
 using CF2 = TensorView<float const, 2>;
 using CF1 = TensorView<float const, 1>;
@@ -40,13 +41,12 @@ CF1 dcv1(DevTensor const& t) { return CF1(t.f32(), {t.rows * t.cols}, kDev); }
 CF1 dcv1(float const* p, int64_t n) { return CF1(p, {n}, kDev); }
 TensorView<int64_t const, 1> dpos(int64_t const* p, int64_t n) { return TensorView<int64_t const, 1>(p, {n}, kDev); }
 
-void cuda_check(cudaError_t e, char const* what) {
-  if (e != cudaSuccess) throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
+using Copy = gpu::Mem::Copy;
 
-template <class Op, class D, class A>
+/// Checks, then runs Family on ctx.backend.
+template <template <Backend> class Family, class D, class A>
 void run(ExecContext& ctx, D const& d, A const& a) {
-  throw_if_error(ops::run_checked<Op>(ctx, d, a));
+  throw_if_error(ops::dispatch<Family>(ctx, d, a));
 }
 
 /// Per-forward device scratch from the pool (returned when the forward ends; same-stream reuse is safe).
@@ -63,11 +63,11 @@ struct Scratch {
 };
 
 /// Makes `blk` hold at least `bytes`, keeping its first `used` bytes (doubling growth).
-void ensure(gpu::DevicePool& pool, gpu::DevBlock& blk, size_t bytes, size_t used, cudaStream_t s) {
+void ensure(gpu::DevicePool& pool, gpu::DevBlock& blk, size_t bytes, size_t used, gpu::Mem const& mem) {
   if (blk && blk.capacity() >= bytes) return;
   auto nb = gpu::DevBlock::make(pool, std::max(bytes, blk.capacity() * 2));
   if (!nb) throw Error(nb.status());
-  if (blk && used > 0) cuda_check(cudaMemcpyAsync(nb->get(), blk.get(), used, cudaMemcpyDeviceToDevice, s), "grow state");
+  if (blk && used > 0) throw_if_error(mem.copy(nb->get(), blk.get(), used, Copy::kDevToDev));
   blk = std::move(*nb);
 }
 
@@ -125,7 +125,7 @@ struct GChunk {
 class Forward {
  public:
   Forward(GpuDsv41Model::Impl& m, GpuDsv41State& st, Scratch& sc, GChunk& c)
-      : m_(m), st_(st), sc_(sc), c_(c), ctx_(m.ctx), s_(reinterpret_cast<cudaStream_t>(m.stream)) {}
+      : m_(m), st_(st), sc_(sc), c_(c), ctx_(m.ctx), s_(m.mem) {}
 
   /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride).
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
@@ -138,17 +138,17 @@ class Forward {
     if (w.dtype == DType::kBf16) a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {out, in}, kDev);
     else a.w = CF2(w.f32() + w_row0 * in, {out, in}, kDev);
     a.y = F2(y, {rows, out}, {y_stride, 1}, kDev);
-    run<ops::Linear<Backend::kCuda>>(ctx_, d, a);
+    run<ops::Linear>(ctx_, d, a);
   }
   void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }
 
   void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w) {
-    run<ops::RmsNorm<Backend::kCuda>>(ctx_, ops::RmsNormDesc{rows, dim, m_.spec.rms_eps, true, c_.md},
+    run<ops::RmsNorm>(ctx_, ops::RmsNormDesc{rows, dim, m_.spec.rms_eps, true, c_.md},
                                       ops::RmsNormArgs{dcv2(x, rows, dim), dcv1(w), dv2(x, rows, dim)});
   }
   void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse) {
     int64_t const R = m_.spec.rope_dim;
-    run<ops::Rope<Backend::kCuda>>(ctx_, ops::RopeDesc{rows, heads, hd, R, inverse, c_.md},
+    run<ops::Rope>(ctx_, ops::RopeDesc{rows, heads, hd, R, inverse, c_.md},
                                    ops::RopeArgs{dv2(x, rows, heads * hd), dpos(pos, rows), dcv1(table)});
   }
   /// Fake-quantises rows in place; with boundary_ulps > 0 records the rows near a rounding boundary.
@@ -156,7 +156,7 @@ class Forward {
              std::vector<int64_t> const& pos) {
     int const ulps = m_.opts.boundary_ulps;
     uint8_t* near = ulps > 0 ? sc_.get<uint8_t>(rows) : nullptr;
-    run<ops::FakeQuant<Backend::kCuda>>(
+    run<ops::FakeQuant>(
         ctx_, ops::FakeQuantDesc{rows, dim, kind, c_.md, ulps},
         ops::FakeQuantArgs{dv2(x, rows, dim), TensorView<uint8_t, 1>(near, {near ? rows : 0}, kDev)});
     if (near) c_.flags.push_back({false, static_cast<uint8_t>(site), static_cast<int32_t>(l), pos, near});
@@ -166,12 +166,10 @@ class Forward {
     c_.flags.push_back({true, static_cast<uint8_t>(site), static_cast<int32_t>(l), c_.pos, f});
     return f;
   }
-  void copy(void* dst, void const* src, size_t bytes) {
-    if (bytes) cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_), "device copy");
-  }
+  void copy(void* dst, void const* src, size_t bytes) { throw_if_error(s_.copy(dst, src, bytes, Copy::kDevToDev)); }
   int64_t* upload_pos(std::vector<int64_t> const& p) {
     int64_t* d = sc_.get<int64_t>(static_cast<int64_t>(p.size()));
-    cuda_check(cudaMemcpyAsync(d, p.data(), p.size() * 8, cudaMemcpyHostToDevice, s_), "positions");
+    throw_if_error(s_.copy(d, p.data(), p.size() * 8, Copy::kHostToDev));
     return d;
   }
 
@@ -182,7 +180,7 @@ class Forward {
   Scratch& sc_;
   GChunk& c_;
   ExecContext& ctx_;
-  cudaStream_t s_;
+  gpu::Mem const& s_;
 };
 
 void Forward::attention(int64_t l, float const* xa, float* out) {
@@ -236,7 +234,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
           lat = sc_.get<float>(groups * hd);
           float const* b_kv = cat_kv + (n_raw - n_buf) * hd;
           float const* b_gate = cat_gate + (n_raw - n_buf) * hd;
-          run<ops::CompressPool<Backend::kCuda>>(
+          run<ops::CompressPool>(
               ctx_, ops::CompressPoolDesc{groups, ratio, hd, md},
               ops::CompressPoolArgs{dcv2(b_kv, groups * ratio, hd), dcv2(b_gate, groups * ratio, hd), dv2(lat, groups, hd)});
           norm(lat, groups, hd, w.c_norm);
@@ -283,9 +281,9 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
         quant(qi, S, Hi * di, ops::QatKind::kFp4Block32Ue8m0, QuantBoundary::Site::kIndexQuery, l, c_.pos);
         lin(xa, S, w.i_weights_proj, wts, md);
         float const hs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Hi)));
-        throw_if_error(gpu::launch_scale_inplace(m_.stream, wts, S * Hi, hs));
+        throw_if_error(gpu::scale_inplace(s_, wts, S * Hi, hs));
         float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
-        run<ops::IndexScore<Backend::kCuda>>(
+        run<ops::IndexScore>(
             ctx_, ops::IndexScoreDesc{S, Hi, di, T, ratio, scale},
             ops::IndexScoreArgs{dcv2(qi, S, Hi * di), dcv2(wts, S, Hi), dcv2(keys, T, di), dpos(c_.d_pos, S),
                                 dv2(scores, S, T)});
@@ -293,7 +291,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
         if (l == s.candidate_source_layer) {
           c_.cand = sc_.get<uint8_t>(S * T);
           uint8_t* ties = tie_flags(S, CutoffTie::Site::kCandidateBlocks, l);
-          run<ops::CandidateBlocks<Backend::kCuda>>(
+          run<ops::CandidateBlocks>(
               ctx_, ops::CandidateBlocksDesc{S, T, ratio, s.candidate_block_size, s.candidate_topk_blocks},
               ops::CandidateBlocksArgs{dcv2(scores, S, T), dpos(c_.d_pos, S), TensorView<uint8_t, 2>(c_.cand, {S, T}, kDev),
                                        TensorView<uint8_t, 1>(ties, {S}, kDev)});
@@ -305,7 +303,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
         int64_t const K = s.index_topk;
         c_.sel = sc_.get<int32_t>(S * K);
         uint8_t* ties = tie_flags(S, CutoffTie::Site::kIndexer, l);
-        run<ops::IndexTopK<Backend::kCuda>>(ctx_, ops::IndexTopKDesc{S, T, K},
+        run<ops::IndexTopK>(ctx_, ops::IndexTopKDesc{S, T, K},
                                             ops::IndexTopKArgs{dv2(scores, S, T), mask,
                                                                TensorView<int32_t, 2>(c_.sel, {S, K}, kDev),
                                                                TensorView<uint8_t, 1>(ties, {S}, kDev)});
@@ -347,13 +345,16 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   kp.entries = T;
   kp.offsets = sc_.get<int64_t>(S + 1);
   kp.key_ids = sc_.get<int32_t>(cap);
-  throw_if_error(gpu::launch_build_key_lists(m_.stream, kp));
+  throw_if_error(gpu::build_key_lists(s_, kp));
+  // The list length: the CPU backend checks it exactly (host memory); the CUDA backend reads the offsets on
+  // the device and takes the capacity as the bound.
+  int64_t const nnz = s_.backend == Backend::kCpu ? kp.offsets[S] : cap;
   float* o = sc_.get<float>(S * H * hd);
   float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  run<ops::Attention<Backend::kCuda>>(
+  run<ops::Attention>(
       ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md},
       ops::AttentionArgs{dcv2(q, S, H * hd), dcv2(pool, nk, hd), TensorView<int64_t const, 1>(kp.offsets, {S + 1}, kDev),
-                         TensorView<int32_t const, 1>(kp.key_ids, {cap}, kDev), dcv1(w.attn_sink), dv2(o, S, H * hd),
+                         TensorView<int32_t const, 1>(kp.key_ids, {nnz}, kDev), dcv1(w.attn_sink), dv2(o, S, H * hd),
                          F2()});
 
   // Output (§2.5.6): inverse RoPE with the query's table, grouped wo_a, wo_b.
@@ -380,7 +381,12 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
   if (st.length_ + S > s.max_position_embeddings)
     return invalid_argument("forward: sequence would reach " + std::to_string(st.length_ + S) +
                             " positions, beyond max_position_embeddings " + std::to_string(s.max_position_embeddings));
-  cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  gpu::Mem const& cs = mem;
+  struct Tag {
+    Device saved;
+    explicit Tag(Device t) : saved(kDev) { kDev = t; }
+    ~Tag() { kDev = saved; }
+  } tag(mem.tag());
   std::vector<int64_t> const history_before = st.history_;
   try {
     Scratch sc{*pool, {}};
@@ -401,11 +407,11 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
     }
 
     int32_t* d_tok = sc.get<int32_t>(S);
-    cuda_check(cudaMemcpyAsync(d_tok, tokens.data(), static_cast<size_t>(S) * 4, cudaMemcpyHostToDevice, cs), "tokens");
+    throw_if_error(cs.copy(d_tok, tokens.data(), static_cast<size_t>(S) * 4, Copy::kHostToDev));
     float* X = sc.get<float>(S * nD);
     float* X2 = sc.get<float>(S * nD);
     float* pre = sc.get<float>(S * n);
-    throw_if_error(gpu::launch_embed_streams(stream, w.embed.f32(), d_tok, S, n, D, X, pre));
+    throw_if_error(gpu::embed_streams(cs, w.embed.f32(), d_tok, S, n, D, X, pre));
     float* h = sc.get<float>(S * D);
     float* xa = sc.get<float>(S * D);
     float* A = sc.get<float>(S * D);
@@ -419,8 +425,6 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
     int64_t const K = s.top_k;
     float* rw = sc.get<float>(S * K);
     int32_t* rid = sc.get<int32_t>(S * K);
-    float* inv = nullptr;
-    (void)inv;
     ops::MhcMixDesc const mix{S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps};
 
     for (int64_t l = 0; l < s.num_layers; ++l) {
@@ -432,45 +436,45 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
         for (int64_t r = 0; r < S; ++r)
           std::copy(hids.begin() + (r * Le + ei) * C, hids.begin() + (r * Le + ei + 1) * C, ids.begin() + r * C);
         int64_t* d_ids = sc.get<int64_t>(S * C);
-        cuda_check(cudaMemcpyAsync(d_ids, ids.data(), ids.size() * 8, cudaMemcpyHostToDevice, cs), "engram ids");
+        throw_if_error(cs.copy(d_ids, ids.data(), ids.size() * 8, Copy::kHostToDev));
         float* rows = sc.get<float>(S * C * de);
         float* kv = sc.get<float>(S * (n + 1) * D);
-        run<ops::EngramGather<Backend::kCuda>>(
+        run<ops::EngramGather>(
             ctx, ops::EngramGatherDesc{S, C, lw.e_table.rows, de},
             ops::EngramGatherArgs{TensorView<int64_t const, 2>(d_ids, {S, C}, kDev), dcv2(lw.e_table), dv2(rows, S, C * de)});
         f.lin(rows, S, lw.e_wkv, kv, md);
-        run<ops::EngramGate<Backend::kCuda>>(
+        run<ops::EngramGate>(
             ctx, ops::EngramGateDesc{S, n, D, s.rms_eps, md},
             ops::EngramGateArgs{dcv2(X, S, nD), dcv2(kv, S, (n + 1) * D), dcv1(lw.e_qk.f32(), n * D), dv2(X, S, nD)});
       }
       // Attention site (§2.3): mix of the current streams, collapse with the previous site's pre.
-      run<ops::MhcMix<Backend::kCuda>>(ctx, mix,
+      run<ops::MhcMix>(ctx, mix,
                                        ops::MhcMixArgs{dcv2(X, S, nD), dcv2(lw.hc_attn_fn), dcv1(lw.hc_attn_base),
                                                        dcv1(lw.hc_attn_scale), dv2(a_pre, S, n), dv2(a_post, S, n),
                                                        dv2(a_comb, S, n * n)});
-      run<ops::MhcCollapse<Backend::kCuda>>(ctx, ops::MhcCollapseDesc{S, n, D, md},
+      run<ops::MhcCollapse>(ctx, ops::MhcCollapseDesc{S, n, D, md},
                                             ops::MhcCollapseArgs{dcv2(X, S, nD), dcv2(pre, S, n), dv2(h, S, D)});
-      run<ops::RmsNorm<Backend::kCuda>>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
+      run<ops::RmsNorm>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
                                         ops::RmsNormArgs{dcv2(h, S, D), dcv1(lw.attn_norm), dv2(xa, S, D)});
       f.attention(l, xa, A);
-      run<ops::MhcExpand<Backend::kCuda>>(ctx, ops::MhcExpandDesc{S, n, D, md},
+      run<ops::MhcExpand>(ctx, ops::MhcExpandDesc{S, n, D, md},
                                           ops::MhcExpandArgs{dcv2(A, S, D), dcv2(X, S, nD), dcv2(a_post, S, n),
                                                              dcv2(a_comb, S, n * n), dv2(X2, S, nD)});
       std::swap(X, X2);
       // FFN site: collapse with the attention site's pre.
-      run<ops::MhcMix<Backend::kCuda>>(ctx, mix,
+      run<ops::MhcMix>(ctx, mix,
                                        ops::MhcMixArgs{dcv2(X, S, nD), dcv2(lw.hc_ffn_fn), dcv1(lw.hc_ffn_base),
                                                        dcv1(lw.hc_ffn_scale), dv2(f_pre, S, n), dv2(f_post, S, n),
                                                        dv2(f_comb, S, n * n)});
-      run<ops::MhcCollapse<Backend::kCuda>>(ctx, ops::MhcCollapseDesc{S, n, D, md},
+      run<ops::MhcCollapse>(ctx, ops::MhcCollapseDesc{S, n, D, md},
                                             ops::MhcCollapseArgs{dcv2(X, S, nD), dcv2(a_pre, S, n), dv2(h, S, D)});
-      run<ops::RmsNorm<Backend::kCuda>>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
+      run<ops::RmsNorm>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
                                         ops::RmsNormArgs{dcv2(h, S, D), dcv1(lw.ffn_norm), dv2(xa, S, D)});
       uint8_t* rtie = f.tie_flags(S, CutoffTie::Site::kRouter, l);
       ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
       ops::MoeRouteArgs ra{dcv2(xa, S, D), dcv2(lw.gate), dcv1(lw.gate_bias), dv2(rw, S, K),
                            TensorView<int32_t, 2>(rid, {S, K}, kDev), TensorView<uint8_t, 1>(rtie, {S}, kDev), {}};
-      run<ops::MoeRoute<Backend::kCuda>>(ctx, rd, ra);
+      run<ops::MoeRoute>(ctx, rd, ra);
       ops::MoeExpertsDesc ed{S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
       ed.weight_dtype = lw.moe.s1.dtype;
       ops::MoeExpertsArgs ma{};
@@ -485,33 +489,44 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
       ma.dev.shared_w1 = lw.moe.s1.p;
       ma.dev.shared_w3 = lw.moe.s3.p;
       ma.dev.shared_w2 = lw.moe.s2.p;
-      run<ops::MoeExperts<Backend::kCuda>>(ctx, ed, ma);
-      run<ops::MhcExpand<Backend::kCuda>>(ctx, ops::MhcExpandDesc{S, n, D, md},
+      std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same (fp32) weights
+      if (mem.backend == Backend::kCpu) {
+        for (size_t e = 0; e < lw.moe.w1.size(); ++e) {
+          hw1.push_back(dcv2(lw.moe.w1[e]));
+          hw3.push_back(dcv2(lw.moe.w3[e]));
+          hw2.push_back(dcv2(lw.moe.w2[e]));
+        }
+        ma.w1 = hw1;
+        ma.w3 = hw3;
+        ma.w2 = hw2;
+        ma.shared_w1 = dcv2(lw.moe.s1);
+        ma.shared_w3 = dcv2(lw.moe.s3);
+        ma.shared_w2 = dcv2(lw.moe.s2);
+      }
+      run<ops::MoeExperts>(ctx, ed, ma);
+      run<ops::MhcExpand>(ctx, ops::MhcExpandDesc{S, n, D, md},
                                           ops::MhcExpandArgs{dcv2(F, S, D), dcv2(X, S, nD), dcv2(f_post, S, n),
                                                              dcv2(f_comb, S, n * n), dv2(X2, S, nD)});
       std::swap(X, X2);
       std::swap(pre, f_pre);
     }
     // Final collapse with the last site's pre, norm, LM head (§2.7).
-    run<ops::MhcCollapse<Backend::kCuda>>(ctx, ops::MhcCollapseDesc{S, n, D, md},
+    run<ops::MhcCollapse>(ctx, ops::MhcCollapseDesc{S, n, D, md},
                                           ops::MhcCollapseArgs{dcv2(X, S, nD), dcv2(pre, S, n), dv2(h, S, D)});
-    run<ops::RmsNorm<Backend::kCuda>>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
+    run<ops::RmsNorm>(ctx, ops::RmsNormDesc{S, D, s.rms_eps, true, md},
                                       ops::RmsNormArgs{dcv2(h, S, D), dcv1(w.norm), dv2(xa, S, D)});
     if (num_logit_rows > 0) {
       float* d_logits = sc.get<float>(num_logit_rows * s.vocab_size);
       f.lin(xa + (S - num_logit_rows) * D, num_logit_rows, w.lm_head, d_logits, md);
-      cuda_check(cudaMemcpyAsync(logits, d_logits, static_cast<size_t>(num_logit_rows * s.vocab_size) * 4,
-                                 cudaMemcpyDeviceToHost, cs),
-                 "logits");
+      throw_if_error(cs.copy(logits, d_logits, static_cast<size_t>(num_logit_rows * s.vocab_size) * 4, Copy::kDevToHost));
     }
     // Flags back to the host, in the order the CPU model records them.
     std::vector<std::vector<uint8_t>> host_flags(c.flags.size());
     for (size_t i = 0; i < c.flags.size(); ++i) {
       host_flags[i].resize(c.flags[i].positions.size());
-      cuda_check(cudaMemcpyAsync(host_flags[i].data(), c.flags[i].dev, host_flags[i].size(), cudaMemcpyDeviceToHost, cs),
-                 "flags");
+      throw_if_error(cs.copy(host_flags[i].data(), c.flags[i].dev, host_flags[i].size(), Copy::kDevToHost));
     }
-    cuda_check(cudaStreamSynchronize(cs), "forward");
+    throw_if_error(cs.sync());
     for (size_t i = 0; i < c.flags.size(); ++i) {
       FlagRec const& fr = c.flags[i];
       for (size_t r = 0; r < fr.positions.size(); ++r) {
@@ -528,7 +543,7 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
     }
     st.length_ += S;
   } catch (Error const& e) {
-    cudaStreamSynchronize(cs);
+    (void)cs.sync();
     st.history_ = history_before;
     return e.status();
   }

@@ -33,8 +33,8 @@ struct GpuDsv41Model::Impl {
   EngramTables engram;
   DType md = DType::kF32;
   gpu::GpuWeights w;
+  gpu::Mem mem;                            // the backend's memory and stream
   std::shared_ptr<gpu::DevicePool> pool;  // shared with the states (a state may outlive the model)
-  CUstream_st* stream = nullptr;
   ExecContext ctx;
   std::vector<float> main_inv_freq, compress_inv_freq;
 

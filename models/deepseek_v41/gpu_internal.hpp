@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Internals of the DeepSeek-V4.1 GPU model (gpu_model.hpp): the device memory pool, device-resident
-/// weights, the per-sequence device state, and the glue kernels of kernels/dsv41/model_kernels.cu.
-/// Plain C++ (no CUDA headers): streams are CUstream_st*.
+/// Internals of the DeepSeek-V4.1 GPU model (gpu_model.hpp): the backend's memory (device memory and a
+/// stream for kCuda; host memory for kCpu, where the same composition runs on the CPU op backends so CI can
+/// check it against the CPU model), the memory pool, the weights, the per-sequence state, and the glue
+/// kernels (kernels/dsv41/model_kernels.cu, with host twins in gpu_mem.cpp). Plain C++ (no CUDA headers).
 ///
 /// Memory: every device buffer (weights excepted) is a block of a DevicePool, which keeps freed blocks in
 /// power-of-two size classes (≥ 4 KiB) and hands them out again, so per-step scratch and the growth of
@@ -22,17 +23,35 @@
 #include <memory>
 #include <vector>
 
+#include "tessera/core/config.hpp"
+#include "tessera/core/context.hpp"
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/status.hpp"
-
-struct CUstream_st;
+#include "tessera/core/tensor.hpp"
 
 namespace tessera::model::dsv41::gpu {
 
-/// A caching pool of device blocks in power-of-two size classes.
+/// Memory of the model's backend. kCuda: cudaMalloc'd memory, copies ordered on `stream`; kCpu: host
+/// memory, copies immediate.
+struct Mem {
+  enum class Copy : uint8_t { kHostToDev, kDevToHost, kDevToDev };
+  Backend backend = Backend::kCuda;
+  CUstream_st* stream = nullptr;
+  Device tag() const { return backend == Backend::kCuda ? Device::kCuda : Device::kCpu; }
+  Result<void*> alloc(size_t bytes) const;
+  void free(void* p) const;
+  Status copy(void* dst, void const* src, size_t bytes, Copy kind) const;
+  Status sync() const;
+  /// kCuda: creates the stream and describes the current device; kCpu: nothing.
+  Status open(DeviceInfo* info);
+  /// Synchronises and destroys the stream (kCuda).
+  void close();
+};
+
+/// A caching pool of blocks of the backend's memory in power-of-two size classes.
 class DevicePool {
  public:
-  DevicePool() = default;
+  explicit DevicePool(Mem mem) : mem_(mem) {}
   DevicePool(DevicePool const&) = delete;
   DevicePool& operator=(DevicePool const&) = delete;
   ~DevicePool();
@@ -42,6 +61,7 @@ class DevicePool {
   size_t bytes_held() const { return held_; }
 
  private:
+  Mem mem_;
   std::map<size_t, std::vector<void*>> free_;
   std::vector<void*> all_;
   size_t held_ = 0;
@@ -97,7 +117,7 @@ struct GpuWeights {
   DevTensor embed, norm, lm_head;
   std::vector<GpuLayerWeights> layers;
   DevTensor main_inv_freq, compress_inv_freq;
-  std::vector<void*> allocations;  // cudaMalloc'd, freed by the model
+  std::vector<void*> allocations;  // Mem::alloc'd, freed by the model
 };
 
 struct GpuLayerState {
@@ -123,9 +143,26 @@ struct KeyListParams {
   int32_t* key_ids = nullptr;  // [≤ S·(W + top_k)] out
 };
 
+// CUDA launches (kernels/dsv41/model_kernels.cu, CUDA builds only).
 Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
                             int64_t D, float* X, float* pre);
 Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s);
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
+
+// On the model's backend: the CUDA launch, or its host twin (gpu_mem.cpp) with the same arithmetic.
+Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,
+                     float* pre);
+Status scale_inplace(Mem const& m, float* x, int64_t count, float s);
+Status build_key_lists(Mem const& m, KeyListParams const& p);
+
+/// Row r's first visible old-window row i0 and first visible chunk row j0 (shared by both twins).
+TESSERA_HOST_DEVICE inline void key_list_ranges(KeyListParams const& p, int64_t r, int64_t& i0, int64_t& j0) {
+  int64_t const pos = p.pos0 + r;
+  i0 = pos - p.window + 1 - p.wpos0;  // old window row i visible ⇔ wpos0 + i > pos − W
+  if (i0 < 0) i0 = 0;
+  if (i0 > p.n_old) i0 = p.n_old;
+  j0 = r - p.window + 1;              // chunk row j visible ⇔ j ≤ r and pos0 + j > pos − W
+  if (j0 < 0) j0 = 0;
+}
 
 }  // namespace tessera::model::dsv41::gpu

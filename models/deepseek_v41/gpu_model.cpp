@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The DeepSeek-V4.1 GPU model (gpu_model.hpp): the device pool, the weight upload, and the LanguageModel
-/// face (sequences, batches, clone, truncate, state sizes). The forward is gpu_forward.cpp.
-#include <cuda_runtime.h>
-
+/// The DeepSeek-V4.1 GPU model (gpu_model.hpp): the weight upload and the LanguageModel face (sequences,
+/// batches, clone, truncate, state sizes) on the backend's memory (gpu_mem.cpp). The forward is
+/// gpu_forward.cpp.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
@@ -12,114 +10,53 @@
 
 namespace tessera::model::dsv41 {
 
-namespace gpu {
-
-namespace {
-Status cuda_ok(cudaError_t e, char const* what) {
-  if (e == cudaSuccess) return {};
-  return Status(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
-                std::string(what) + ": " + cudaGetErrorString(e));
-}
-}  // namespace
-
-DevicePool::~DevicePool() {
-  for (void* p : all_) cudaFree(p);
-}
-
-Result<void*> DevicePool::get(size_t bytes, size_t* capacity) {
-  size_t cls = std::max<size_t>(4096, std::bit_ceil(std::max<size_t>(bytes, 1)));
-  auto& fl = free_[cls];
-  *capacity = cls;
-  if (!fl.empty()) {
-    void* p = fl.back();
-    fl.pop_back();
-    return p;
-  }
-  void* p = nullptr;
-  TESSERA_TRY(cuda_ok(cudaMalloc(&p, cls), "device pool: cudaMalloc"));
-  all_.push_back(p);
-  held_ += cls;
-  return p;
-}
-
-void DevicePool::put(void* p, size_t capacity) { free_[capacity].push_back(p); }
-
-DevBlock& DevBlock::operator=(DevBlock&& o) noexcept {
-  if (this != &o) {
-    reset();
-    pool_ = o.pool_;
-    p_ = o.p_;
-    cap_ = o.cap_;
-    o.pool_ = nullptr;
-    o.p_ = nullptr;
-    o.cap_ = 0;
-  }
-  return *this;
-}
-
-Result<DevBlock> DevBlock::make(DevicePool& pool, size_t bytes) {
-  DevBlock b;
-  auto p = pool.get(bytes, &b.cap_);
-  if (!p) return p.status();
-  b.pool_ = &pool;
-  b.p_ = *p;
-  return b;
-}
-
-void DevBlock::reset() {
-  if (p_ && pool_) pool_->put(p_, cap_);
-  pool_ = nullptr;
-  p_ = nullptr;
-  cap_ = 0;
-}
-
-}  // namespace gpu
-
 namespace {
 
-Status cuda_ok(cudaError_t e, char const* what) {
-  if (e == cudaSuccess) return {};
-  return Status(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
-                std::string(what) + ": " + cudaGetErrorString(e));
-}
+using Copy = gpu::Mem::Copy;
 
 /// Uploads `t` (fp32 host values) as `as` (kF32, or kBf16 for values that are bf16 already).
-Status upload_tensor(gpu::GpuWeights& w, Tensor const& t, DType as, gpu::DevTensor* out) {
+Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, DType as, gpu::DevTensor* out) {
   *out = {};
-  if (t.numel() == 0) return {};
+  if (!t.defined() || t.data() == nullptr || t.numel() == 0) return {};  // a weight the layer does not have
   out->rows = t.rank() >= 1 ? t.dim(0) : 1;
   out->cols = t.rank() >= 2 ? t.numel() / t.dim(0) : 1;
   out->dtype = as;
   size_t const n = static_cast<size_t>(t.numel());
   size_t const bytes = n * (as == DType::kBf16 ? 2 : 4);
-  TESSERA_TRY(cuda_ok(cudaMalloc(&out->p, bytes), "weight upload: cudaMalloc"));
+  auto p = mem.alloc(bytes);
+  if (!p) return p.status();
+  out->p = *p;
   w.allocations.push_back(out->p);
   float const* src = t.data_as<float>();
   if (as == DType::kBf16) {
     std::vector<uint16_t> b(n);
     for (size_t i = 0; i < n; ++i) b[i] = bf16_bits_from_float(src[i]);
-    return cuda_ok(cudaMemcpy(out->p, b.data(), bytes, cudaMemcpyHostToDevice), "weight upload");
+    TESSERA_TRY(mem.copy(out->p, b.data(), bytes, Copy::kHostToDev));
+    return mem.sync();  // `b` is released on return
   }
-  return cuda_ok(cudaMemcpy(out->p, src, bytes, cudaMemcpyHostToDevice), "weight upload");
+  TESSERA_TRY(mem.copy(out->p, src, bytes, Copy::kHostToDev));
+  return mem.sync();
 }
 
-Status upload_floats(gpu::GpuWeights& w, std::vector<float> const& v, gpu::DevTensor* out) {
+Status upload_floats(gpu::Mem const& mem, gpu::GpuWeights& w, std::vector<float> const& v, gpu::DevTensor* out) {
   Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(v.size())});
   std::memcpy(t.data(), v.data(), v.size() * 4);
-  return upload_tensor(w, t, DType::kF32, out);
+  return upload_tensor(mem, w, t, DType::kF32, out);
 }
 
 }  // namespace
 
 GpuDsv41Model::Impl::~Impl() {
-  if (stream) cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
-  for (void* p : w.allocations) cudaFree(p);
-  if (stream) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
+  (void)mem.sync();
+  for (void* p : w.allocations) mem.free(p);
+  mem.close();
 }
 
 Status GpuDsv41Model::Impl::upload(Weights const& h) {
   DType const lin = md == DType::kBf16 ? DType::kBf16 : DType::kF32;  // projections
-  auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(w, t, as, o); };
+  // Experts: the CPU backend's MoeExperts reads fp32 weights only (the values are the same).
+  DType const ex = mem.backend == Backend::kCpu ? DType::kF32 : lin;
+  auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
   TESSERA_TRY(up(h.embed, &w.embed));
   TESSERA_TRY(up(h.norm, &w.norm));
   TESSERA_TRY(up(h.lm_head, &w.lm_head, lin));
@@ -146,25 +83,27 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     m.w2.resize(E);
     std::vector<void const*> ptrs(3 * E);
     for (size_t e = 0; e < E; ++e) {
-      TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], lin));
-      TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], lin));
-      TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], lin));
+      TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], ex));
+      TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], ex));
+      TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], ex));
       ptrs[e] = m.w1[e].p;
       ptrs[E + e] = m.w3[e].p;
       ptrs[2 * E + e] = m.w2[e].p;
     }
-    TESSERA_TRY(up(s.shared.w1, &m.s1, lin));
-    TESSERA_TRY(up(s.shared.w3, &m.s3, lin));
-    TESSERA_TRY(up(s.shared.w2, &m.s2, lin));
+    TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
+    TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
+    TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
     if (E > 0) {
-      TESSERA_TRY(cuda_ok(cudaMalloc(&m.ptrs, ptrs.size() * sizeof(void*)), "expert pointer table"));
+      auto p = mem.alloc(ptrs.size() * sizeof(void*));
+      if (!p) return p.status();
+      m.ptrs = *p;
       w.allocations.push_back(m.ptrs);
-      TESSERA_TRY(cuda_ok(cudaMemcpy(m.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice),
-                          "expert pointer table"));
+      TESSERA_TRY(mem.copy(m.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), Copy::kHostToDev));
+      TESSERA_TRY(mem.sync());
     }
   }
-  TESSERA_TRY(upload_floats(w, main_inv_freq, &w.main_inv_freq));
-  TESSERA_TRY(upload_floats(w, compress_inv_freq, &w.compress_inv_freq));
+  TESSERA_TRY(upload_floats(mem, w, main_inv_freq, &w.main_inv_freq));
+  TESSERA_TRY(upload_floats(mem, w, compress_inv_freq, &w.compress_inv_freq));
   return {};
 }
 
@@ -175,17 +114,10 @@ size_t GpuDsv41State::memory_bytes() const {
   return b;
 }
 
-bool cuda_model_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, WeightSource const& src, ModelOptions opts) {
-  if (!cuda_model_available()) return not_supported("--device cuda: no CUDA device is visible to this process");
+Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                             Backend backend) {
+  if (backend == Backend::kCuda && !cuda_model_available())
+    return not_supported("--device cuda: this build has no CUDA support or no CUDA device is visible");
   TESSERA_TRY(spec.validate());
   if (opts.prune.active()) return not_supported("GPU model: expert pruning is CPU-only for now");
   std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
@@ -202,28 +134,19 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
                                                              spec.yarn_beta_fast, spec.yarn_beta_slow,
                                                              spec.yarn_original_max_pos)
                                    : ref::rope_inv_freq_default(spec.compress_rope_theta, spec.rope_dim);
-  cudaStream_t s = nullptr;
-  TESSERA_TRY(cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
-  I.stream = reinterpret_cast<CUstream_st*>(s);
-  I.ctx.backend = Backend::kCuda;
-  I.ctx.stream = I.stream;
-  int dev = 0;
-  cudaDeviceProp prop{};
-  TESSERA_TRY(cuda_ok(cudaGetDevice(&dev), "cudaGetDevice"));
-  TESSERA_TRY(cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties"));
-  I.ctx.device.sm = prop.major * 10 + prop.minor;
-  I.ctx.device.num_sms = prop.multiProcessorCount;
-  I.ctx.device.smem_per_block_optin = prop.sharedMemPerBlockOptin;
-  I.ctx.device.global_memory = prop.totalGlobalMem;
-  I.ctx.device.name = prop.name;
-  I.pool = std::make_shared<gpu::DevicePool>();
+  I.mem.backend = backend;
+  TESSERA_TRY(I.mem.open(&I.ctx.device));
+  I.ctx.backend = backend;
+  I.ctx.stream = I.mem.stream;
+  I.ctx.pool = opts.pool;
+  I.pool = std::make_shared<gpu::DevicePool>(I.mem);
   TESSERA_TRY(I.upload(*hw));
   I.info.name = spec.name;
   I.info.model_type = "deepseek_v41";
   I.info.vocab_size = spec.vocab_size;
   I.info.max_context = spec.max_position_embeddings;
   I.info.eos_token_ids = spec.eos_token_ids;
-  I.info.device = "cuda";
+  I.info.device = backend == Backend::kCuda ? "cuda" : "cpu";
   I.info.dtype = I.md == DType::kBf16 ? "bf16" : "fp32";
   I.spec = std::move(spec);
   I.opts = std::move(opts);
@@ -266,7 +189,7 @@ Result<std::unique_ptr<SequenceState>> GpuDsv41Model::clone(SequenceState const&
   out->ties_ = s->ties_;
   out->boundaries_ = s->boundaries_;
   out->layers_.resize(s->layers_.size());
-  cudaStream_t stream = reinterpret_cast<cudaStream_t>(impl_->stream);
+  gpu::Mem const& mem = impl_->mem;
   for (size_t l = 0; l < s->layers_.size(); ++l) {
     gpu::GpuLayerState const& a = s->layers_[l];
     gpu::GpuLayerState& b = out->layers_[l];
@@ -278,12 +201,11 @@ Result<std::unique_ptr<SequenceState>> GpuDsv41Model::clone(SequenceState const&
       if (!*src) continue;
       auto blk = gpu::DevBlock::make(*impl_->pool, src->capacity());
       if (!blk) return blk.status();
-      TESSERA_TRY(cuda_ok(cudaMemcpyAsync(blk->get(), src->get(), src->capacity(), cudaMemcpyDeviceToDevice, stream),
-                          "clone"));
+      TESSERA_TRY(mem.copy(blk->get(), src->get(), src->capacity(), Copy::kDevToDev));
       *dst = std::move(*blk);
     }
   }
-  TESSERA_TRY(cuda_ok(cudaStreamSynchronize(stream), "clone"));
+  TESSERA_TRY(mem.sync());
   return std::unique_ptr<SequenceState>(std::move(out));
 }
 

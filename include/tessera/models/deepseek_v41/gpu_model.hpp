@@ -26,8 +26,10 @@ class GpuDsv41State;
 class GpuDsv41Model final : public LanguageModel {
  public:
   /// Loads and uploads the weights of `spec` from `src`; kNotSupported in a build without CUDA or on a
-  /// machine without a CUDA device.
-  static Result<std::unique_ptr<GpuDsv41Model>> create(ModelSpec spec, WeightSource const& src, ModelOptions opts);
+  /// machine without a CUDA device. `backend` kCpu runs the same composition, state layout and glue on
+  /// the CPU op backends in host memory (how CI checks it against Dsv41Model without a GPU).
+  static Result<std::unique_ptr<GpuDsv41Model>> create(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                       Backend backend = Backend::kCuda);
   ~GpuDsv41Model() override;
 
   ModelInfo const& info() const override;
