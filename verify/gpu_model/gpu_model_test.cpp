@@ -237,4 +237,32 @@ BOOST_AUTO_TEST_CASE(clone_and_truncate) {
   BOOST_TEST(!gpu.forward({&e, 1}).ok());
 }
 
+// The golden gate through the GPU model's hooks (ties and quantiser boundaries recorded from the device
+// flags): on the CPU backend every report line equals the CPU model's; on the GPU both summaries are shown
+// (`tessera verify golden --device cuda` is the gate itself).
+BOOST_AUTO_TEST_CASE(golden_gate_reports) {
+  for (std::string variant : {"fp32", "bf16"}) {
+    auto* gpu = dynamic_cast<GpuDsv41Model*>(&tiny_gpu(variant));
+    BOOST_REQUIRE(gpu);
+    GoldenGateHooks h;
+    h.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
+    h.ties = &GpuDsv41Model::ties;
+    h.boundaries = &GpuDsv41Model::quant_boundaries;
+    auto const& golden = verify::tiny_files(variant).source();
+    auto g = run_golden_gate(*gpu, variant == "bf16", h, golden, {}).value_or_throw();
+    auto c = run_golden_gate(verify::tiny_model(variant), golden, {}).value_or_throw();
+    BOOST_TEST_MESSAGE(variant << " CPU model:  " << c.summary_line());
+    BOOST_TEST_MESSAGE(variant << " GPU model:  " << g.summary_line());
+    if (!kOnCpu) continue;
+    BOOST_TEST(g.summary_line() == c.summary_line());
+    BOOST_TEST(g.pass == c.pass);
+    BOOST_REQUIRE_EQUAL(g.prompts.size(), c.prompts.size());
+    for (size_t i = 0; i < g.prompts.size(); ++i) {
+      BOOST_TEST(g.prompts[i].tie_list == c.prompts[i].tie_list, variant << " prompt " << i);
+      BOOST_TEST(g.prompts[i].boundary_list == c.prompts[i].boundary_list, variant << " prompt " << i);
+      BOOST_TEST(g.prompts[i].cutoff_ties == c.prompts[i].cutoff_ties);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
