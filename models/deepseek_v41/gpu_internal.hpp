@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <vector>
 
@@ -48,7 +49,8 @@ struct Mem {
   void close();
 };
 
-/// A caching pool of blocks of the backend's memory in power-of-two size classes.
+/// A caching pool of blocks of the backend's memory in power-of-two size classes. Thread-safe (a state may
+/// be released on another thread than the one running forwards).
 class DevicePool {
  public:
   explicit DevicePool(Mem mem) : mem_(mem) {}
@@ -62,6 +64,7 @@ class DevicePool {
 
  private:
   Mem mem_;
+  std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;
   std::vector<void*> all_;
   size_t held_ = 0;

@@ -117,6 +117,7 @@ DevicePool::~DevicePool() {
 
 Result<void*> DevicePool::get(size_t bytes, size_t* capacity) {
   size_t const cls = std::max<size_t>(4096, std::bit_ceil(std::max<size_t>(bytes, 1)));
+  std::lock_guard lk(mu_);
   auto& fl = free_[cls];
   *capacity = cls;
   if (!fl.empty()) {
@@ -131,7 +132,10 @@ Result<void*> DevicePool::get(size_t bytes, size_t* capacity) {
   return *p;
 }
 
-void DevicePool::put(void* p, size_t capacity) { free_[capacity].push_back(p); }
+void DevicePool::put(void* p, size_t capacity) {
+  std::lock_guard lk(mu_);
+  free_[capacity].push_back(p);
+}
 
 DevBlock& DevBlock::operator=(DevBlock&& o) noexcept {
   if (this != &o) {
