@@ -31,5 +31,8 @@ SECONDS=0
 $B/tessera make-synthetic --out $S/flash3 --preset v41-flash --layers 3 --experts 8 --vocab-size 2048 --format fp8
 echo "make-synthetic ${SECONDS}s"; SECONDS=0
 timeout 90 $B/tessera generate --model $S/flash3 --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 16 --device cuda --ignore-eos
-echo "flash3 generate --device cuda rc=$? ${SECONDS}s"
+echo "flash3 generate --device cuda rc=$? ${SECONDS}s"; SECONDS=0
+TESSERA_GPU_MODEL_CHECKPOINT=$S/flash3 timeout 120 $B/verify/gpu_model/verify_gpu_model \
+  --run_test=gpu_model_suite/checkpoint_from_env --log_level=message 2>&1 | tail -5
+echo "flash3 GPU vs CPU ${SECONDS}s"
 rm -rf $S

@@ -14,6 +14,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -263,6 +264,51 @@ BOOST_AUTO_TEST_CASE(golden_gate_reports) {
       BOOST_TEST(g.prompts[i].cutoff_ties == c.prompts[i].cutoff_ties);
     }
   }
+}
+
+// Opt-in (TESSERA_GPU_MODEL_CHECKPOINT=DIR, e.g. a `make-synthetic --preset v41-flash --layers 3 --experts 8
+// --format fp8` folder): the real dimensions. The model under test against the CPU model over 40 tokens,
+// teacher-forced (bitwise on the CPU backend; 1e-3 and certified argmax on the GPU), and chunks of 7 ==
+// one-shot bit for bit. Without the variable the case reports that it did not run.
+BOOST_AUTO_TEST_CASE(checkpoint_from_env) {
+  char const* dir = std::getenv("TESSERA_GPU_MODEL_CHECKPOINT");
+  if (!dir || !*dir) {
+    BOOST_TEST_MESSAGE("TESSERA_GPU_MODEL_CHECKPOINT not set: the real-dimension check did not run");
+    return;
+  }
+  ModelOptions o;
+  auto cpu = load_model(dir, o).value_or_throw();
+#if TESSERA_GPU_MODEL_ON_CPU
+  auto mf = open_model_folder(dir).value_or_throw();
+  std::unique_ptr<LanguageModel> gpu = GpuDsv41Model::create(std::move(mf.spec), mf.src, o, Backend::kCpu).value_or_throw();
+#else
+  auto gpu = load_model_on(dir, o, "cuda").value_or_throw();
+#endif
+  int64_t const V = cpu->info().vocab_size, S = 40;
+  auto tokens = random_tokens(S, V, 23);
+  auto a = run_all(*cpu, tokens, S), b = run_all(*gpu, tokens, S);
+  double maxd = 0, maxv = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    maxd = std::max(maxd, static_cast<double>(std::fabs(a[k] - b[k])));
+    maxv = std::max(maxv, static_cast<double>(std::fabs(a[k])));
+  }
+  int disagree = 0, uncertified = 0;
+  for (int64_t r = 0; r < S; ++r) {
+    float const* ar = a.data() + r * V;
+    int64_t const ia = argmax_first(ar, V);
+    if (ia == argmax_first(b.data() + r * V, V)) continue;
+    ++disagree;
+    float second = -INFINITY;
+    for (int64_t v = 0; v < V; ++v)
+      if (v != ia) second = std::max(second, ar[v]);
+    if (ar[ia] - second > 2 * maxd) ++uncertified;
+  }
+  BOOST_TEST_MESSAGE(dir << ": " << S << " rows, max |Δlogit| " << maxd << " (max |logit| " << maxv << "), argmax disagreements "
+                         << disagree << " (uncertified " << uncertified << ")");
+  if (kOnCpu) BOOST_TEST(bitwise_equal(a, b));
+  BOOST_TEST(maxd <= 1e-3);
+  BOOST_TEST(uncertified == 0);
+  BOOST_TEST(bitwise_equal(run_chunked(*gpu, tokens, 7), b), "chunks of 7 vs one-shot");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
