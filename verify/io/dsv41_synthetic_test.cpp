@@ -17,6 +17,7 @@
 
 #include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
+#include "tessera/ops/exl3_loader.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/golden.hpp"
 
@@ -321,6 +322,60 @@ BOOST_AUTO_TEST_CASE(native_fp8_loads_dequantised) {
   int finite = 0;
   for (float v : logits) finite += std::isfinite(v) ? 1 : 0;
   BOOST_TEST(finite == static_cast<int>(logits.size()));
+}
+
+// EXL3 synthetic groups are what the EXL3 loader reads (ops/exl3_loader.hpp): every group complete with
+// the planned K, MUL1, suh = ±1 and svh = ±σ; random trellis bits decode (Exl3Gemm, CPU) to a layer whose
+// outputs have RMS √k·σ·rms(x) (the MUL1 codebook has unit RMS and the Hadamards are orthonormal).
+BOOST_AUTO_TEST_CASE(exl3_groups_load_and_multiply) {
+  TempDir td;
+  auto c = synthetic_config("v41-flash", 256, 1, 0, 6).value_or_throw();
+  auto fmt = exl3_format(2.8);
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 2, *fmt).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  auto groups = ops::load_exl3_groups(ops::exl3_source(ck)).value_or_throw();
+  BOOST_TEST(groups.size() == 5u + 3u * 7u + 1u);  // attention, 6 experts + shared, head
+  ops::Exl3Group const* head = nullptr;
+  for (auto const& g : groups) {
+    int const k = exl3_synthetic_bits(g.prefix + ".weight", {g.desc.n, g.desc.k}, 2.8);
+    BOOST_TEST(g.desc.k2 == 2 * k, g.prefix);
+    BOOST_TEST((g.desc.codebook == exl3::Codebook::kMul1), g.prefix);
+    int bad = 0;
+    for (uint16_t b : g.suh) bad += (b & 0x7FFFu) != 0x3C00u;
+    uint16_t const mag = g.svh.empty() ? 0 : static_cast<uint16_t>(g.svh[0] & 0x7FFFu);
+    for (uint16_t b : g.svh) bad += (b & 0x7FFFu) != mag;
+    BOOST_TEST(bad == 0, g.prefix);
+    if (g.prefix == "lm_head") head = &g;
+  }
+  BOOST_REQUIRE(head);
+  float const sigma = 4.f * static_cast<float>(c.initializer_range);
+  BOOST_TEST((head->svh[0] & 0x7FFFu) == f16_bits_from_float(sigma));
+  int64_t const m = 4, k = head->desc.k, n = head->desc.n;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<Fp16> x(static_cast<size_t>(m * k));
+  double xs = 0;
+  for (auto& v : x) {
+    v = Fp16::from_float(nd(rng));
+    xs += static_cast<double>(v.to_float()) * v.to_float();
+  }
+  std::vector<float> y(static_cast<size_t>(m * n));
+  ops::Exl3GemmDesc d{head->desc, m, DType::kF32, false};
+  ops::Exl3GemmArgs a;
+  a.x = TensorView<Fp16 const, 2>(x.data(), {m, k});
+  a.trellis = head->trellis.as<int16_t const, 3>().value_or_throw();
+  a.suh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(head->suh.data()), {k});
+  a.svh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(head->svh.data()), {n});
+  a.y_f32 = TensorView<float, 2>(y.data(), {m, n});
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::Exl3Gemm<Backend::kCpu>::run(d, a, ctx).ok());
+  double ys = 0;
+  for (float v : y) ys += static_cast<double>(v) * v;
+  double const rms = std::sqrt(ys / static_cast<double>(y.size()));
+  double const want = std::sqrt(static_cast<double>(k)) * sigma * std::sqrt(xs / static_cast<double>(x.size()));
+  BOOST_TEST_MESSAGE("exl3 synthetic head: output RMS " << rms << ", expected " << want);
+  BOOST_TEST(rms > 0.9 * want);
+  BOOST_TEST(rms < 1.1 * want);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
