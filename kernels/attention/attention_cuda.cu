@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the CSA2 attention family (include/tessera/ops/attention.hpp, spec/deepseek-v41.md
 /// §2.5.5), the arithmetic of ref/attention_ref.hpp step for step:
-///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u sequential over the head dim, dot_step per element)
+///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u one sequential FMA chain over the head dim)
 ///   m = max(σ_h, max_u l_u);  e_u = expf(l_u − m);  s = ((e_0 + e_1) + …) + expf(σ_h − m)  (in key order)
-///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (sequential over the row's keys, dot_step).
+///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (one sequential FMA chain over the row's keys).
 /// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
 /// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
 /// is one thread walking the tile in key order, and thread t owns output channels t, t+kThreads, ….
@@ -45,20 +45,20 @@ struct AttentionParams {
 
 __device__ __forceinline__ float round_md(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
-/// q_h·k sequential over i (ref::dot); q_h in shared memory.
+/// q_h·k as one sequential FMA chain over i (ref::dot_fma_seq); q_h in shared memory.
 __device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t hd, bool vec4) {
   float acc = 0.f;
   if (vec4) {
     float4 const* k4 = reinterpret_cast<float4 const*>(k);
     for (int64_t i = 0; i < hd / 4; ++i) {
       float4 const v = k4[i];
-      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
-      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
-      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
-      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+      acc = device::fma_step(acc, qs[4 * i + 0], v.x);
+      acc = device::fma_step(acc, qs[4 * i + 1], v.y);
+      acc = device::fma_step(acc, qs[4 * i + 2], v.z);
+      acc = device::fma_step(acc, qs[4 * i + 3], v.w);
     }
   } else {
-    for (int64_t i = 0; i < hd; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+    for (int64_t i = 0; i < hd; ++i) acc = device::fma_step(acc, qs[i], k[i]);
   }
   return acc;
 }
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       for (int u = 0; u < len; ++u) {
         int32_t const id = id_s[u];
         float const kv = id >= 0 ? p.keys[id * p.key_stride + i] : NAN;
-        s = dev::dot_step(s, l_s[u], kv);
+        s = device::fma_step(s, l_s[u], kv);
       }
       acc[a] = s;
     }
@@ -189,13 +189,13 @@ Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs co
   TESSERA_TRY(check_shape(a.key_ids, {-1}, "attention key_ids"));
   int64_t const nnz = a.key_ids.shape[0];
   if (a.probs.data) TESSERA_TRY(check_shape(a.probs, {d.heads, nnz}, "attention probs"));
-  TESSERA_TRY(dev::check_on_device(a.q, "attention q"));
-  TESSERA_TRY(dev::check_on_device(a.keys, "attention keys"));
-  TESSERA_TRY(dev::check_on_device(a.row_offsets, "attention row_offsets"));
-  TESSERA_TRY(dev::check_on_device(a.key_ids, "attention key_ids"));
-  TESSERA_TRY(dev::check_on_device(a.sinks, "attention sinks"));
-  TESSERA_TRY(dev::check_on_device(a.out, "attention out"));
-  return dev::check_on_device(a.probs, "attention probs");
+  TESSERA_TRY(device::check_on_device(a.q, "attention q"));
+  TESSERA_TRY(device::check_on_device(a.keys, "attention keys"));
+  TESSERA_TRY(device::check_on_device(a.row_offsets, "attention row_offsets"));
+  TESSERA_TRY(device::check_on_device(a.key_ids, "attention key_ids"));
+  TESSERA_TRY(device::check_on_device(a.sinks, "attention sinks"));
+  TESSERA_TRY(device::check_on_device(a.out, "attention out"));
+  return device::check_on_device(a.probs, "attention probs");
 }
 
 Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs const& a) {
@@ -236,11 +236,11 @@ Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs cons
   p.bf16 = d.md == DType::kBf16;
   p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
   size_t const smem = static_cast<size_t>(d.head_dim) * sizeof(float);
-  TESSERA_TRY(dev::allow_dynamic_smem(k::attention_kernel, smem, ctx, "attention (CUDA)"));
+  TESSERA_TRY(device::allow_dynamic_smem(k::attention_kernel, smem, ctx, "attention (CUDA)"));
   int64_t const blocks = d.rows * d.heads;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
   k::attention_kernel<<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
-  return dev::launch_status("attention (CUDA) kernel");
+  return device::launch_status("attention (CUDA) kernel");
 }
 
 }  // namespace tessera::ops

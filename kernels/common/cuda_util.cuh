@@ -44,16 +44,16 @@ struct Scratch {
 };
 
 /// Lane l of a warp gets, for its output o = o0 + l (o < n_out) and each of R input vectors x_r
-/// (x + r·x_stride, read by all lanes at once), acc[r] = ref::dot(x_r, W[o, :], n) — sequential in k,
-/// one rounding per product and per sum. W is row-major with leading dimension ld. The warp stages
+/// (x + r·x_stride, read by all lanes at once), acc[r] = ref::dot(x_r, W[o, :], n) in ref::dot's order
+/// (device::DotAcc over 32-wide chunks). W is row-major with leading dimension ld. The warp stages
 /// 32×32 tiles of W in `tile` (32·33 floats of shared memory owned by this warp) so global loads are
 /// coalesced along k; the per-output arithmetic is the same whatever R, the tile or the launch shape.
 template <int R, class W>
 __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, int n_x, W const* w, int64_t ld,
                                               int64_t n, int64_t o0, int64_t n_out, float* tile, float (&acc)[R]) {
   int const lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  static_assert(device::kDotChunk == 32, "the 32-wide tiles are the chunks of the dot order");
+  device::DotAcc d[R];
   for (int64_t k0 = 0; k0 < n; k0 += 32) {
     int64_t const k = k0 + lane;
     for (int j = 0; j < 32; ++j) {
@@ -63,14 +63,51 @@ __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, 
     __syncwarp();
     int const kk = static_cast<int>(n - k0 < 32 ? n - k0 : 32);
     float const* trow = tile + lane * 33;
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r].begin();
     for (int t = 0; t < kk; ++t) {
       float const wv = trow[t];
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < n_x) acc[r] = device::dot_step(acc[r], x[r * x_stride + k0 + t], wv);
+        if (r < n_x) d[r].step(x[r * x_stride + k0 + t], wv);
     }
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r].end();
     __syncwarp();
   }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = d[r].value();
+}
+
+/// warp_dot_rows with the R input vectors given by pointers (xr[r] for r < n_x; gathered token rows).
+template <int R, class W>
+__device__ __forceinline__ void warp_dot_rows_ptr(float const* const* xr, int n_x, W const* w, int64_t ld, int64_t n,
+                                                  int64_t o0, int64_t n_out, float* tile, float (&acc)[R]) {
+  int const lane = threadIdx.x & 31;
+  device::DotAcc d[R];
+  for (int64_t k0 = 0; k0 < n; k0 += 32) {
+    int64_t const k = k0 + lane;
+    for (int j = 0; j < 32; ++j) {
+      int64_t const o = o0 + j;
+      tile[j * 33 + lane] = (o < n_out && k < n) ? device::load_w(w + o * ld + k) : 0.f;
+    }
+    __syncwarp();
+    int const kk = static_cast<int>(n - k0 < 32 ? n - k0 : 32);
+    float const* trow = tile + lane * 33;
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r].begin();
+    for (int t = 0; t < kk; ++t) {
+      float const wv = trow[t];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < n_x) d[r].step(xr[r][k0 + t], wv);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r].end();
+    __syncwarp();
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = d[r].value();
 }
 
 }  // namespace tessera::kernels

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) compress_pool_kernel(PoolParams cons
   for (int64_t i = 0; i < p.ratio; ++i) s = __fadd_rn(s, expf(__fsub_rn(gt[i * p.gate_stride], mx)));
   float acc = 0.f;
   for (int64_t i = 0; i < p.ratio; ++i)
-    acc = dev::dot_step(acc, a[i * p.kv_stride], __fdiv_rn(expf(__fsub_rn(gt[i * p.gate_stride], mx)), s));
+    acc = device::dot_step(acc, a[i * p.kv_stride], __fdiv_rn(expf(__fsub_rn(gt[i * p.gate_stride], mx)), s));
   p.out[g * p.out_stride + c] = p.bf16 ? round_to_bf16(acc) : acc;
 }
 
@@ -63,9 +63,9 @@ Status CompressPool<Backend::kCuda>::check(CompressPoolDesc const& d, CompressPo
   TESSERA_TRY(check_shape(a.kv, {d.groups * d.ratio, d.dim}, "compress_pool kv"));
   TESSERA_TRY(check_shape(a.gate, {d.groups * d.ratio, d.dim}, "compress_pool gate"));
   TESSERA_TRY(check_shape(a.out, {d.groups, d.dim}, "compress_pool out"));
-  TESSERA_TRY(dev::check_on_device(a.kv, "compress_pool kv"));
-  TESSERA_TRY(dev::check_on_device(a.gate, "compress_pool gate"));
-  return dev::check_on_device(a.out, "compress_pool out");
+  TESSERA_TRY(device::check_on_device(a.kv, "compress_pool kv"));
+  TESSERA_TRY(device::check_on_device(a.gate, "compress_pool gate"));
+  return device::check_on_device(a.out, "compress_pool out");
 }
 
 Status CompressPool<Backend::kCuda>::run(CompressPoolDesc const& d, CompressPoolArgs const& a, ExecContext& ctx) {
@@ -84,7 +84,7 @@ Status CompressPool<Backend::kCuda>::run(CompressPoolDesc const& d, CompressPool
   int64_t const blocks = d.groups * p.col_blocks;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "compress_pool (CUDA): groups·dim exceeds the grid");
   k::compress_pool_kernel<<<static_cast<unsigned>(blocks), k::kThreads, 0, ctx.stream>>>(p);
-  return dev::launch_status("compress_pool (CUDA) kernel");
+  return device::launch_status("compress_pool (CUDA) kernel");
 }
 
 }  // namespace tessera::ops

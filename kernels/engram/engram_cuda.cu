@@ -76,9 +76,7 @@ __global__ void __launch_bounds__(256) engram_gate_kernel(GateParams const p) {
   if (threadIdx.x == 0) stat[0] = device::rms_inv_seq(h, p.d, p.eps);
   if (threadIdx.x == 32) stat[1] = device::rms_inv_seq(kk, p.d, p.eps);
   if (threadIdx.x == 64) {
-    float s = 0.f;
-#pragma unroll 4
-    for (int64_t i = 0; i < p.d; ++i) s = device::dot_step(s, __fmul_rn(h[i], w[i]), kk[i]);
+    float const s = device::lane_sum_seq(p.d, [&](int64_t i) { return __fmul_rn(__fmul_rn(h[i], w[i]), kk[i]); });
     stat[2] = s;
   }
   __syncthreads();

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the indexer family (include/tessera/ops/indexer.hpp, spec/deepseek-v41.md §2.5.4),
 /// the arithmetic and selections of ref/indexer_ref.hpp:
-///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot sequential,
-///                    dot_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
+///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot one sequential
+///                    FMA chain, fma_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
 ///                    query row and weights sit in shared memory. Bit-equal to the CPU backend.
 ///   CandidateBlocks  block maxima of Bc entries (the block (vis − 1) // Bc forced to +inf), the
 ///                    min(topk_blocks, #blocks) best blocks > −inf kept (topk_select.cuh), entry mask.
@@ -44,19 +44,19 @@ __device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_
     float4 const* k4 = reinterpret_cast<float4 const*>(k);
     for (int64_t i = 0; i < n / 4; ++i) {
       float4 const v = k4[i];
-      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
-      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
-      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
-      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+      acc = device::fma_step(acc, qs[4 * i + 0], v.x);
+      acc = device::fma_step(acc, qs[4 * i + 1], v.y);
+      acc = device::fma_step(acc, qs[4 * i + 2], v.z);
+      acc = device::fma_step(acc, qs[4 * i + 3], v.w);
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+    for (int64_t i = 0; i < n; ++i) acc = device::fma_step(acc, qs[i], k[i]);
   }
   return acc;
 }
 
 /// grid rows · tiles, block kScoreThreads; dynamic smem (heads·di + heads) floats.
-__global__ void __launch_bounds__(kScoreThreads) index_score_kernel(ScoreParams const p) {
+__global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScoreParams const p) {
   extern __shared__ float sm[];
   int64_t const row = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles;
   int64_t const j0 = tile * kScoreThreads, j = j0 + threadIdx.x;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(ScoreParams 
   for (int64_t h = 0; h < p.heads; ++h) {
     float const d = dot_row(qs + h * p.di, kj, p.di, p.vec4);
     float const r = d > 0.f ? d : 0.f;
-    acc = dev::dot_step(acc, __fmul_rn(r, p.scale), ws[h]);
+    acc = device::dot_step(acc, __fmul_rn(r, p.scale), ws[h]);
   }
   srow[j] = acc;
 }
@@ -200,11 +200,11 @@ Status IndexScore<Backend::kCuda>::check(IndexScoreDesc const& d, IndexScoreArgs
   TESSERA_TRY(check_shape(a.keys, {d.entries, d.head_dim}, "index_score keys"));
   TESSERA_TRY(check_shape(a.positions, {d.rows}, "index_score positions"));
   TESSERA_TRY(check_shape(a.scores, {d.rows, d.entries}, "index_score scores"));
-  TESSERA_TRY(dev::check_on_device(a.q, "index_score q"));
-  TESSERA_TRY(dev::check_on_device(a.weights, "index_score weights"));
-  TESSERA_TRY(dev::check_on_device(a.keys, "index_score keys"));
-  TESSERA_TRY(dev::check_on_device(a.positions, "index_score positions"));
-  return dev::check_on_device(a.scores, "index_score scores");
+  TESSERA_TRY(device::check_on_device(a.q, "index_score q"));
+  TESSERA_TRY(device::check_on_device(a.weights, "index_score weights"));
+  TESSERA_TRY(device::check_on_device(a.keys, "index_score keys"));
+  TESSERA_TRY(device::check_on_device(a.positions, "index_score positions"));
+  return device::check_on_device(a.scores, "index_score scores");
 }
 
 Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs const& a, ExecContext& ctx) {
@@ -225,11 +225,11 @@ Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs c
   p.scale = d.scale;
   p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
   size_t const smem = static_cast<size_t>(d.heads * d.head_dim + d.heads) * sizeof(float);
-  TESSERA_TRY(dev::allow_dynamic_smem(k::index_score_kernel, smem, ctx, "index_score (CUDA)"));
+  TESSERA_TRY(device::allow_dynamic_smem(k::index_score_kernel, smem, ctx, "index_score (CUDA)"));
   int64_t const blocks = d.rows * p.tiles;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "index_score (CUDA): rows·entries exceeds the grid");
   k::index_score_kernel<<<static_cast<unsigned>(blocks), k::kScoreThreads, smem, ctx.stream>>>(p);
-  return dev::launch_status("index_score (CUDA) kernel");
+  return device::launch_status("index_score (CUDA) kernel");
 }
 
 Status CandidateBlocks<Backend::kCuda>::check(CandidateBlocksDesc const& d, CandidateBlocksArgs const& a) {
@@ -239,10 +239,10 @@ Status CandidateBlocks<Backend::kCuda>::check(CandidateBlocksDesc const& d, Cand
   TESSERA_TRY(check_shape(a.positions, {d.rows}, "candidate_blocks positions"));
   TESSERA_TRY(check_shape(a.mask, {d.rows, d.entries}, "candidate_blocks mask"));
   TESSERA_TRY(check_shape(a.cutoff_tie, {d.rows}, "candidate_blocks cutoff_tie"));
-  TESSERA_TRY(dev::check_on_device(a.scores, "candidate_blocks scores"));
-  TESSERA_TRY(dev::check_on_device(a.positions, "candidate_blocks positions"));
-  TESSERA_TRY(dev::check_on_device(a.mask, "candidate_blocks mask"));
-  return dev::check_on_device(a.cutoff_tie, "candidate_blocks cutoff_tie");
+  TESSERA_TRY(device::check_on_device(a.scores, "candidate_blocks scores"));
+  TESSERA_TRY(device::check_on_device(a.positions, "candidate_blocks positions"));
+  TESSERA_TRY(device::check_on_device(a.mask, "candidate_blocks mask"));
+  return device::check_on_device(a.cutoff_tie, "candidate_blocks cutoff_tie");
 }
 
 Status CandidateBlocks<Backend::kCuda>::run(CandidateBlocksDesc const& d, CandidateBlocksArgs const& a,
@@ -260,7 +260,7 @@ Status CandidateBlocks<Backend::kCuda>::run(CandidateBlocksDesc const& d, Candid
   p.block = d.block_size;
   p.topk_blocks = d.topk_blocks;
   k::candidate_blocks_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, 0, ctx.stream>>>(p);
-  return dev::launch_status("candidate_blocks (CUDA) kernel");
+  return device::launch_status("candidate_blocks (CUDA) kernel");
 }
 
 Status IndexTopK<Backend::kCuda>::check(IndexTopKDesc const& d, IndexTopKArgs const& a) {
@@ -271,10 +271,10 @@ Status IndexTopK<Backend::kCuda>::check(IndexTopKDesc const& d, IndexTopKArgs co
   if (a.mask.data) TESSERA_TRY(check_shape(a.mask, {d.rows, d.entries}, "index_topk mask"));
   TESSERA_TRY(check_shape(a.selected, {d.rows, d.top_k}, "index_topk selected"));
   TESSERA_TRY(check_shape(a.cutoff_tie, {d.rows}, "index_topk cutoff_tie"));
-  TESSERA_TRY(dev::check_on_device(a.scores, "index_topk scores"));
-  TESSERA_TRY(dev::check_on_device(a.mask, "index_topk mask"));
-  TESSERA_TRY(dev::check_on_device(a.selected, "index_topk selected"));
-  return dev::check_on_device(a.cutoff_tie, "index_topk cutoff_tie");
+  TESSERA_TRY(device::check_on_device(a.scores, "index_topk scores"));
+  TESSERA_TRY(device::check_on_device(a.mask, "index_topk mask"));
+  TESSERA_TRY(device::check_on_device(a.selected, "index_topk selected"));
+  return device::check_on_device(a.cutoff_tie, "index_topk cutoff_tie");
 }
 
 Status IndexTopK<Backend::kCuda>::run(IndexTopKDesc const& d, IndexTopKArgs const& a, ExecContext& ctx) {
@@ -293,9 +293,9 @@ Status IndexTopK<Backend::kCuda>::run(IndexTopKDesc const& d, IndexTopKArgs cons
   while (len < need) len <<= 1;
   p.sort_len = len;
   size_t const smem = static_cast<size_t>(len) * (sizeof(uint32_t) + sizeof(int32_t));
-  TESSERA_TRY(dev::allow_dynamic_smem(k::index_topk_kernel, smem, ctx, "index_topk (CUDA)"));
+  TESSERA_TRY(device::allow_dynamic_smem(k::index_topk_kernel, smem, ctx, "index_topk (CUDA)"));
   k::index_topk_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, smem, ctx.stream>>>(p);
-  return dev::launch_status("index_topk (CUDA) kernel");
+  return device::launch_status("index_topk (CUDA) kernel");
 }
 
 }  // namespace tessera::ops

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the linear family (include/tessera/ops/linear.hpp): y[r, o] = →md(ref::dot(x_r, W_o)).
 /// Block of 4 warps = 128 consecutive outputs × up to 8 rows; lane l of a warp owns output o0 + l and runs
-/// its dot products sequentially in k through device::dot_step (warp_dot_rows), so each y[r, o] is the
+/// its dot products in ref::dot's order through device::DotAcc (warp_dot_rows), so each y[r, o] is the
 /// exact fp32 sequence of ref::dot whatever the row count or grid: bitwise equal to the CPU and row-invariant.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"

@@ -40,10 +40,14 @@ __global__ void __launch_bounds__(64) mhc_mix_kernel(MhcMixParams const p) {
   float const r = s_r;
   for (int64_t o = threadIdx.x; o < nm; o += blockDim.x) {
     float const* w = p.fn + o * nd;
-    float acc = 0.f;
-#pragma unroll 4
-    for (int64_t i = 0; i < nd; ++i) acc = device::dot_step(acc, __fmul_rn(x[i], r), __ldg(w + i));
-    m[o] = acc;
+    device::DotAcc acc;  // ref::dot(f, fn_o) with f_i = x_i·r
+    for (int64_t c0 = 0; c0 < nd; c0 += device::kDotChunk) {
+      int64_t const c1 = c0 + device::kDotChunk < nd ? c0 + device::kDotChunk : nd;
+      acc.begin();
+      for (int64_t i = c0; i < c1; ++i) acc.step(__fmul_rn(x[i], r), __ldg(w + i));
+      acc.end();
+    }
+    m[o] = acc.value();
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -128,7 +132,7 @@ __global__ void __launch_bounds__(256) mhc_expand_kernel(MhcExpandParams const p
   float const* x = p.x + row * p.n * p.d;
   float const* comb = p.comb + row * p.n * p.n;
   float mixed = 0.f;
-  for (int64_t j = 0; j < p.n; ++j) mixed = device::dot_step(mixed, comb[j * p.n + k], x[j * p.d + i]);
+  for (int64_t j = 0; j < p.n; ++j) mixed = device::fma_step(mixed, comb[j * p.n + k], x[j * p.d + i]);
   float const py = __fmul_rn(p.post[row * p.n + k], p.y[row * p.d + i]);
   p.out[row * p.n * p.d + t] = device::round_md(__fadd_rn(py, mixed), p.bf16);
 }

@@ -5,10 +5,16 @@
 ///     masked expert); warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
 ///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
 ///     renormalises (sum in selection order), scales, and applies ref::moe_prune_row (stable order by weight).
-///   MoeExperts: kernel A, grid (inter/128, top_k + 1 slots, rows): a = →md(w·(silu(min(g, L))·clamp(u, ±L)))
-///     with g, u = →md(W1/W3 · x) as sequential dots; kernel B, grid (dim/128, rows): out_o = →md(Σ_e y_e,o
-///     + y_shared,o) with y_e,o = →md(W2_e,o · a_e), the routed experts in ascending id then the shared one,
-///     summed from +0 in fp32. Only silu's expf is not bitwise; a token's result never depends on other tokens.
+///   MoeExperts, grouped over experts: the (token, slot) assignments are sorted by expert id (CUB stable
+///     radix sort: a pure function of the routing) and cut into tiles of up to 8 assignments of one
+///     expert (and tiles of 8 tokens for the shared expert), so a block reads each weight tile once for
+///     up to 8 tokens. act = →md(w·(silu(min(g, L))·clamp(u, ±L))) with g, u = →md(W1/W3 · x); then
+///     y = →md(W2 · act) per assignment; then per token out_o = →md(Σ_e y_e,o + y_shared,o), the routed
+///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot is sequential in k
+///     (warp_dot_rows_ptr), so a value never depends on the tile it shares: only silu's expf is not
+///     bitwise, and a token's result never depends on the other tokens.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/moe.hpp"
@@ -120,92 +126,195 @@ __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
   }
 }
 
+constexpr int kWarps = 4;
+constexpr int kTile = 8;  // assignments (token rows) per block: each weight tile is reused for all of them
+
+/// One block's rows: routed tile = up to kTile assignments of one expert (consecutive in the sorted order);
+/// shared tile = up to kTile consecutive tokens of the shared expert.
+struct TileInfo {
+  int32_t expert;  // −1 = shared expert
+  int32_t start;   // first sorted assignment (routed) or first token (shared)
+  int32_t count;
+  int32_t pad;
+};
+
 struct ExpertsParams {
   float const* x = nullptr;          // [rows, dim]
   int32_t const* ids = nullptr;      // [rows, top_k]
   float const* weights = nullptr;    // [rows, top_k]
   ops::MoeExpertsDeviceWeights w;
-  float* act = nullptr;              // [rows, top_k + 1, inter] workspace
+  uint32_t* keys = nullptr;          // [A] expert id (experts for an empty slot)
+  uint32_t* keys_sorted = nullptr;   // [A]
+  uint32_t* vals = nullptr;          // [A] assignment a = row·top_k + slot
+  uint32_t* vals_sorted = nullptr;   // [A] assignments grouped by expert, ascending a within one
+  TileInfo* tiles = nullptr;         // [max_routed_tiles]
+  int32_t* num_tiles = nullptr;      // [1] routed tiles in use
+  float* act = nullptr;              // [rows, top_k + 1, inter]: SwiGLU activations (slot top_k = shared)
+  float* ybuf = nullptr;             // [rows, top_k + 1, dim]: →md(W2·act) per slot
   float* out = nullptr;              // [rows, dim]
-  int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
+  int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1, max_routed_tiles = 0;
   float limit = 0.f;
   bool shared = true, bf16 = false;
 };
 
-constexpr int kWarps = 4;
+__global__ void moe_keys_kernel(ExpertsParams const p) {
+  int64_t const a = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (a >= p.rows * p.top_k) return;
+  int32_t const id = p.ids[a];
+  p.keys[a] = (id >= 0 && id < p.experts) ? static_cast<uint32_t>(id) : static_cast<uint32_t>(p.experts);
+  p.vals[a] = static_cast<uint32_t>(a);
+}
 
+/// Expert segments of the sorted keys (binary search per expert), then the tile table (one thread, in
+/// expert order: the table is a pure function of the routing).
+__global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
+  extern __shared__ int32_t off[];  // [experts + 1]
+  int64_t const A = p.rows * p.top_k;
+  for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) {
+    int64_t lo = 0, hi = A;  // first index with key >= e
+    while (lo < hi) {
+      int64_t const mid = (lo + hi) >> 1;
+      if (p.keys_sorted[mid] < static_cast<uint32_t>(e)) lo = mid + 1; else hi = mid;
+    }
+    off[e] = static_cast<int32_t>(lo);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int32_t n = 0;
+  for (int64_t e = 0; e < p.experts; ++e)
+    for (int32_t s = off[e]; s < off[e + 1]; s += kTile) {
+      int32_t const c = off[e + 1] - s < kTile ? off[e + 1] - s : kTile;
+      p.tiles[n++] = TileInfo{static_cast<int32_t>(e), s, c, 0};
+    }
+  *p.num_tiles = n;
+}
+
+/// The rows of tile `t` (routed when t < max_routed_tiles): the slot index into act/ybuf ([rows, top_k+1])
+/// and the expert; false when the block has no tile.
+__device__ bool tile_rows(ExpertsParams const& p, int64_t t, int32_t (&slot)[kTile], int& n, int32_t& expert) {
+  if (t < p.max_routed_tiles) {
+    if (t >= *p.num_tiles) return false;
+    TileInfo const ti = p.tiles[t];
+    expert = ti.expert;
+    n = ti.count;
+    for (int r = 0; r < n; ++r) {
+      uint32_t const a = p.vals_sorted[ti.start + r];
+      slot[r] = static_cast<int32_t>((a / p.top_k) * (p.top_k + 1) + a % p.top_k);
+    }
+    return true;
+  }
+  if (!p.shared) return false;
+  int64_t const tok0 = (t - p.max_routed_tiles) * kTile;
+  if (tok0 >= p.rows) return false;
+  expert = -1;
+  n = static_cast<int>(p.rows - tok0 < kTile ? p.rows - tok0 : kTile);
+  for (int r = 0; r < n; ++r) slot[r] = static_cast<int32_t>((tok0 + r) * (p.top_k + 1) + p.top_k);
+  return true;
+}
+
+/// act[slot] = →md(w·(silu(min(g, L))·clamp(u, ±L))), g/u = →md(W1/W3·x); grid (inter/128, tiles).
 template <class W>
 __global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams const p) {
   __shared__ float tiles[kWarps][32 * 33];
+  __shared__ int32_t slot[kTile];
+  __shared__ float const* xr[kTile];
+  __shared__ float wt[kTile];
+  __shared__ int n_s, expert_s, ok_s;
+  if (threadIdx.x == 0) {
+    int32_t sl[kTile];
+    int n = 0;
+    int32_t e = -1;
+    ok_s = tile_rows(p, blockIdx.y, sl, n, e);
+    n_s = n;
+    expert_s = e;
+    for (int r = 0; r < n; ++r) {
+      slot[r] = sl[r];
+      int64_t const tok = sl[r] / (p.top_k + 1), s = sl[r] % (p.top_k + 1);
+      xr[r] = p.x + tok * p.dim;
+      wt[r] = s < p.top_k ? p.weights[tok * p.top_k + s] : 0.f;
+    }
+  }
+  __syncthreads();
+  if (!ok_s) return;
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t const slot = blockIdx.y, row = blockIdx.z;
   int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
   if (o0 >= p.inter) return;
-  W const *w1, *w3;
-  bool weighted = slot < p.top_k;
-  float wt = 0.f;
-  if (weighted) {
-    int32_t const id = p.ids[row * p.top_k + slot];
-    if (id < 0 || id >= p.experts) return;
-    w1 = static_cast<W const*>(p.w.w1[id]);
-    w3 = static_cast<W const*>(p.w.w3[id]);
-    wt = p.weights[row * p.top_k + slot];
-  } else {
-    if (!p.shared) return;
-    w1 = static_cast<W const*>(p.w.shared_w1);
-    w3 = static_cast<W const*>(p.w.shared_w3);
-  }
-  float const* x = p.x + row * p.dim;
-  float g[1], u[1];
-  warp_dot_rows<1>(x, 0, 1, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
-  warp_dot_rows<1>(x, 0, 1, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
+  int const e = expert_s, n = n_s;
+  W const* w1 = static_cast<W const*>(e >= 0 ? p.w.w1[e] : p.w.shared_w1);
+  W const* w3 = static_cast<W const*>(e >= 0 ? p.w.w3[e] : p.w.shared_w3);
+  float g[kTile], u[kTile];
+  warp_dot_rows_ptr<kTile>(xr, n, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
+  warp_dot_rows_ptr<kTile>(xr, n, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
   int64_t const i = o0 + lane;
   if (i >= p.inter) return;
-  float gv = device::round_md(g[0], p.bf16), uv = device::round_md(u[0], p.bf16);
-  if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
-  float y = __fmul_rn(device::silu(gv), uv);
-  if (weighted) y = __fmul_rn(wt, y);
-  p.act[(row * (p.top_k + 1) + slot) * p.inter + i] = device::round_md(y, p.bf16);
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) {
+    if (r >= n) break;
+    float gv = device::round_md(g[r], p.bf16), uv = device::round_md(u[r], p.bf16);
+    if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
+    float y = __fmul_rn(device::silu(gv), uv);
+    if (e >= 0) y = __fmul_rn(wt[r], y);
+    p.act[static_cast<int64_t>(slot[r]) * p.inter + i] = device::round_md(y, p.bf16);
+  }
 }
 
+/// ybuf[slot] = →md(W2·act[slot]); grid (dim/128, tiles).
 template <class W>
 __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams const p) {
   __shared__ float tiles[kWarps][32 * 33];
-  __shared__ int order[kMaxTopK];
+  __shared__ int32_t slot[kTile];
+  __shared__ float const* ar[kTile];
+  __shared__ int n_s, expert_s, ok_s;
+  if (threadIdx.x == 0) {
+    int32_t sl[kTile];
+    int n = 0;
+    int32_t e = -1;
+    ok_s = tile_rows(p, blockIdx.y, sl, n, e);
+    n_s = n;
+    expert_s = e;
+    for (int r = 0; r < n; ++r) { slot[r] = sl[r]; ar[r] = p.act + static_cast<int64_t>(sl[r]) * p.inter; }
+  }
+  __syncthreads();
+  if (!ok_s) return;
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t const row = blockIdx.y;
-  int64_t const k = p.top_k;
-  if (threadIdx.x == 0) {  // slots by ascending expert id (ids of a token are distinct; −1 slots skipped later)
+  int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
+  if (o0 >= p.dim) return;
+  int const e = expert_s, n = n_s;
+  W const* w2 = static_cast<W const*>(e >= 0 ? p.w.w2[e] : p.w.shared_w2);
+  float y[kTile];
+  warp_dot_rows_ptr<kTile>(ar, n, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
+  int64_t const o = o0 + lane;
+  if (o >= p.dim) return;
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) {
+    if (r >= n) break;
+    p.ybuf[static_cast<int64_t>(slot[r]) * p.dim + o] = device::round_md(y[r], p.bf16);
+  }
+}
+
+/// out = →md(Σ_{slots by ascending expert id} ybuf + ybuf[shared]) from +0; grid (dim/256, rows).
+__global__ void __launch_bounds__(256) moe_combine_kernel(ExpertsParams const p) {
+  __shared__ int order[kMaxTopK];
+  int64_t const row = blockIdx.y, k = p.top_k;
+  if (threadIdx.x == 0)
     for (int64_t i = 0; i < k; ++i) {
       int32_t const id = p.ids[row * k + i];
       int64_t j = i;
       while (j > 0 && id < p.ids[row * k + order[j - 1]]) { order[j] = order[j - 1]; --j; }
       order[j] = static_cast<int>(i);
     }
-  }
   __syncthreads();
-  int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
-  if (o0 >= p.dim) return;
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= p.dim) return;
+  float const* yb = p.ybuf + row * (k + 1) * p.dim + o;
   float total = 0.f;
-  for (int64_t t = 0; t <= k; ++t) {
-    W const* w2;
-    int64_t slot;
-    if (t < k) {
-      slot = order[t];
-      int32_t const id = p.ids[row * k + slot];
-      if (id < 0 || id >= p.experts) continue;
-      w2 = static_cast<W const*>(p.w.w2[id]);
-    } else {
-      if (!p.shared) break;
-      slot = k;
-      w2 = static_cast<W const*>(p.w.shared_w2);
-    }
-    float y[1];
-    warp_dot_rows<1>(p.act + (row * (k + 1) + slot) * p.inter, 0, 1, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
-    total = __fadd_rn(total, device::round_md(y[0], p.bf16));
+  for (int64_t t = 0; t < k; ++t) {
+    int32_t const id = p.ids[row * k + order[t]];
+    if (id < 0 || id >= p.experts) continue;
+    total = __fadd_rn(total, yb[order[t] * p.dim]);
   }
-  int64_t const o = o0 + lane;
-  if (o < p.dim) p.out[row * p.dim + o] = device::round_md(total, p.bf16);
+  if (p.shared) total = __fadd_rn(total, yb[k * p.dim]);
+  p.out[row * p.dim + o] = device::round_md(total, p.bf16);
 }
 
 }  // namespace
@@ -247,17 +356,49 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
   return launch_status("moe_route_kernel");
 }
 
-size_t MoeExperts<Backend::kCuda>::workspace_bytes(MoeExpertsDesc const& d) {
-  return kernels::align256(static_cast<size_t>(d.rows * (d.top_k + 1) * d.inter) * sizeof(float));
+namespace {
+
+struct ExpertsLayout {
+  size_t act, ybuf, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
+  int64_t max_routed_tiles;
+};
+
+ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
+  using kernels::align256;
+  int64_t const A = d.rows * d.top_k, slots = d.rows * (d.top_k + 1);
+  ExpertsLayout L{};
+  L.max_routed_tiles = kernels::ceil_div(A, kernels::kTile) + d.experts;
+  size_t cub_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<uint32_t const*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<uint32_t const*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<int64_t>(A));
+  size_t off = 0;
+  auto take = [&](size_t bytes) { size_t const o = off; off += align256(bytes); return o; };
+  L.act = take(static_cast<size_t>(slots * d.inter) * sizeof(float));
+  L.ybuf = take(static_cast<size_t>(slots * d.dim) * sizeof(float));
+  L.keys = take(static_cast<size_t>(A) * 4); L.keys_sorted = take(static_cast<size_t>(A) * 4);
+  L.vals = take(static_cast<size_t>(A) * 4); L.vals_sorted = take(static_cast<size_t>(A) * 4);
+  L.tiles = take(static_cast<size_t>(L.max_routed_tiles) * sizeof(kernels::TileInfo));
+  L.num_tiles = take(sizeof(int32_t));
+  L.cub = take(cub_bytes);
+  L.total = off;
+  return L;
 }
+
+}  // namespace
+
+size_t MoeExperts<Backend::kCuda>::workspace_bytes(MoeExpertsDesc const& d) { return experts_layout(d).total; }
 
 Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.weight_dtype == DType::kF32 || d.weight_dtype == DType::kBf16,
                 "moe_experts weight_dtype must be f32 or bf16");
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= kernels::kMaxTopK, "moe_experts CUDA supports 1 <= top_k <= 16");
+  TESSERA_CHECK(d.experts >= 1 && d.experts <= 8192, "moe_experts CUDA supports 1..8192 experts");
   TESSERA_CHECK(d.dim > 0 && d.inter > 0, "moe_experts dim and inter must be positive");
-  TESSERA_CHECK(d.rows <= 65535, "moe_experts CUDA: rows > 65535 per launch");
+  TESSERA_CHECK(d.rows <= 65535 && kernels::ceil_div(d.rows * d.top_k, kernels::kTile) + d.experts +
+                                           kernels::ceil_div(d.rows, kernels::kTile) <= 65535,
+                "moe_experts CUDA: too many rows per launch (split the batch)");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
   TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
@@ -272,27 +413,53 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
 Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs const& a, ExecContext& ctx) {
   using namespace kernels;
   if (d.rows == 0) return {};
+  ExpertsLayout const L = experts_layout(d);
   Scratch ws;
-  TESSERA_TRY(ws.acquire(ctx, workspace_bytes(d)));
+  TESSERA_TRY(ws.acquire(ctx, L.total));
+  auto* base = static_cast<unsigned char*>(ws.ptr);
   ExpertsParams p;
-  p.x = a.x.data; p.ids = a.ids.data; p.weights = a.weights.data; p.w = a.dev;
-  p.act = static_cast<float*>(ws.ptr); p.out = a.out.data;
+  p.x = a.x.data; p.ids = a.ids.data; p.weights = a.weights.data; p.w = a.dev; p.out = a.out.data;
+  p.keys = reinterpret_cast<uint32_t*>(base + L.keys);
+  p.keys_sorted = reinterpret_cast<uint32_t*>(base + L.keys_sorted);
+  p.vals = reinterpret_cast<uint32_t*>(base + L.vals);
+  p.vals_sorted = reinterpret_cast<uint32_t*>(base + L.vals_sorted);
+  p.tiles = reinterpret_cast<TileInfo*>(base + L.tiles);
+  p.num_tiles = reinterpret_cast<int32_t*>(base + L.num_tiles);
+  p.act = reinterpret_cast<float*>(base + L.act);
+  p.ybuf = reinterpret_cast<float*>(base + L.ybuf);
   p.rows = d.rows; p.experts = d.experts; p.dim = d.dim; p.inter = d.inter; p.top_k = d.top_k;
+  p.max_routed_tiles = L.max_routed_tiles;
   p.limit = d.swiglu_limit; p.shared = d.shared_expert; p.bf16 = d.md == DType::kBf16;
-  dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), static_cast<unsigned>(d.top_k + 1),
-          static_cast<unsigned>(d.rows));
-  dim3 gb(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), static_cast<unsigned>(d.rows));
   cudaStream_t const st = stream_of(ctx);
+  int64_t const A = d.rows * d.top_k;
+  moe_keys_kernel<<<static_cast<unsigned>(ceil_div(A, 256)), 256, 0, st>>>(p);
+  TESSERA_TRY(launch_status("moe_keys_kernel"));
+  int end_bit = 1;
+  while ((int64_t{1} << end_bit) <= d.experts) ++end_bit;  // keys are 0..experts
+  size_t cub_bytes = L.total - L.cub;
+  TESSERA_TRY(cuda_status(cub::DeviceRadixSort::SortPairs(base + L.cub, cub_bytes,
+                                                          static_cast<uint32_t const*>(p.keys), p.keys_sorted,
+                                                          static_cast<uint32_t const*>(p.vals), p.vals_sorted, A, 0,
+                                                          end_bit, st),
+                          "moe_experts expert sort"));
+  moe_tiles_kernel<<<1, 256, static_cast<size_t>(d.experts + 1) * sizeof(int32_t), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tiles_kernel"));
+  unsigned const ny = static_cast<unsigned>(L.max_routed_tiles + ceil_div(d.rows, kTile));
+  dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
+  dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
+  dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
   if (d.weight_dtype == DType::kBf16) {
     moe_act_kernel<Bf16><<<ga, kWarps * 32, 0, st>>>(p);
     TESSERA_TRY(launch_status("moe_act_kernel"));
-    moe_down_kernel<Bf16><<<gb, kWarps * 32, 0, st>>>(p);
+    moe_down_kernel<Bf16><<<gd, kWarps * 32, 0, st>>>(p);
   } else {
     moe_act_kernel<float><<<ga, kWarps * 32, 0, st>>>(p);
     TESSERA_TRY(launch_status("moe_act_kernel"));
-    moe_down_kernel<float><<<gb, kWarps * 32, 0, st>>>(p);
+    moe_down_kernel<float><<<gd, kWarps * 32, 0, st>>>(p);
   }
-  return launch_status("moe_down_kernel");
+  TESSERA_TRY(launch_status("moe_down_kernel"));
+  moe_combine_kernel<<<gc, 256, 0, st>>>(p);
+  return launch_status("moe_combine_kernel");
 }
 
 }  // namespace tessera::ops

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the RMSNorm family (include/tessera/ops/norm.hpp, ref/norm_ref.hpp): one block per row.
-/// The statistic Σx² is the reference's sequential fp32 sum in index order (one thread, dot_step), then
+/// The statistic Σx² follows ref::lane_sum's order (one thread emulating the 32 lanes, rms_inv_seq), then
 /// ss/n + eps, sqrt and 1/· each correctly rounded: bitwise equal to ref::rms_norm_row, weighted
 /// (→md(w·→md(x·r))) and unweighted (x·r).
 #include "kernels/common/cuda_util.cuh"

@@ -5,12 +5,18 @@
 /// step, near-tie certification, derived tolerances). One line per prompt and per disagreement, then
 /// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
 /// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes.
+/// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
+/// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
+/// to a safetensors file, to localise the first divergence against the reference engine's own dumps (CPU
+/// model only).
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "servers/cli/command.hpp"
+#include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
@@ -20,7 +26,7 @@ namespace tessera::cli {
 Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
 
 int cmd_verify_golden(std::vector<std::string> const& args) {
-  ArgParser p(args, {"model", "golden", "dtype", "device"});
+  ArgParser p(args, {"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps"});
   if (!p.error().empty() || !p.has("model") || !p.has("golden")) {
     std::fprintf(stderr,
                  "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda]\n%s\n",
@@ -32,27 +38,61 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   if (!num) throw Error(num.status());
   model::dsv41::ModelOptions o;
   o.numerics = *num;
-  std::string const device = p.get_or("device", "cpu");
-  auto m = model::dsv41::load_model_on(dir, o, device).value_or_throw();
+  auto lm = model::dsv41::load_model_on(dir, o, p.get_or("device", "cpu")).value_or_throw();
+  auto* m = dynamic_cast<model::dsv41::Dsv41Model*>(lm.get());  // null for the GPU model
   model::dsv41::CheckpointSource golden;
   std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;
   throw_if_error(golden.open(gfile));
-  std::printf("model %s (%s, %s), golden %s\n", dir.c_str(), m->info().dtype.c_str(), m->info().device.c_str(),
+  std::printf("model %s (%s, %s), golden %s\n", dir.c_str(), lm->info().dtype.c_str(), lm->info().device.c_str(),
               gfile.c_str());
+  if (p.has("dump-taps")) {
+    if (!m) throw Error(not_supported("--dump-taps: module taps exist on the CPU model only (--device cpu)"));
+    std::string const pk = "prompt." + p.get_or("dump-prompt", "0");
+    if (!golden.contains(pk)) throw Error(invalid_argument("--dump-prompt: the golden has no " + pk));
+    Tensor ids = golden.load_i64(pk).value_or_throw();
+    std::vector<int32_t> toks(ids.data_as<int64_t>(), ids.data_as<int64_t>() + ids.numel());
+    io::SafetensorsWriter w;
+    std::map<std::string, int> seen;
+    m->set_debug_tap([&](std::string const& n, std::vector<int64_t> const& shape, std::span<float const> v) {
+      Tensor t = Tensor::from_floats(std::vector<float>(v.begin(), v.end()), shape);
+      int const k = seen[n]++;
+      throw_if_error(w.add(k ? n + "." + std::to_string(k) : n, t));
+    });
+    auto st = m->new_sequence();
+    std::vector<float> lg(toks.size() * static_cast<size_t>(m->info().vocab_size));
+    model::SequenceStep step{st.get(), toks, static_cast<int64_t>(toks.size()), lg.data()};
+    throw_if_error(m->forward({&step, 1}));
+    // Then --dump-steps single-token decode steps on the golden's own greedy tokens (taps suffixed .1, .2, …).
+    std::string const gk = "gen_manual." + p.get_or("dump-prompt", "0");
+    int64_t const steps = std::stoll(p.get_or("dump-steps", "0"));
+    if (steps > 0) {
+      Tensor gen = golden.load_i64(gk).value_or_throw();
+      for (int64_t i = 0; i < steps && i < gen.numel(); ++i) {
+        int32_t const t = static_cast<int32_t>(gen.data_as<int64_t>()[i]);
+        model::SequenceStep one{st.get(), std::span<int32_t const>(&t, 1), 1, lg.data()};
+        throw_if_error(m->forward({&one, 1}));
+      }
+    }
+    m->set_debug_tap({});
+    throw_if_error(w.write(*p.get("dump-taps")));
+    std::printf("wrote %zu taps of %s (%zu tokens) to %s\n", w.size(), pk.c_str(), toks.size(),
+                p.get("dump-taps")->c_str());
+    return 0;
+  }
   model::dsv41::GoldenGateHooks hooks;
-  if (auto* cpu = dynamic_cast<model::dsv41::Dsv41Model*>(m.get())) {
-    hooks.set_boundary_ulps = [cpu](int u) { cpu->set_boundary_ulps(u); };
+  if (m) {
+    hooks.set_boundary_ulps = [m](int u) { m->set_boundary_ulps(u); };
     hooks.ties = [](model::SequenceState const& s) { return &static_cast<model::dsv41::Dsv41State const&>(s).ties(); };
     hooks.boundaries = [](model::SequenceState const& s) {
       return &static_cast<model::dsv41::Dsv41State const&>(s).quant_boundaries();
     };
   } else {
-    auto* gpu = static_cast<model::dsv41::GpuDsv41Model*>(m.get());
+    auto* gpu = static_cast<model::dsv41::GpuDsv41Model*>(lm.get());
     hooks.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
     hooks.ties = &model::dsv41::GpuDsv41Model::ties;
     hooks.boundaries = &model::dsv41::GpuDsv41Model::quant_boundaries;
   }
-  auto rep = model::dsv41::run_golden_gate(*m, *num == model::dsv41::Numerics::kBf16, hooks, golden,
+  auto rep = model::dsv41::run_golden_gate(*lm, *num == model::dsv41::Numerics::kBf16, hooks, golden,
                                            [](std::string const& s) { std::printf("%s\n", s.c_str()); })
                  .value_or_throw();
   for (auto const& r : rep.reasons) std::printf("FAIL: %s\n", r.c_str());

@@ -295,7 +295,7 @@ BOOST_AUTO_TEST_CASE(bad_arguments) {
   uint64_t const seed = test_seed(0xBAD);
   AttnCase c = window_case(seed, 4, 10, 5, 8, 6, 2, 3, 2, 32, DType::kF32);
   int64_t const nnz = static_cast<int64_t>(c.ids.size());
-  DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim), probs(c.d.heads * nnz);
+  DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim);
   DevBuf<int64_t> off(c.off);
   DevBuf<int32_t> good_ids(c.ids);
   ops::AttentionArgs a = dev_args(c, q, k, off, good_ids, sinks, out, nullptr);

@@ -173,6 +173,14 @@ BOOST_AUTO_TEST_CASE(index_score_bitwise) {
                              s.entries, s.ratio);
     std::vector<float> cpu = score_cpu(c), gpu = score_gpu(c);
     BOOST_TEST(bit_mismatches(cpu, gpu) == 0);
+    // Row invariance: the last row alone gives the same bits.
+    ScoreCase one = c;
+    int64_t const r = c.d.rows - 1, w = c.d.heads * c.d.head_dim;
+    one.d.rows = 1;
+    one.q.assign(c.q.begin() + r * w, c.q.end());
+    one.w.assign(c.w.begin() + r * c.d.heads, c.w.end());
+    one.pos = {c.pos[static_cast<size_t>(r)]};
+    BOOST_TEST(bit_mismatches(score_gpu(one), std::vector<float>(gpu.begin() + r * c.d.entries, gpu.end())) == 0);
     int64_t finite = 0;
     for (float v : cpu) finite += std::isfinite(v);
     BOOST_TEST_MESSAGE("rows " << s.rows << " entries " << s.entries << ": " << finite << " visible scores");

@@ -159,7 +159,9 @@ BOOST_AUTO_TEST_CASE(moe_route_exact_ties_lower_id_wins) {
 
 BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
   uint64_t const seed = test_seed(523);
-  int64_t const rows = 9, experts = 8, dim = 96, inter = 80, k = 3;
+  // 9 rows: experts get 0-8 assignments (one tile each); 41 rows: several tiles per expert.
+  for (int64_t const rows : {9, 41}) {
+  int64_t const experts = 8, dim = 96, inter = 80, k = 3;
   auto x = randn(rows * dim, seed);
   std::mt19937_64 g(seed);
   std::vector<int32_t> ids(rows * k);
@@ -261,12 +263,15 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
         }
         BOOST_TEST_INFO("w=" << dtype_name(wdt) << " md=" << dtype_name(md) << " limit=" << limit);
         BOOST_TEST(bad == 0);
-        std::printf("moe_experts w=%s md=%s limit=%g: %lld/%lld outputs bitwise equal to the CPU\n",
-                    std::string(dtype_name(wdt)).c_str(), std::string(dtype_name(md)).c_str(), limit,
+        std::printf("moe_experts rows=%lld w=%s md=%s limit=%g: %lld/%lld outputs bitwise equal to the CPU\n",
+                    static_cast<long long>(rows), std::string(dtype_name(wdt)).c_str(), std::string(dtype_name(md)).c_str(), limit,
                     static_cast<long long>(exact), static_cast<long long>(rows * dim));
         auto alone = run_gpu(2, 1);
         BOOST_TEST(count_bit_diffs(alone, row_slice(gpu, dim, 2), "experts alone") == 0);
+        auto tail = run_gpu(rows - 5, 5);  // the last rows as a smaller batch with other tile mates
+        BOOST_TEST(count_bit_diffs(tail, std::vector<float>(gpu.end() - 5 * dim, gpu.end()), "experts tail") == 0);
       }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(engram_hash_gather_gate) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The device side of the CPU references' arithmetic convention (include/tessera/ref/common_ref.hpp):
-/// every product and every sum rounded separately to fp32 (RNE), dot products accumulated sequentially
-/// in index order from +0. nvcc contracts a·b + c into one FMA (one rounding) unless told otherwise, so
-/// every value-path multiply-add of the op kernels goes through these helpers; changing the convention
-/// (for example to FMA) is a change here and in ref::dot, nowhere else.
+/// The device side of the CPU references' arithmetic (include/tessera/ref/common_ref.hpp, norm_ref.hpp):
+/// ref::dot's chunked FMA order (DotAcc, dot_seq), ref::dot_fma_seq's single FMA chain (fma_step),
+/// separately rounded product-then-sum steps where the reference rounds both (dot_step), ref::lane_sum's
+/// reduction order and the correctly rounded rsqrt. nvcc contracts a·b + c into one FMA unless told
+/// otherwise, so every value-path multiply-add of the op kernels goes through these helpers.
 /// Also the host's std::max / std::min / std::clamp semantics (NaN propagation differs from fmaxf).
 #pragma once
 
@@ -16,18 +16,46 @@ namespace tessera::device {
 /// acc + a·b with the product and the sum rounded separately: one step of ref::dot.
 __device__ __forceinline__ float dot_step(float acc, float a, float b) { return __fadd_rn(acc, __fmul_rn(a, b)); }
 
+/// The dot-product order of ref::dot as chunks of kDotChunk consecutive indices, so a kernel that walks k
+/// in 32-wide tiles can follow it: begin() at a chunk start, step() per index in order, end() at the chunk
+/// end, value() at the end. The two switches describe ref::dot: kDotFma (one fused rounding per step
+/// instead of a rounded product and a rounded sum) and kDotCarry (the running sum carries across chunks,
+/// i.e. one sequential chain; otherwise each chunk starts from +0 and the chunk sums are added in order).
+/// Today's ref::dot (the golden engine's SGEMM order): kDotFma = true, kDotCarry = false. A change of ref::dot to another chunked order is a
+/// change of these constants (and kDotChunk) only.
+inline constexpr int kDotChunk = 32;
+inline constexpr bool kDotFma = true;
+inline constexpr bool kDotCarry = false;
+
+struct DotAcc {
+  float total = 0.f, chunk = 0.f;
+  bool first = true;
+  __device__ __forceinline__ void begin() { chunk = kDotCarry ? total : 0.f; }
+  __device__ __forceinline__ void step(float a, float b) { chunk = kDotFma ? __fmaf_rn(a, b, chunk) : dot_step(chunk, a, b); }
+  __device__ __forceinline__ void end() {
+    total = (kDotCarry || first) ? chunk : __fadd_rn(total, chunk);
+    first = false;
+  }
+  __device__ __forceinline__ float value() const { return total; }
+};
+
 /// An fp32 weight, or a bf16-stored one widened exactly.
 __device__ __forceinline__ float load_w(float const* p) { return __ldg(p); }
 __device__ __forceinline__ float load_w(Bf16 const* p) {
   return __uint_as_float(static_cast<uint32_t>(__ldg(reinterpret_cast<unsigned short const*>(p))) << 16);
 }
 
-/// ref::dot(a, b, n) for a in memory the caller reads directly and b a weight row.
+/// ref::dot(a, b, n) on one thread for a in memory the caller reads directly and b a weight row.
 template <class W>
 __device__ __forceinline__ float dot_seq(float const* a, W const* b, int64_t n) {
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc = dot_step(acc, a[i], load_w(b + i));
-  return acc;
+  DotAcc acc;
+  for (int64_t c0 = 0; c0 < n; c0 += kDotChunk) {
+    int64_t const c1 = c0 + kDotChunk < n ? c0 + kDotChunk : n;
+    acc.begin();
+    for (int64_t i = c0; i < c1; ++i) acc.step(a[i], load_w(b + i));
+    acc.end();
+  }
+  return acc.value();
 }
 
 /// "→md" of common_ref.hpp: identity for fp32, RNE to bf16 for bf16.
@@ -43,21 +71,38 @@ __device__ __forceinline__ float std_clamp(float v, float lo, float hi) { return
 __device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x))); }
 __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.f, expf(-x))); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-/// 1/sqrt(x) as two correctly rounded operations (sqrtf and the division are IEEE without fast-math):
-/// bitwise equal to ref::rsqrt.
-__device__ __forceinline__ float rsqrt_ref(float x) { return __fdiv_rn(1.f, __fsqrt_rn(x)); }
+/// 1/√x rounded once to fp32 through fp64, bitwise equal to ref::rsqrt.
+__device__ __forceinline__ float rsqrt_ref(float x) {
+  return __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(static_cast<double>(x))));
+}
+
+/// ref::lane_sum: 32 lanes (4-wide vectors when n % 128 == 0) folded by halving; v(i) gives element i.
+/// Sequential emulation for one thread (the statistic of one row).
+template <class Elem>
+__device__ __forceinline__ float lane_sum_seq(int64_t n, Elem&& v) {
+  constexpr int kLanes = 32;
+  int64_t const vec = n % (4 * kLanes) == 0 ? 4 : 1;
+  float lane[kLanes];
+  for (int t = 0; t < kLanes; ++t) {
+    float comp[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int64_t v0 = t * vec; v0 < n; v0 += kLanes * vec)
+      for (int64_t c = 0; c < vec; ++c) comp[c] = __fadd_rn(comp[c], v(v0 + c));
+    float a = comp[0];
+    for (int64_t c = 1; c < vec; ++c) a = __fadd_rn(a, comp[c]);
+    lane[t] = a;
+  }
+  for (int h = kLanes / 2; h > 0; h /= 2)
+    for (int t = 0; t < h; ++t) lane[t] = __fadd_rn(lane[t], lane[t + h]);
+  return lane[0];
+}
 
 /// rsqrt(mean(x²) + eps) of x[0, n) exactly as ref::rms_inv (sequential; call from one thread).
 __device__ __forceinline__ float rms_inv_seq(float const* x, int64_t n, float eps) {
-  float ss = 0.f;
-#pragma unroll 8
-  for (int64_t i = 0; i < n; ++i) ss = dot_step(ss, x[i], x[i]);
-  return rsqrt_ref(__fadd_rn(__fdiv_rn(ss, static_cast<float>(n)), eps));
+  float const ss = lane_sum_seq(n, [x](int64_t i) { return __fmul_rn(x[i], x[i]); });
+  return rsqrt_ref(__fadd_rn(__fmul_rn(ss, __fdiv_rn(1.f, static_cast<float>(n))), eps));
 }
 
-}  // namespace tessera::device
+/// One fused multiply-add step acc ← rn(a·b + acc) (ref::dot_fma_seq, the batched-GEMM order).
+__device__ __forceinline__ float fma_step(float acc, float a, float b) { return __fmaf_rn(a, b, acc); }
 
-// The gpuattn families' spelling of the same step (same arithmetic).
-namespace tessera::dev {
-__device__ __forceinline__ float dot_step(float acc, float a, float b) { return __fadd_rn(acc, __fmul_rn(a, b)); }
-}  // namespace tessera::dev
+}  // namespace tessera::device

@@ -13,7 +13,7 @@
 #include "tessera/core/status.hpp"
 #include "tessera/core/tensor.hpp"
 
-namespace tessera::dev {
+namespace tessera::device {
 
 /// kOk when `v` is empty or tagged as CUDA memory; otherwise an invalid-argument naming `what`.
 template <class T, int kRank>
@@ -52,4 +52,4 @@ Status allow_dynamic_smem(K* kernel, size_t bytes, ExecContext const& ctx, char 
   return {};
 }
 
-}  // namespace tessera::dev
+}  // namespace tessera::device

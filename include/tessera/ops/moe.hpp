@@ -115,8 +115,8 @@ template <> struct MoeRoute<Backend::kCuda> {
   static Status check(MoeRouteDesc const&, MoeRouteArgs const&);
   static Status run(MoeRouteDesc const&, MoeRouteArgs const&, ExecContext&);
 };
-/// Routed experts then the shared expert per token; workspace rows·(top_k+1)·inter floats (the SwiGLU
-/// activations), ctx.workspace when large enough, else a stream-ordered allocation.
+/// Routed experts (grouped over experts) then the shared expert per token; workspace_bytes(desc) of scratch
+/// (activations, per-slot outputs, the expert sort), ctx.workspace when large enough, else stream-ordered.
 template <> struct MoeExperts<Backend::kCuda> {
   static size_t workspace_bytes(MoeExpertsDesc const&);
   static Status check(MoeExpertsDesc const&, MoeExpertsArgs const&);

@@ -33,7 +33,7 @@ inline void index_score_row(float const* q, float const* w, float const* keys, i
     if (j >= visible) { out[j] = -INFINITY; continue; }
     float acc = 0.f;
     for (int64_t h = 0; h < heads; ++h) {
-      float d = dot(q + h * di, keys + j * di, di);
+      float d = dot_fma_seq(q + h * di, keys + j * di, di);  // einsum → batched GEMM order
       float r = d > 0.f ? d : 0.f;
       acc += (r * scale) * w[h];
     }
@@ -72,7 +72,9 @@ inline bool candidate_blocks_row(float const* scores, int64_t t_len, int64_t vis
   int64_t nb = (t_len + block - 1) / block;
   std::vector<float> bs(static_cast<size_t>(nb), -INFINITY);
   for (int64_t j = 0; j < t_len; ++j) bs[j / block] = std::max(bs[j / block], scores[j]);
-  if (visible > 0) bs[(visible - 1) / block] = INFINITY;
+  // The block holding the newest visible entry is pinned in; past the last block (visible > t_len) there
+  // is nothing to pin, as in the reference's masked_fill over existing block indices.
+  if (visible > 0 && (visible - 1) / block < nb) bs[(visible - 1) / block] = INFINITY;
   std::vector<int32_t> sel;
   bool tie = false;
   topk_select(bs.data(), nb, std::min(topk_blocks, nb), sel, &tie);
