@@ -54,10 +54,19 @@ std::string GoldenReport::summary_line() const {
 
 Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& golden,
                                      std::function<void(std::string const&)> const& log) {
+  GoldenGateHooks h;
+  h.set_boundary_ulps = [&model](int u) { model.set_boundary_ulps(u); };
+  h.ties = [](SequenceState const& s) { return &static_cast<Dsv41State const&>(s).ties(); };
+  h.boundaries = [](SequenceState const& s) { return &static_cast<Dsv41State const&>(s).quant_boundaries(); };
+  return run_golden_gate(model, model.numerics() == Numerics::kBf16, h, golden, log);
+}
+
+Result<GoldenReport> run_golden_gate(LanguageModel& model, bool bf16, GoldenGateHooks const& hooks, WeightSource const& golden,
+                                     std::function<void(std::string const&)> const& log) {
   auto say = [&](std::string const& s) { if (log) log(s); };
   GoldenReport rep;
-  rep.bf16 = model.numerics() == Numerics::kBf16;
-  int64_t V = model.spec().vocab_size;
+  rep.bf16 = bf16;
+  int64_t V = model.info().vocab_size;
   struct P { std::vector<int32_t> prompt, gen; std::vector<float> step, full; };
   std::vector<P> ps;
   for (int i = 0;; ++i) {
@@ -119,16 +128,16 @@ Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& gold
     // (b) Teacher-forced: one forward over prompt + gen[0..n−2], logits of the last n rows; quantiser
     // decisions within 2 ulps of a rounding boundary are recorded to explain divergences.
     {
-      struct Restore { Dsv41Model& m; ~Restore() { m.set_boundary_ulps(0); } } restore{model};
-      model.set_boundary_ulps(2);
+      struct Restore { GoldenGateHooks const& h; ~Restore() { h.set_boundary_ulps(0); } } restore{hooks};
+      hooks.set_boundary_ulps(2);
       auto st = model.new_sequence();
       std::vector<int32_t> toks = p.prompt;
       toks.insert(toks.end(), p.gen.begin(), p.gen.end() - 1);
       std::vector<float> lg(static_cast<size_t>(n * V));
       SequenceStep step{st.get(), toks, n, lg.data()};
       TESSERA_TRY(model.forward({&step, 1}));
-      TieCounts const& tc = static_cast<Dsv41State*>(st.get())->ties();
-      for (auto const& b : static_cast<Dsv41State*>(st.get())->quant_boundaries()) {
+      TieCounts const& tc = *hooks.ties(*st);
+      for (auto const& b : *hooks.boundaries(*st)) {
         static char const* const kSite[] = {"window-kv fp8", "compressed-kv fp4", "index-key fp4", "index-query fp4"};
         pr.boundary_list += fmt("%sL%d@%lld %s", pr.boundary_list.empty() ? "" : ", ", b.layer,
                                 static_cast<long long>(b.position), kSite[static_cast<int>(b.site)]);

@@ -27,12 +27,39 @@ io::Checkpoint const* CheckpointSource::find(std::string const& name) const {
 
 bool CheckpointSource::contains(std::string const& name) const { return find(name) != nullptr; }
 
+namespace {
+
+bool ends_with(std::string const& s, std::string const& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+}  // namespace
+
+/// The native release layout's scaled weights (spec/deepseek-v41.md §4.2): an F8_E4M3 `X.weight` with an
+/// F8_E8M0 `X.scale` of 32×32 blocks, or packed FP4 experts (`X.weight` I8 [r, c/2], even column in the low
+/// nibble) with an F8_E8M0 `X.scale` [r, c/32]. Engram tables (dequantised by the weight loader with
+/// their per-row scales) are not included.
+CheckpointSource::Scaled CheckpointSource::scaled(std::string const& name) const {
+  if (!ends_with(name, ".weight") || name.find("engram.embed.") != std::string::npos ||
+      name.find("engram_tables.") != std::string::npos)
+    return Scaled::kNone;
+  auto const* c = find(name);
+  std::string const sn = name.substr(0, name.size() - 7) + ".scale";
+  auto const* sc = c ? c->find(sn) : nullptr;
+  if (!sc || sc->dtype != DType::kE8m0) return Scaled::kNone;
+  auto const* t = c->find(name);
+  if (t->dtype == DType::kF8E4m3) return Scaled::kFp8Block;
+  if (t->dtype == DType::kI8 && t->shape.size() == 2) return Scaled::kFp4Row;
+  return Scaled::kNone;
+}
+
 Result<std::vector<int64_t>> CheckpointSource::shape(std::string const& name) const {
   auto const* c = find(name);
   if (!c) return not_found(describe() + ": no tensor " + name);
   auto const* t = c->find(name);
   std::vector<int64_t> s = t->shape;
   if (t->dtype == DType::kF4E2m1x2 && !s.empty()) s.back() *= 2;  // logical shape of packed fp4
+  if (scaled(name) == Scaled::kFp4Row) s.back() *= 2;              // two e2m1 codes per I8
   return s;
 }
 
@@ -45,7 +72,33 @@ Result<DType> CheckpointSource::dtype(std::string const& name) const {
 Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
   auto const* c = find(name);
   if (!c) return not_found(describe() + ": no tensor " + name);
-  return c->load_f32(name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return c->load_f32(name);
+  // Dequantise: value = code · 2^(scale − 127), exact in fp32.
+  auto w = c->load(name);
+  if (!w) return w.status();
+  std::string const sn = name.substr(0, name.size() - 7) + ".scale";
+  auto sc = c->load(sn);
+  if (!sc) return sc.status();
+  int64_t const rows = w->dim(0), cols = kind == Scaled::kFp4Row ? 2 * w->dim(1) : w->dim(1);
+  int64_t const cb = (cols + 31) / 32;
+  std::vector<int64_t> const want = kind == Scaled::kFp8Block ? std::vector<int64_t>{(rows + 31) / 32, cb}
+                                                              : std::vector<int64_t>{rows, cb};
+  if (sc->shape() != want)
+    return malformed(describe() + ": " + sn + " has shape " + shape_to_string(sc->shape()) + ", expected " +
+                     shape_to_string(want) + " for " + name);
+  Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
+  uint8_t const* b = w->data_as<uint8_t>();
+  uint8_t const* s8 = sc->data_as<uint8_t>();
+  float* o = out.data_as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      float const s = float_from_e8m0(s8[(kind == Scaled::kFp8Block ? r / 32 : r) * cb + j / 32]);
+      uint8_t const byte = kind == Scaled::kFp4Row ? b[(r * cols + j) / 2] : b[r * cols + j];
+      float const v = kind == Scaled::kFp4Row ? float_from_fp4_e2m1(j % 2 ? byte >> 4 : byte & 0xF) : float_from_fp8_e4m3(byte);
+      o[r * cols + j] = v * s;
+    }
+  return out;
 }
 
 Result<Tensor> CheckpointSource::load_i64(std::string const& name) const {
@@ -142,26 +195,33 @@ Result<ModelSpec> spec_from_config(Config const& c) {
   return s;
 }
 
-Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts) {
+Result<ModelFolder> open_model_folder(std::string const& dir) {
   namespace fs = std::filesystem;
   auto cfg = load_config(dir);
   if (!cfg) return cfg.status();
   auto spec = spec_from_config(*cfg);
   if (!spec) return spec.status();
-  CheckpointSource src;
+  ModelFolder mf;
+  mf.spec = std::move(*spec);
   fs::path folder = fs::is_directory(dir) ? fs::path(dir) : fs::path(dir).parent_path();
   fs::path model_file = folder / "model.safetensors";
-  TESSERA_TRY(src.open(fs::exists(model_file) ? model_file.string() : folder.string()));
-  if (!spec->engram_layers.empty() && !src.contains("engram_hash.multipliers")) {
+  TESSERA_TRY(mf.src.open(fs::exists(model_file) ? model_file.string() : folder.string()));
+  if (!mf.spec.engram_layers.empty() && !mf.src.contains("engram_hash.multipliers")) {
     for (char const* extra : {"engram_hash.safetensors", "golden.safetensors"}) {
       fs::path p = folder / extra;
       if (fs::exists(p)) {
-        TESSERA_TRY(src.open(p.string()));
+        TESSERA_TRY(mf.src.open(p.string()));
         break;
       }
     }
   }
-  auto m = Dsv41Model::create(std::move(*spec), src, opts);
+  return mf;
+}
+
+Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts) {
+  auto mf = open_model_folder(dir);
+  if (!mf) return mf.status();
+  auto m = Dsv41Model::create(std::move(mf->spec), mf->src, opts);
   if (!m) return m.status();
   return std::move(*m);
 }

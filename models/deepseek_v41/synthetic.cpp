@@ -253,8 +253,11 @@ ValueFn synthetic_values(TensorSpec const& spec, uint64_t seed) {
 
 std::unique_ptr<SyntheticFormat> dense_format(DType dtype) { return std::make_unique<DenseFormat>(dtype); }
 
-Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows) {
+Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows,
+                                int64_t experts) {
   if (vocab_size <= 0) return invalid_argument("--vocab-size must be positive");
+  if (experts != 0 && preset != "v41-flash") return invalid_argument("--experts applies to --preset v41-flash only");
+  if (experts != 0 && (experts < 6 || experts > 384)) return invalid_argument("--experts must be in 6..384");
   if (preset == "tiny") {
     if (layers != 0) return invalid_argument("--layers applies to --preset v41-flash only (tiny has 7 layers)");
     if (engram_rows != 0) return invalid_argument("--engram-rows applies to --preset v41-flash only");
@@ -289,6 +292,7 @@ Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, i
                            ",\"kv_source_layer_ids\":" + below(rel.kv_source_layer_ids) +
                            ",\"index_source_layer_ids\":" + below(rel.index_source_layer_ids) +
                            ",\"candidate_source_layer_id\":" + std::to_string(cand) +
+                           (experts ? ",\"n_routed_experts\":" + std::to_string(experts) : std::string()) +
                            ",\"engram_layer_ids\":" + below({1, 14}) + ",\"engram_vocab_size\":" +
                            std::to_string(engram_vocab) + ",\"num_nextn_predict_layers\":0" +
                            ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":16,\"beta_fast\":32,\"beta_slow\":1,"
@@ -326,8 +330,27 @@ Result<SyntheticSummary> write_synthetic_checkpoint(Config const& config, std::s
   w.set_metadata("storage", format.name());
   w.set_metadata("seed", std::to_string(seed));
   SyntheticSummary sum;
-  for (auto const& spec : checkpoint_plan(c)) {
-    TESSERA_TRY(format.add(w, spec, synthetic_values(spec, seed)));
+  auto const plan = checkpoint_plan(c);
+  for (auto const& spec : plan) TESSERA_TRY(format.add_planned(w, spec, plan, seed));
+  // Engram hash data for the released Engram layers (Appendix A multipliers; synthetic token map).
+  bool released_engram = !c.engram_layer_ids.empty() && c.engram_compressed_vocab_size == 99092 &&
+                         c.engram_max_ngram_size == 4;
+  for (int64_t l : c.engram_layer_ids) released_engram = released_engram && (l == 1 || l == 14);
+  if (released_engram) {
+    int64_t const Le = static_cast<int64_t>(c.engram_layer_ids.size()), N = c.engram_max_ngram_size;
+    Tensor mult = Tensor::zeros(DType::kI64, {Le, N});
+    for (int64_t e = 0; e < Le; ++e) {
+      static constexpr int64_t kL1[4] = {76632096046245, 4839876093313, 35959672319349, 73987337458391};
+      static constexpr int64_t kL14[4] = {67716810739261, 51510806800915, 30921347202721, 82619226485591};
+      int64_t const* m = c.engram_layer_ids[static_cast<size_t>(e)] == 1 ? kL1 : kL14;
+      for (int64_t i = 0; i < N; ++i) mult.data_as<int64_t>()[e * N + i] = m[i];
+    }
+    Tensor map = Tensor::zeros(DType::kI64, {c.vocab_size});
+    for (int64_t t = 0; t < c.vocab_size; ++t)
+      map.data_as<int64_t>()[t] =
+          static_cast<int64_t>(splitmix64(static_cast<uint64_t>(t)) % static_cast<uint64_t>(c.engram_compressed_vocab_size));
+    TESSERA_TRY(w.add("engram_hash.multipliers", mult));
+    TESSERA_TRY(w.add("engram_hash.token_map", map));
   }
   sum.num_tensors = w.size();
   TESSERA_TRY(w.write((fs::path(dir) / "model.safetensors").string()));

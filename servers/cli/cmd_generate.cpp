@@ -14,6 +14,7 @@
 #include "tessera/models/common/drafter.hpp"
 #include "tessera/models/deepseek_v41/dspark.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::cli {
@@ -55,12 +56,12 @@ static Result<std::vector<int32_t>> parse_ids(std::string const& s) {
 
 int cmd_generate(std::vector<std::string> const& args) {
   std::vector<std::string> opts{"model", "prompt-ids", "max-new-tokens", "dtype", "draft", "draft-k", "temperature",
-                                "top-p", "top-k", "seed"};
+                                "top-p", "top-k", "seed", "device"};
   for (auto const& n : prune_flag_names()) opts.push_back(n);
   ArgParser p(args, opts, {"ignore-eos"});
   if (!p.error().empty() || !p.has("model") || !p.has("prompt-ids")) {
     std::fprintf(stderr, "usage: tessera generate --model DIR --prompt-ids 1,2,3 [--max-new-tokens N] "
-                         "[--dtype fp32|bf16] [--ignore-eos] [--draft none|lookup|dspark] [--draft-k K] "
+                         "[--dtype fp32|bf16] [--device cpu|cuda] [--ignore-eos] [--draft none|lookup|dspark] [--draft-k K] "
                          "[--temperature T --top-p P --top-k K --seed S]\n         %s\n%s\n", prune_usage(),
                  p.error().c_str());
     return 2;
@@ -76,7 +77,7 @@ int cmd_generate(std::vector<std::string> const& args) {
   auto prune = parse_prune_flags(p);
   if (!prune) throw Error(prune.status());
   o.prune = std::move(*prune);
-  auto m = model::dsv41::load_model(dir, o).value_or_throw();
+  auto m = model::dsv41::load_model_on(dir, o, p.get_or("device", "cpu")).value_or_throw();
   // Decoding goes through the drafting Generator; --draft none is the serial loop (k = 0 every round).
   std::string draft = p.get_or("draft", "none");
   std::unique_ptr<model::Drafter> drafter;

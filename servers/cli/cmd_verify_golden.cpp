@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-/// `tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16]`: the golden parity gate of
+/// `tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda]`: the golden
+/// parity gate (on the CPU reference model, or the GPU model with --device cuda) of
 /// models/deepseek_v41/golden_gate (free-running greedy and teacher-forced logits against every golden
 /// step, near-tie certification, derived tolerances). One line per prompt and per disagreement, then
 /// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
 /// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes.
 /// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
 /// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
-/// to a safetensors file, to localise the first divergence against the reference engine's own dumps.
+/// to a safetensors file, to localise the first divergence against the reference engine's own dumps (CPU
+/// model only).
 #include <cstdio>
 #include <map>
 #include <filesystem>
@@ -14,8 +16,9 @@
 #include <vector>
 
 #include "servers/cli/command.hpp"
-#include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::cli {
@@ -23,9 +26,10 @@ namespace tessera::cli {
 Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
 
 int cmd_verify_golden(std::vector<std::string> const& args) {
-  ArgParser p(args, {"model", "golden", "dtype", "dump-taps", "dump-prompt", "dump-steps"});
+  ArgParser p(args, {"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps"});
   if (!p.error().empty() || !p.has("model") || !p.has("golden")) {
-    std::fprintf(stderr, "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16]\n%s\n",
+    std::fprintf(stderr,
+                 "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda]\n%s\n",
                  p.error().c_str());
     return 2;
   }
@@ -34,12 +38,15 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   if (!num) throw Error(num.status());
   model::dsv41::ModelOptions o;
   o.numerics = *num;
-  auto m = model::dsv41::load_model(dir, o).value_or_throw();
+  auto lm = model::dsv41::load_model_on(dir, o, p.get_or("device", "cpu")).value_or_throw();
+  auto* m = dynamic_cast<model::dsv41::Dsv41Model*>(lm.get());  // null for the GPU model
   model::dsv41::CheckpointSource golden;
   std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;
   throw_if_error(golden.open(gfile));
-  std::printf("model %s (%s), golden %s\n", dir.c_str(), m->info().dtype.c_str(), gfile.c_str());
+  std::printf("model %s (%s, %s), golden %s\n", dir.c_str(), lm->info().dtype.c_str(), lm->info().device.c_str(),
+              gfile.c_str());
   if (p.has("dump-taps")) {
+    if (!m) throw Error(not_supported("--dump-taps: module taps exist on the CPU model only (--device cpu)"));
     std::string const pk = "prompt." + p.get_or("dump-prompt", "0");
     if (!golden.contains(pk)) throw Error(invalid_argument("--dump-prompt: the golden has no " + pk));
     Tensor ids = golden.load_i64(pk).value_or_throw();
@@ -72,7 +79,21 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
                 p.get("dump-taps")->c_str());
     return 0;
   }
-  auto rep = model::dsv41::run_golden_gate(*m, golden, [](std::string const& s) { std::printf("%s\n", s.c_str()); })
+  model::dsv41::GoldenGateHooks hooks;
+  if (m) {
+    hooks.set_boundary_ulps = [m](int u) { m->set_boundary_ulps(u); };
+    hooks.ties = [](model::SequenceState const& s) { return &static_cast<model::dsv41::Dsv41State const&>(s).ties(); };
+    hooks.boundaries = [](model::SequenceState const& s) {
+      return &static_cast<model::dsv41::Dsv41State const&>(s).quant_boundaries();
+    };
+  } else {
+    auto* gpu = static_cast<model::dsv41::GpuDsv41Model*>(lm.get());
+    hooks.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
+    hooks.ties = &model::dsv41::GpuDsv41Model::ties;
+    hooks.boundaries = &model::dsv41::GpuDsv41Model::quant_boundaries;
+  }
+  auto rep = model::dsv41::run_golden_gate(*lm, *num == model::dsv41::Numerics::kBf16, hooks, golden,
+                                           [](std::string const& s) { std::printf("%s\n", s.c_str()); })
                  .value_or_throw();
   for (auto const& r : rep.reasons) std::printf("FAIL: %s\n", r.c_str());
   std::printf("%s\n", rep.summary_line().c_str());

@@ -17,6 +17,7 @@
 #include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
 #include "tessera/models/deepseek_v41/dspark.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::server {
@@ -147,8 +148,12 @@ int serve_main(ServeConfig cfg) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  if (cfg.device != "cpu") {
-    std::fprintf(stderr, "tessera serve: --device %s: only the CPU path is wired into the server so far\n", cfg.device.c_str());
+  if (cfg.device != "cpu" && cfg.device != "cuda") {
+    std::fprintf(stderr, "tessera serve: --device must be cpu or cuda, got '%s'\n", cfg.device.c_str());
+    return 2;
+  }
+  if (cfg.device == "cuda" && (cfg.model_dir.empty() || cfg.model_dir == "stub")) {
+    std::fprintf(stderr, "tessera serve: --device cuda needs --model DIR (the stub model runs on the host)\n");
     return 2;
   }
   if (!cfg.api_key_file.empty()) {
@@ -166,8 +171,9 @@ int serve_main(ServeConfig cfg) {
     description = "smoke-test model: deterministic hash-based logits, no weights (replies are noise); tokenizer: " +
                   (cfg.tokenizer_file.empty() ? std::string("byte-level stand-in") : cfg.tokenizer_file);
   } else {
-    // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model.
-    auto m = model::dsv41::load_model(cfg.model_dir, {});
+    // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model or
+    // the GPU model (--device cuda).
+    auto m = model::dsv41::load_model_on(cfg.model_dir, {}, cfg.device);
     if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
     real = std::move(*m);
     stub = std::make_unique<StubBundle>();
@@ -184,7 +190,7 @@ int serve_main(ServeConfig cfg) {
     }
     if (!stub->codec) stub->codec = make_byte_codec();
     stub->chat = make_deepseek_chat_format(stub->tokenizer.get());
-    description = "DeepSeek-V4.1 from " + cfg.model_dir + " (CPU reference model); tokenizer: " + stub->codec->name();
+    description = "DeepSeek-V4.1 from " + cfg.model_dir + (cfg.device == "cuda" ? " (GPU model)" : " (CPU reference model)") + "; tokenizer: " + stub->codec->name();
   }
   model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
   if (Status d = configure_drafting(cfg.engine, lm, cfg.draft, cfg.draft_k); !d.ok()) {

@@ -126,6 +126,35 @@ with tempfile.TemporaryDirectory() as tmp:
     run("make-synthetic", "--out", big, "--preset", "tiny", "--layers", "3", expect_rc=2)
     run("make-synthetic", "--preset", "tiny", expect_rc=2)
 
+    # Quantized formats: tiny in the native FP8/FP4 layout; a scaled-down v41-flash (2 layers, 6 experts,
+    # vocabulary 256) in EXL3 at 2.8 bpw: the layout is detected, and every tensor is where it belongs.
+    q8 = os.path.join(tmp, "tiny_fp8")
+    run("make-synthetic", "--out", q8, "--preset", "tiny", "--format", "fp8", "--seed", "3")
+    j8 = inspect_json(q8)
+    check(j8["layout"] == "native-fp8", f"fp8 layout: {j8['layout']}")
+    k8 = {t["name"]: t["kind"] for t in j8["tensors"]}
+    check(k8.get("model.layers.3.attn.wq_b.weight") == "fp8-weight", "fp8: wq_b not FP8")
+    check(k8.get("model.layers.3.ffn.experts.5.w2.weight") == "fp4-weight", "fp8: experts not FP4")
+    check(k8.get("model.layers.1.engram.embed.weight") == "engram-fp8-table", f"fp8: engram table {k8.get('model.layers.1.engram.embed.weight')}")
+    check(j8["config"]["quantization_config"]["quant_method"] == "fp8", "fp8: quantization_config missing")
+    qx = os.path.join(tmp, "flash_exl3")
+    p = run("make-synthetic", "--out", qx, "--preset", "v41-flash", "--layers", "2", "--experts", "6",
+            "--vocab-size", "256", "--format", "exl3:2.8")
+    jx = inspect_json(qx)
+    check(jx["layout"] == "exl3", f"exl3 layout: {jx['layout']}")
+    ks = {g["prefix"]: g["K"] for g in jx["exl3_groups"]}
+    check(ks.get("lm_head") == 6, "exl3: head K != 6")
+    check(ks.get("model.layers.0.attn.wq_b") == 6 and ks.get("model.layers.1.attn.wq_b") == 5, "exl3: attention K")
+    check(ks.get("model.layers.0.ffn.experts.5.w2") == 3, "exl3: layer-0 experts K != 3 at 2.8 bpw")
+    check("model.layers.1.engram.wkv" in ks and "model.layers.0.ffn.gate" not in ks, "exl3: engram wkv / router")
+    check(len(ks) == 2 * (5 + 3 * 7) + 1 + 1, f"exl3: {len(ks)} groups")
+    check(jx["config"]["hidden_size"] == 5120 and jx["config"]["n_routed_experts"] == 6, "exl3: config")
+    names = {t["name"] for t in jx["tensors"]}
+    check({"engram_hash.multipliers", "engram_hash.token_map"} <= names, "v41-flash: Engram hash data missing")
+    run("make-synthetic", "--out", qx, "--preset", "v41-flash", "--format", "exl3:9", expect_rc=2)
+    run("make-synthetic", "--out", qx, "--preset", "v41-flash", "--format", "int4", expect_rc=2)
+    run("make-synthetic", "--out", qx, "--preset", "tiny", "--experts", "6", expect_rc=2)
+
     # --- bad input ----------------------------------------------------------------------------------------------
     p = run("inspect", os.path.join(tmp, "missing"), expect_rc=1)
     check("missing" in p.stderr, "missing path not named")

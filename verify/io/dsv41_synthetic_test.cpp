@@ -5,15 +5,19 @@
 /// per-layer tensors only where the released layer kinds own them.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
 
 #include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
+#include "tessera/ops/exl3_loader.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/golden.hpp"
 
@@ -175,6 +179,203 @@ BOOST_AUTO_TEST_CASE(v41_flash_plan) {
   BOOST_TEST(!synthetic_config("tiny", 512, 3, 0).ok());
   BOOST_TEST(!synthetic_config("huge", 512, 0, 0).ok());
   BOOST_TEST(!synthetic_config("v41-flash", 512, 41, 0).ok());
+}
+
+// The native layout on the tiny plan: every stored FP8 / FP4 code dequantised with its ue8m0 scale is the
+// planned value within the format's rounding (e4m3: half an ulp, 2^-4 relative for normals, 2^-10·s for
+// subnormals; e2m1: at most s, its widest half-gap); every scale is the smallest power of two ≥ amax/qmax.
+BOOST_AUTO_TEST_CASE(native_fp8_dequantises_to_the_plan) {
+  TempDir td;
+  Config const c = tiny_config();
+  auto fmt = native_fp8_format();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 9, *fmt).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  std::map<std::string, TensorSpec> plan;
+  for (auto const& s : checkpoint_plan(c)) plan[s.name] = s;
+  int fp8 = 0, fp4 = 0, table = 0;
+  for (auto const& [name, spec] : plan) {
+    auto const* ti = ck.find(name);
+    BOOST_REQUIRE_MESSAGE(ti || spec.role == TensorSpec::Role::kEngramScale, name);
+    if (!ti || (ti->dtype != DType::kF8E4m3 && ti->dtype != DType::kI8)) continue;
+    std::string const sname = name.substr(0, name.size() - 7) + ".scale";
+    auto const* si = ck.find(sname);
+    BOOST_REQUIRE_MESSAGE(si && si->dtype == DType::kE8m0, sname);
+    Tensor w = ck.load(name).value_or_throw(), sc = ck.load(sname).value_or_throw();
+    int64_t const rows = spec.shape[0], cols = spec.shape[1];
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    synthetic_values(spec, 9)(v.data(), 0, rows * cols);
+    bool const fp4_row = ti->dtype == DType::kI8, block = !fp4_row && spec.role != TensorSpec::Role::kEngramTable;
+    BOOST_TEST((sc.dim(0) == (block ? (rows + 31) / 32 : rows)));
+    BOOST_TEST(sc.dim(1) == (cols + 31) / 32);
+    float const qmax = fp4_row ? 6.f : 448.f;
+    std::vector<float> amax(static_cast<size_t>(sc.numel()), 0.f);
+    auto sidx = [&](int64_t r, int64_t col) { return (block ? r / 32 : r) * sc.dim(1) + col / 32; };
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col)
+        amax[sidx(r, col)] = std::max(amax[sidx(r, col)], std::fabs(v[r * cols + col]));
+    int bad = 0;
+    for (int64_t i = 0; i < sc.numel(); ++i) {
+      float const s = float_from_e8m0(sc.data_as<uint8_t>()[i]);
+      if (!(s >= amax[i] / qmax && (s / 2 < amax[i] / qmax))) ++bad;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col) {
+        float const s = float_from_e8m0(sc.data_as<uint8_t>()[sidx(r, col)]), x = v[r * cols + col];
+        uint8_t const* b = w.data_as<uint8_t>();
+        float const d = fp4_row ? float_from_fp4_e2m1(col % 2 ? b[(r * cols + col) / 2] >> 4 : b[(r * cols + col) / 2] & 0xF) * s
+                                : float_from_fp8_e4m3(b[r * cols + col]) * s;
+        float const tol = fp4_row ? s : std::max(std::fabs(x) * 0.0625f, s * 0.0009765625f);
+        if (!(std::fabs(d - x) <= tol)) ++bad;
+      }
+    BOOST_TEST(bad == 0, name << ": " << bad << " bad codes or scales");
+    (fp4_row ? fp4 : spec.role == TensorSpec::Role::kEngramTable ? table : fp8) += 1;
+  }
+  BOOST_TEST(fp4 == 7 * 8 * 3);           // every routed expert of the 7 layers
+  BOOST_TEST(fp8 > 7 * 5);                // attention, shared experts, indexer, engram wkv
+  BOOST_TEST(table == 2);                 // the tiny model's two Engram layers
+  BOOST_TEST((ck.find("model.embed.weight")->dtype == DType::kBf16));
+  BOOST_TEST((ck.find("model.layers.0.hc_attn_fn")->dtype == DType::kF32));
+  BOOST_TEST(ck.find("model.layers.0.attn.compressor.wkv.weight") == nullptr);  // tiny layer 0: window only
+}
+
+// EXL3 K allocation follows spec/exl3.md §5.3 and its budget: head 6, attention 5 (6 on layer 0), indexer
+// wk 8, experts floor(bpw) promoted end layers first until the released budget is spent.
+BOOST_AUTO_TEST_CASE(exl3_bits_allocation) {
+  using V = std::vector<int64_t>;
+  BOOST_TEST(exl3_synthetic_bits("lm_head.weight", V{129280, 5120}, 2.8) == 6);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.0.attn.wq_b.weight", V{32768, 1280}, 2.8) == 6);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.3.attn.wq_b.weight", V{32768, 1280}, 2.8) == 5);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.attn.indexer.wk.weight", V{128, 512}, 2.8) == 8);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.attn.indexer.weights_proj.weight", V{32, 5120}, 2.8) == 0);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.2.ffn.gate.weight", V{384, 5120}, 2.8) == 0);
+  BOOST_TEST(exl3_synthetic_bits("model.embed.weight", V{129280, 5120}, 2.8) == 0);
+  // Average over the released budget lands within one layer's experts of the target, below it.
+  Config const rel = released_config();
+  double bits = 0, params = 0;
+  for (auto const& s : checkpoint_plan([&] {
+         Config c = rel;
+         c.n_routed_experts = 1;  // one expert per layer stands for all: experts of a layer share K
+         return c;
+       }())) {
+    int const k = exl3_synthetic_bits(s.name, s.shape, 2.8);
+    if (k == 0 || s.name == "lm_head.weight") continue;
+    double const w = static_cast<double>(s.shape[0] * s.shape[1]) * (s.role == TensorSpec::Role::kExpertLinear ? 384 : 1);
+    bits += k * w;
+    params += w;
+  }
+  double const avg = bits / params;
+  BOOST_TEST(avg <= 2.8);
+  BOOST_TEST(avg > 2.8 - 0.05);
+  int two = 0, three = 0;
+  for (int l = 0; l < 40; ++l) {
+    int k = exl3_synthetic_bits("model.layers." + std::to_string(l) + ".ffn.experts.0.w1.weight", V{2304, 5120}, 2.8);
+    two += k == 2;
+    three += k == 3;
+  }
+  BOOST_TEST(two + three == 40);
+  BOOST_TEST(exl3_synthetic_bits("model.layers.0.ffn.experts.0.w1.weight", V{2304, 5120}, 2.8) == 3);   // end layers first
+  BOOST_TEST(exl3_synthetic_bits("model.layers.20.ffn.experts.0.w1.weight", V{2304, 5120}, 2.8) == 2);  // middle last
+  BOOST_TEST(!synthetic_format("exl3:9").ok());
+  BOOST_TEST(!synthetic_format("int4").ok());
+  BOOST_TEST(synthetic_format("exl3:2.8").ok());
+}
+
+// The loader reads the native layout dequantised (code · scale) with logical shapes, and the CPU model
+// runs on it (the Engram hash data from the golden tiny fixture).
+BOOST_AUTO_TEST_CASE(native_fp8_loads_dequantised) {
+  TempDir td;
+  Config const c = tiny_config();
+  auto fmt = native_fp8_format();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 4, *fmt).ok());
+  CheckpointSource src;
+  BOOST_REQUIRE(src.open((td.path / "model.safetensors").string()).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  for (std::string const name : {"model.layers.2.attn.wq_b.weight", "model.layers.2.ffn.experts.3.w2.weight"}) {
+    auto plan = checkpoint_plan(c);
+    auto it = std::find_if(plan.begin(), plan.end(), [&](TensorSpec const& t) { return t.name == name; });
+    BOOST_REQUIRE(it != plan.end());
+    BOOST_TEST((src.shape(name).value_or_throw() == it->shape));
+    Tensor got = src.load_f32(name).value_or_throw();
+    Tensor raw = ck.load(name).value_or_throw();
+    Tensor sc = ck.load(name.substr(0, name.size() - 7) + ".scale").value_or_throw();
+    bool const fp4 = raw.dtype() == DType::kI8;
+    int64_t const rows = it->shape[0], cols = it->shape[1];
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        uint8_t const* b = raw.data_as<uint8_t>();
+        float const code = fp4 ? float_from_fp4_e2m1((b[(r * cols + j) / 2] >> (4 * (j % 2))) & 0xF)
+                               : float_from_fp8_e4m3(b[r * cols + j]);
+        float const s = float_from_e8m0(sc.data_as<uint8_t>()[fp4 ? r * sc.dim(1) + j / 32 : (r / 32) * sc.dim(1) + j / 32]);
+        bad += got.data_as<float>()[r * cols + j] != code * s;
+      }
+    BOOST_TEST(bad == 0, name);
+  }
+  BOOST_REQUIRE(src.open(verify::golden_dir() + "/v41-tiny/fp32/golden.safetensors").ok());
+  auto spec = spec_from_config(c).value_or_throw();
+  auto m = Dsv41Model::create(spec, src, {}).value_or_throw();
+  auto st = m->new_sequence();
+  std::vector<int32_t> toks = {5, 17, 300, 2, 9};
+  std::vector<float> logits(static_cast<size_t>(5 * c.vocab_size));
+  model::SequenceStep step{st.get(), toks, 5, logits.data()};
+  BOOST_REQUIRE(m->forward({&step, 1}).ok());
+  int finite = 0;
+  for (float v : logits) finite += std::isfinite(v) ? 1 : 0;
+  BOOST_TEST(finite == static_cast<int>(logits.size()));
+}
+
+// EXL3 synthetic groups are what the EXL3 loader reads (ops/exl3_loader.hpp): every group complete with
+// the planned K, MUL1, suh = ±1 and svh = ±σ; random trellis bits decode (Exl3Gemm, CPU) to a layer whose
+// outputs have RMS √k·σ·rms(x) (the MUL1 codebook has unit RMS and the Hadamards are orthonormal).
+BOOST_AUTO_TEST_CASE(exl3_groups_load_and_multiply) {
+  TempDir td;
+  auto c = synthetic_config("v41-flash", 256, 1, 0, 6).value_or_throw();
+  auto fmt = exl3_format(2.8);
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 2, *fmt).ok());
+  auto ck = io::Checkpoint::open(td.path.string()).value_or_throw();
+  auto groups = ops::load_exl3_groups(ops::exl3_source(ck)).value_or_throw();
+  BOOST_TEST(groups.size() == 5u + 3u * 7u + 1u);  // attention, 6 experts + shared, head
+  ops::Exl3Group const* head = nullptr;
+  for (auto const& g : groups) {
+    int const k = exl3_synthetic_bits(g.prefix + ".weight", {g.desc.n, g.desc.k}, 2.8);
+    BOOST_TEST(g.desc.k2 == 2 * k, g.prefix);
+    BOOST_TEST((g.desc.codebook == exl3::Codebook::kMul1), g.prefix);
+    int bad = 0;
+    for (uint16_t b : g.suh) bad += (b & 0x7FFFu) != 0x3C00u;
+    uint16_t const mag = g.svh.empty() ? 0 : static_cast<uint16_t>(g.svh[0] & 0x7FFFu);
+    for (uint16_t b : g.svh) bad += (b & 0x7FFFu) != mag;
+    BOOST_TEST(bad == 0, g.prefix);
+    if (g.prefix == "lm_head") head = &g;
+  }
+  BOOST_REQUIRE(head);
+  float const sigma = 4.f * static_cast<float>(c.initializer_range);
+  BOOST_TEST((head->svh[0] & 0x7FFFu) == f16_bits_from_float(sigma));
+  int64_t const m = 4, k = head->desc.k, n = head->desc.n;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<Fp16> x(static_cast<size_t>(m * k));
+  double xs = 0;
+  for (auto& v : x) {
+    v = Fp16::from_float(nd(rng));
+    xs += static_cast<double>(v.to_float()) * v.to_float();
+  }
+  std::vector<float> y(static_cast<size_t>(m * n));
+  ops::Exl3GemmDesc d{head->desc, m, DType::kF32, false};
+  ops::Exl3GemmArgs a;
+  a.x = TensorView<Fp16 const, 2>(x.data(), {m, k});
+  a.trellis = head->trellis.as<int16_t const, 3>().value_or_throw();
+  a.suh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(head->suh.data()), {k});
+  a.svh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(head->svh.data()), {n});
+  a.y_f32 = TensorView<float, 2>(y.data(), {m, n});
+  ExecContext ctx;
+  BOOST_REQUIRE(ops::Exl3Gemm<Backend::kCpu>::run(d, a, ctx).ok());
+  double ys = 0;
+  for (float v : y) ys += static_cast<double>(v) * v;
+  double const rms = std::sqrt(ys / static_cast<double>(y.size()));
+  double const want = std::sqrt(static_cast<double>(k)) * sigma * std::sqrt(xs / static_cast<double>(x.size()));
+  BOOST_TEST_MESSAGE("exl3 synthetic head: output RMS " << rms << ", expected " << want);
+  BOOST_TEST(rms > 0.9 * want);
+  BOOST_TEST(rms < 1.1 * want);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -54,6 +54,18 @@ struct GoldenReport {
   std::string summary_line() const;
 };
 
+/// What the gate needs of a model beyond LanguageModel: quantiser-boundary recording and the per-sequence
+/// tie and boundary records (the CPU model's Dsv41State, the GPU model's state).
+struct GoldenGateHooks {
+  std::function<void(int)> set_boundary_ulps;
+  std::function<TieCounts const*(SequenceState const&)> ties;
+  std::function<std::vector<QuantBoundary> const*(SequenceState const&)> boundaries;
+};
+
+/// The gate on any DeepSeek-V4.1 LanguageModel (`bf16`: the model computes in bf16).
+Result<GoldenReport> run_golden_gate(LanguageModel& model, bool bf16, GoldenGateHooks const& hooks,
+                                     WeightSource const& golden, std::function<void(std::string const&)> const& log);
+
 /// Reads `prompt.i`, `gen_manual.i`, `step_logits.i`, `full_logits.i` for i = 0.. from `golden` and runs
 /// the gate. `log` receives one line per prompt and per disagreement (may be empty).
 Result<GoldenReport> run_golden_gate(Dsv41Model& model, WeightSource const& golden,

@@ -16,7 +16,9 @@
 
 namespace tessera::model::dsv41 {
 
-/// A WeightSource over one or more checkpoints (the first holding a name wins).
+/// A WeightSource over one or more checkpoints (the first holding a name wins). Native FP8 linears
+/// (F8_E4M3 + 32×32-block F8_E8M0 `.scale`) and packed FP4 experts (I8 [r, c/2] + per-row-per-32 `.scale`)
+/// load dequantised, with their logical shapes (spec/deepseek-v41.md §4.2).
 class CheckpointSource final : public WeightSource {
  public:
   void add(io::Checkpoint ckpt, std::string label);
@@ -30,6 +32,8 @@ class CheckpointSource final : public WeightSource {
   std::string describe() const override;
 
  private:
+  enum class Scaled { kNone, kFp8Block, kFp4Row };
+  Scaled scaled(std::string const& name) const;
   io::Checkpoint const* find(std::string const& name) const;
   std::vector<io::Checkpoint> ckpts_;
   std::vector<std::string> labels_;
@@ -37,6 +41,13 @@ class CheckpointSource final : public WeightSource {
 
 /// The model's view of a validated Config.
 Result<ModelSpec> spec_from_config(Config const& c);
+
+/// A model folder opened: its spec and its tensors (weights, then the Engram hash data if separate).
+struct ModelFolder {
+  ModelSpec spec;
+  CheckpointSource src;
+};
+Result<ModelFolder> open_model_folder(std::string const& dir);
 
 /// Loads `dir` (config.json + weights + Engram hash data) with the given numerics.
 Result<std::unique_ptr<Dsv41Model>> load_model(std::string const& dir, ModelOptions opts);

@@ -65,6 +65,13 @@ class SyntheticFormat {
   virtual ~SyntheticFormat() = default;
   virtual std::string name() const = 0;
   virtual Status add(io::SafetensorsWriter& w, TensorSpec const& spec, ValueFn values) const = 0;
+  /// The same with the whole plan at hand (a format whose stored tensors depend on a sibling, such as the
+  /// FP8 Engram table's scales, or on the layer, such as EXL3's per-layer K, overrides this one).
+  virtual Status add_planned(io::SafetensorsWriter& w, TensorSpec const& spec, std::vector<TensorSpec> const& plan,
+                             uint64_t seed) const {
+    (void)plan;
+    return add(w, spec, synthetic_values(spec, seed));
+  }
   /// The quantization_config this format writes into config.json, if any.
   virtual std::optional<QuantizationConfig> quantization_config() const { return std::nullopt; }
 };
@@ -72,12 +79,40 @@ class SyntheticFormat {
 /// Dense storage: every tensor in `dtype` (kF32, kBf16 or kF16), fp32 islands in f32.
 std::unique_ptr<SyntheticFormat> dense_format(DType dtype);
 
+/// The native release layout (spec/deepseek-v41.md §4.2): the FP8 linears (attn.{wq_a,wq_b,wkv,wo_a,wo_b},
+/// indexer.wq_b, shared experts, engram.wkv) as F8_E4M3 `X.weight` + F8_E8M0 `X.scale` [⌈r/32⌉, ⌈c/32⌉]
+/// (scale = 2^⌈log2(amax/448)⌉ per 32×32 block, code = sat-RNE e4m3 of w/scale); routed experts as FP4
+/// e2m1 packed two per I8 byte (even column in the low nibble) `X.weight` [r, c/2] + `X.scale` [r, c/32]
+/// (scale = 2^⌈log2(amax/6)⌉ per row per 32 columns); Engram tables F8_E4M3 [rows, de] + `.scale` E8M0
+/// [rows, de/32] (amax/448 per row per 32 channels); the rest bf16, fp32 islands (and the Engram q/k
+/// weights) f32.
+std::unique_ptr<SyntheticFormat> native_fp8_format();
+
+/// EXL3 groups (spec/exl3.md §1.1) for every linear whose dimensions are multiples of 128 except the
+/// router: `P.trellis` I16 [k/16, n/16, 16·K] of uniformly random bits (every 16-bit state is a valid
+/// code), `P.suh` F16 [k] of random ±1, `P.svh` F16 [n] of random ±σ (σ = the tensor's planned stddev, so
+/// W = diag(suh)·H·W'·H·diag(svh) has the planned RMS with MUL1's unit-RMS codebook), and the `P.mul1`
+/// marker; the rest bf16 (fp32 islands f32). K per tensor follows §5.1/§5.3 of spec/exl3.md:
+/// exl3_synthetic_bits.
+std::unique_ptr<SyntheticFormat> exl3_format(double bits_per_weight);
+
+/// K of a tensor of the EXL3 synthetic format at `bpw`: head 6; attention projections 5 (6 on layer 0),
+/// indexer wk 8, shared experts and Engram wkv 5; routed experts floor(bpw), promoted +1 per layer, end
+/// layers first (distance to the nearer end of the released 40-layer stack, lower layer first on ties),
+/// while the released model's bit budget bpw · Σ k·n allows. 0 for tensors that stay dense.
+int exl3_synthetic_bits(std::string const& name, std::vector<int64_t> const& shape, double bpw);
+
+/// Parses a make-synthetic `--format` value: fp32, bf16, fp8, or exl3:B (B in [1, 8]).
+Result<std::unique_ptr<SyntheticFormat>> synthetic_format(std::string const& spec);
+
 /// The configurations make-synthetic knows.
 /// tiny: spec §6 with `vocab_size` (the golden tiny model when 512).
 /// v41-flash: the released dimensions with the first `layers` layers (their released compress ratios,
 /// KV / index / candidate sources and Engram layers below `layers`), no DSpark layers, and Engram tables of
 /// about `engram_rows` rows (engram_vocab_size ≈ engram_rows / columns; the rows are the prime sums).
-Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows);
+/// `experts` > 0 replaces n_routed_experts (a scaled-down v41-flash for tests; must be ≥ the top-k 6).
+Result<Config> synthetic_config(std::string const& preset, int64_t vocab_size, int64_t layers, int64_t engram_rows,
+                                int64_t experts = 0);
 
 /// Gives `c` `blocks` DSpark blocks (num_nextn_predict_layers, ratio-0 compress entries), keeping its
 /// dspark_* fields; the noise token must lie in the vocabulary (make-synthetic --mtp).
@@ -89,7 +124,10 @@ struct SyntheticSummary {
 };
 
 /// Writes `<dir>/config.json` (to_json of `c` plus the format's quantization_config) and
-/// `<dir>/model.safetensors`; creates `dir` if needed.
+/// `<dir>/model.safetensors`; creates `dir` if needed. A configuration whose Engram layers are the
+/// released ones (1, 14 with the released compressed vocabulary) also gets the Engram hash data the
+/// model needs (`engram_hash.multipliers` of Appendix A, and a synthetic `engram_hash.token_map`:
+/// id ↦ splitmix64(id) mod V_c, not a tokenizer's map).
 Result<SyntheticSummary> write_synthetic_checkpoint(Config const& c, std::string const& dir, uint64_t seed,
                                                     SyntheticFormat const& format);
 

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The DeepSeek-V4.1 text model on the CUDA op backends: the CPU model's forward (model.cpp,
+/// attention_block.cpp) with every tensor on the device and every op family called as
+/// Family<Backend::kCuda>, in the same order of operations, in fp32 or bf16 numerics. Weights come from
+/// the CPU loader (fp32 host tensors, bf16-rounded in a bf16 model) and are uploaded once: projections as
+/// bf16 in a bf16 model (exact), fp32 otherwise; mHC, sinks, router and Engram tables stay fp32.
+///
+/// Each sequence's decode state lives on the device in blocks of the model's DevicePool (window ring,
+/// compressor raw rows, compressed KV, index keys; see models/deepseek_v41/gpu_internal.hpp); the Engram
+/// look-back (compressed ids by position), the cutoff-tie and quantiser-boundary records stay on the host.
+/// Prefill takes chunks of any size and decode is a chunk of one token on the same state; a batch runs its
+/// sequences one after another, so a row never shares a reduction with another sequence. clone copies the
+/// device blocks; truncate rolls back up to ModelOptions::max_rollback tokens exactly like the CPU model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/models/common/language_model.hpp"
+#include "tessera/models/deepseek_v41/model.hpp"
+
+namespace tessera::model::dsv41 {
+
+class GpuDsv41State;
+
+class GpuDsv41Model final : public LanguageModel {
+ public:
+  /// Loads and uploads the weights of `spec` from `src`; kNotSupported in a build without CUDA or on a
+  /// machine without a CUDA device. `backend` kCpu runs the same composition, state layout and glue on
+  /// the CPU op backends in host memory (how CI checks it against Dsv41Model without a GPU).
+  static Result<std::unique_ptr<GpuDsv41Model>> create(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                       Backend backend = Backend::kCuda);
+  ~GpuDsv41Model() override;
+
+  ModelInfo const& info() const override;
+  std::unique_ptr<SequenceState> new_sequence() override;
+  Status forward(std::span<SequenceStep> batch) override;
+  Result<std::unique_ptr<SequenceState>> clone(SequenceState const& state) override;
+  Status truncate(SequenceState& state, int64_t length) override;
+  size_t state_bytes_for(int64_t num_tokens) const override;
+
+  /// Diagnostics of a GPU sequence (the golden gate's tie and boundary reports).
+  static TieCounts const* ties(SequenceState const& s);
+  static std::vector<QuantBoundary> const* quant_boundaries(SequenceState const& s);
+  void set_boundary_ulps(int ulps);
+  /// Device bytes held by the state pool (blocks in use and cached).
+  size_t pool_bytes() const;
+
+  struct Impl;
+
+ private:
+  GpuDsv41Model() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Whether this build has CUDA and the machine a CUDA device.
+bool cuda_model_available();
+
+/// `load_model` (loader.hpp) on a device: "cpu" gives the CPU model, "cuda" the GPU model (a clear
+/// kNotSupported when CUDA is unavailable); anything else is invalid.
+Result<std::unique_ptr<LanguageModel>> load_model_on(std::string const& dir, ModelOptions opts, std::string const& device);
+
+}  // namespace tessera::model::dsv41

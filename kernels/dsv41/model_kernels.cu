@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Glue kernels of the DeepSeek-V4.1 GPU model (models/deepseek_v41/gpu_*.cpp), the parts of the CPU
+/// model's forward that are not an op family:
+///   embed_streams   X[r, k·D + d] = E[tok_r, d] for every stream k; pre[r] = one-hot(0) (spec §2.1)
+///   scale_inplace   x_i ← rn(x_i · s) (the indexer's weights · Hi^(−1/2), §2.5.4)
+///   build_key_lists the CSR key lists of the sink attention (§2.5.5) over the pool
+///                   [old window rows | chunk rows | compressed entries]: per query row at p = pos0 + r,
+///                   the old window rows with position > p − W (rows hold positions wpos0 + i), the chunk
+///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
+///                   ascending entry order. Exactly the lists the CPU model builds, in the same order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "models/deepseek_v41/gpu_internal.hpp"
+
+namespace tessera::model::dsv41::gpu {
+
+namespace {
+
+__global__ void embed_streams_kernel(float const* emb, int32_t const* tok, int64_t n, int64_t D, float* X, float* pre) {
+  int64_t const r = blockIdx.x;
+  float const* e = emb + static_cast<int64_t>(tok[r]) * D;
+  float* x = X + r * n * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float const v = e[d];
+    for (int64_t k = 0; k < n; ++k) x[k * D + d] = v;
+  }
+  if (threadIdx.x < n) pre[r * n + threadIdx.x] = threadIdx.x == 0 ? 1.f : 0.f;
+}
+
+__global__ void scale_kernel(float* x, int64_t count, float s) {
+  int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] = __fmul_rn(x[i], s);
+}
+
+/// Valid selections of row r: ids in [0, T).
+__device__ int64_t count_selected(int32_t const* sel, int64_t K, int64_t T) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < K; ++i) c += (sel[i] >= 0 && sel[i] < T) ? 1 : 0;
+  return c;
+}
+
+/// One thread: offsets[0] = 0, offsets[r+1] = offsets[r] + count(r) (a fixed sequential scan).
+__global__ void key_offsets_kernel(KeyListParams p) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int64_t acc = 0;
+  p.offsets[0] = 0;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int64_t i0, j0;
+    key_list_ranges(p, r, i0, j0);
+    acc += (p.n_old - i0) + (r - j0 + 1);
+    if (p.selected) acc += count_selected(p.selected + r * p.top_k, p.top_k, p.entries);
+    p.offsets[r + 1] = acc;
+  }
+}
+
+/// One block per row: window and chunk ids, then the selected entries placed by rank (ascending ids).
+__global__ void key_fill_kernel(KeyListParams p) {
+  int64_t const r = blockIdx.x;
+  int64_t i0, j0;
+  key_list_ranges(p, r, i0, j0);
+  int32_t* out = p.key_ids + p.offsets[r];
+  int64_t const nw = p.n_old - i0, nc = r - j0 + 1;
+  for (int64_t t = threadIdx.x; t < nw; t += blockDim.x) out[t] = static_cast<int32_t>(i0 + t);
+  for (int64_t t = threadIdx.x; t < nc; t += blockDim.x) out[nw + t] = static_cast<int32_t>(p.n_old + j0 + t);
+  if (!p.selected) return;
+  int32_t const* sel = p.selected + r * p.top_k;
+  for (int64_t i = threadIdx.x; i < p.top_k; i += blockDim.x) {
+    int32_t const e = sel[i];
+    if (e < 0 || e >= p.entries) continue;
+    int64_t rank = 0;  // selections are distinct, so the rank among valid ids is the sorted slot
+    for (int64_t j = 0; j < p.top_k; ++j) rank += (sel[j] >= 0 && sel[j] < p.entries && sel[j] < e) ? 1 : 0;
+    out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + e);
+  }
+}
+
+Status status_of(cudaError_t e, char const* what) {
+  if (e == cudaSuccess) return {};
+  return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
+                            int64_t D, float* X, float* pre) {
+  if (rows == 0) return {};
+  embed_streams_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(emb, tokens, n, D, X, pre);
+  return status_of(cudaGetLastError(), "embed_streams");
+}
+
+Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s) {
+  if (count == 0) return {};
+  scale_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(x, count, s);
+  return status_of(cudaGetLastError(), "scale_inplace");
+}
+
+Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
+  if (p.rows == 0) return {};
+  key_offsets_kernel<<<1, 1, 0, stream>>>(p);
+  TESSERA_TRY(status_of(cudaGetLastError(), "key_offsets"));
+  key_fill_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  return status_of(cudaGetLastError(), "key_fill");
+}
+
+}  // namespace tessera::model::dsv41::gpu

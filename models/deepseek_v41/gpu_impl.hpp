@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The GPU model's private state (gpu_model.hpp): the sequence state class and the model's Impl, shared
+/// by gpu_model.cpp (weights, LanguageModel face, clone / truncate) and gpu_forward.cpp (the forward).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/deepseek_v41/gpu_internal.hpp"
+#include "tessera/core/context.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
+
+namespace tessera::model::dsv41 {
+
+class GpuDsv41State final : public SequenceState {
+ public:
+  int64_t length() const override { return length_; }
+  size_t memory_bytes() const override;
+
+  std::shared_ptr<gpu::DevicePool> pool_;  // first member: released after every block of the state
+  int64_t length_ = 0;
+  std::vector<gpu::GpuLayerState> layers_;
+  std::vector<int64_t> history_;  // compressed token id per position (Engram look-back), host
+  TieCounts ties_;
+  std::vector<QuantBoundary> boundaries_;
+};
+
+struct GpuDsv41Model::Impl {
+  ModelSpec spec;
+  ModelOptions opts;
+  ModelInfo info;
+  EngramTables engram;
+  DType md = DType::kF32;
+  gpu::GpuWeights w;
+  gpu::Mem mem;                            // the backend's memory and stream
+  std::shared_ptr<gpu::DevicePool> pool;  // shared with the states (a state may outlive the model)
+  ExecContext ctx;
+  std::vector<float> main_inv_freq, compress_inv_freq;
+
+  ~Impl();
+  Status upload(Weights const& host);
+  Status forward_one(GpuDsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits);
+  /// Host compressed-id history → Engram hash ids [S, L_e, C] of the chunk (as the CPU model's hash_ids).
+  std::vector<int64_t> hash_ids(GpuDsv41State const& st, std::span<int32_t const> tokens) const;
+};
+
+}  // namespace tessera::model::dsv41

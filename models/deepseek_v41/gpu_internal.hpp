@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Internals of the DeepSeek-V4.1 GPU model (gpu_model.hpp): the backend's memory (device memory and a
+/// stream for kCuda; host memory for kCpu, where the same composition runs on the CPU op backends so CI can
+/// check it against the CPU model), the memory pool, the weights, the per-sequence state, and the glue
+/// kernels (kernels/dsv41/model_kernels.cu, with host twins in gpu_mem.cpp). Plain C++ (no CUDA headers).
+///
+/// Memory: every device buffer (weights excepted) is a block of a DevicePool, which keeps freed blocks in
+/// power-of-two size classes (≥ 4 KiB) and hands them out again, so per-step scratch and the growth of
+/// sequence state cost no cudaMalloc in steady state, and freeing a sequence returns its blocks to the pool.
+///
+/// Per-sequence state of layer ℓ (rows of hd fp32 unless said otherwise; positions are implicit because
+/// every buffer holds the tail of the sequence):
+///   window   [W−1+max_rollback, hd]  FP8-fake-quantised post-RoPE K=V of positions [len−n_window, len)
+///   raw kv/gate [max_rollback+r, hd] (ratio r > 1 KV sources) the fp32 compressor projections of
+///            positions [len−n_raw, len); the partial group is their last len − r·entries rows
+///   ckv      [capacity, hd]          compressed KV entries 0..entries−1 (post-RoPE, FP4)
+///   index_k  [capacity, di]          index keys of the same groups (index sources)
+/// Capacities of ckv / index_k double when full (a copy into a bigger block).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <vector>
+
+#include "tessera/core/config.hpp"
+#include "tessera/core/context.hpp"
+#include "tessera/core/dtype.hpp"
+#include "tessera/core/status.hpp"
+#include "tessera/core/tensor.hpp"
+
+namespace tessera::model::dsv41::gpu {
+
+/// Memory of the model's backend. kCuda: cudaMalloc'd memory, copies ordered on `stream`; kCpu: host
+/// memory, copies immediate.
+struct Mem {
+  enum class Copy : uint8_t { kHostToDev, kDevToHost, kDevToDev };
+  Backend backend = Backend::kCuda;
+  CUstream_st* stream = nullptr;
+  Device tag() const { return backend == Backend::kCuda ? Device::kCuda : Device::kCpu; }
+  Result<void*> alloc(size_t bytes) const;
+  void free(void* p) const;
+  Status copy(void* dst, void const* src, size_t bytes, Copy kind) const;
+  Status sync() const;
+  /// kCuda: creates the stream and describes the current device; kCpu: nothing.
+  Status open(DeviceInfo* info);
+  /// Synchronises and destroys the stream (kCuda).
+  void close();
+};
+
+/// A caching pool of blocks of the backend's memory in power-of-two size classes. Thread-safe (a state may
+/// be released on another thread than the one running forwards).
+class DevicePool {
+ public:
+  explicit DevicePool(Mem mem) : mem_(mem) {}
+  DevicePool(DevicePool const&) = delete;
+  DevicePool& operator=(DevicePool const&) = delete;
+  ~DevicePool();
+  /// A block of at least `bytes` (its class size in *capacity).
+  Result<void*> get(size_t bytes, size_t* capacity);
+  void put(void* p, size_t capacity);
+  size_t bytes_held() const { return held_; }
+
+ private:
+  Mem mem_;
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  std::vector<void*> all_;
+  size_t held_ = 0;
+};
+
+/// A pool block owned by value (moves, frees to its pool).
+class DevBlock {
+ public:
+  DevBlock() = default;
+  DevBlock(DevBlock&& o) noexcept { *this = std::move(o); }
+  DevBlock& operator=(DevBlock&& o) noexcept;
+  DevBlock(DevBlock const&) = delete;
+  DevBlock& operator=(DevBlock const&) = delete;
+  ~DevBlock() { reset(); }
+  static Result<DevBlock> make(DevicePool& pool, size_t bytes);
+  void reset();
+  void* get() const { return p_; }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t capacity() const { return cap_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  DevicePool* pool_ = nullptr;
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+/// A dense weight on the device: fp32, or bf16 (values already bf16 in a bf16 model, so exact).
+struct DevTensor {
+  void* p = nullptr;
+  int64_t rows = 0, cols = 0;   // 2-D [out, in] (1-D: rows = numel, cols = 1)
+  DType dtype = DType::kF32;
+  float const* f32() const { return static_cast<float const*>(p); }
+  Bf16 const* bf16() const { return static_cast<Bf16 const*>(p); }
+};
+
+struct GpuExperts {
+  std::vector<DevTensor> w1, w3, w2;
+  void* ptrs = nullptr;          // device [3, E] pointer table (w1 | w3 | w2)
+  DevTensor s1, s3, s2;          // shared expert
+};
+
+struct GpuLayerWeights {
+  DevTensor hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  DevTensor attn_norm, ffn_norm, q_norm, kv_norm, attn_sink, c_norm, i_k_norm;
+  DevTensor wq_a, wq_b, wkv, wo_a, wo_b, c_wkv, c_wgate, i_wq_b, i_weights_proj, i_wk;
+  DevTensor gate, gate_bias;
+  GpuExperts moe;
+  DevTensor e_table, e_wkv, e_qk;
+};
+
+struct GpuWeights {
+  DevTensor embed, norm, lm_head;
+  std::vector<GpuLayerWeights> layers;
+  DevTensor main_inv_freq, compress_inv_freq;
+  std::vector<void*> allocations;  // Mem::alloc'd, freed by the model
+};
+
+struct GpuLayerState {
+  DevBlock window;                 // [W−1+max_rollback, hd]
+  int64_t n_window = 0;
+  DevBlock raw_kv, raw_gate;       // [max_rollback + r, hd]
+  int64_t n_raw = 0;
+  DevBlock ckv, index_k;           // [capacity, hd], [capacity, di]
+  int64_t entries = 0;
+};
+
+/// The CSR key lists of one attention call (kernels/dsv41/model_kernels.cu).
+struct KeyListParams {
+  int64_t rows = 0;        // S query rows at positions pos0 + r
+  int64_t pos0 = 0;
+  int64_t n_old = 0;       // old window rows, positions wpos0 + i
+  int64_t wpos0 = 0;
+  int64_t window = 0;      // W
+  int32_t const* selected = nullptr;  // [S, top_k] entry ids (−1 padded), or null
+  int64_t top_k = 0;
+  int64_t entries = 0;     // T compressed entries in the pool (ids ≥ T are dropped)
+  int64_t* offsets = nullptr;  // [S + 1] out
+  int32_t* key_ids = nullptr;  // [≤ S·(W + top_k)] out
+};
+
+// CUDA launches (kernels/dsv41/model_kernels.cu, CUDA builds only).
+Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
+                            int64_t D, float* X, float* pre);
+Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s);
+Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
+
+// On the model's backend: the CUDA launch, or its host twin (gpu_mem.cpp) with the same arithmetic.
+Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,
+                     float* pre);
+Status scale_inplace(Mem const& m, float* x, int64_t count, float s);
+Status build_key_lists(Mem const& m, KeyListParams const& p);
+
+/// Row r's first visible old-window row i0 and first visible chunk row j0 (shared by both twins).
+TESSERA_HOST_DEVICE inline void key_list_ranges(KeyListParams const& p, int64_t r, int64_t& i0, int64_t& j0) {
+  int64_t const pos = p.pos0 + r;
+  i0 = pos - p.window + 1 - p.wpos0;  // old window row i visible ⇔ wpos0 + i > pos − W
+  if (i0 < 0) i0 = 0;
+  if (i0 > p.n_old) i0 = p.n_old;
+  j0 = r - p.window + 1;              // chunk row j visible ⇔ j ≤ r and pos0 + j > pos − W
+  if (j0 < 0) j0 = 0;
+}
+
+}  // namespace tessera::model::dsv41::gpu

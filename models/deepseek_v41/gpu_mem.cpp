@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Backend memory of the GPU model (gpu_internal.hpp): Mem (cudaMalloc / stream-ordered copies, or host
+/// memory), the size-class DevicePool and DevBlock, and the glue operations on either backend: the CUDA
+/// launch, or a host twin computing the same values (embedding broadcast, rn(x·s), and the CSR key lists
+/// in the same order as the kernel and as the CPU model's attention block).
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+
+#include "models/deepseek_v41/gpu_internal.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
+
+#if TESSERA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace tessera::model::dsv41 {
+
+namespace gpu {
+
+#if TESSERA_WITH_CUDA
+namespace {
+Status cuda_ok(cudaError_t e, char const* what) {
+  if (e == cudaSuccess) return {};
+  return Status(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
+                std::string(what) + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+#endif
+
+Result<void*> Mem::alloc(size_t bytes) const {
+  if (backend == Backend::kCpu) {
+    void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) & ~size_t{255});
+    if (!p) return Status(StatusCode::kOutOfMemory, "host allocation of " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+#if TESSERA_WITH_CUDA
+  void* p = nullptr;
+  TESSERA_TRY(cuda_ok(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
+  return p;
+#else
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+void Mem::free(void* p) const {
+  if (backend == Backend::kCpu) {
+    std::free(p);
+    return;
+  }
+#if TESSERA_WITH_CUDA
+  cudaFree(p);
+#endif
+}
+
+Status Mem::copy(void* dst, void const* src, size_t bytes, Copy kind) const {
+  if (bytes == 0) return {};
+  if (backend == Backend::kCpu) {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+#if TESSERA_WITH_CUDA
+  cudaMemcpyKind k = kind == Copy::kHostToDev ? cudaMemcpyHostToDevice
+                     : kind == Copy::kDevToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  return cuda_ok(cudaMemcpyAsync(dst, src, bytes, k, reinterpret_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");
+#else
+  (void)kind;
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+Status Mem::sync() const {
+  if (backend == Backend::kCpu) return {};
+#if TESSERA_WITH_CUDA
+  return cuda_ok(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+#else
+  return {};
+#endif
+}
+
+Status Mem::open(DeviceInfo* info) {
+  if (backend == Backend::kCpu) return {};
+#if TESSERA_WITH_CUDA
+  cudaStream_t s = nullptr;
+  TESSERA_TRY(cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+  stream = reinterpret_cast<CUstream_st*>(s);
+  int dev = 0;
+  cudaDeviceProp prop{};
+  TESSERA_TRY(cuda_ok(cudaGetDevice(&dev), "cudaGetDevice"));
+  TESSERA_TRY(cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties"));
+  info->sm = prop.major * 10 + prop.minor;
+  info->num_sms = prop.multiProcessorCount;
+  info->smem_per_block_optin = prop.sharedMemPerBlockOptin;
+  info->global_memory = prop.totalGlobalMem;
+  info->name = prop.name;
+  return {};
+#else
+  (void)info;
+  return not_supported("--device cuda: Tessera was built without CUDA");
+#endif
+}
+
+void Mem::close() {
+#if TESSERA_WITH_CUDA
+  if (backend == Backend::kCuda && stream) {
+    cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+    cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
+  }
+#endif
+  stream = nullptr;
+}
+
+DevicePool::~DevicePool() {
+  for (void* p : all_) mem_.free(p);
+}
+
+Result<void*> DevicePool::get(size_t bytes, size_t* capacity) {
+  size_t const cls = std::max<size_t>(4096, std::bit_ceil(std::max<size_t>(bytes, 1)));
+  std::lock_guard lk(mu_);
+  auto& fl = free_[cls];
+  *capacity = cls;
+  if (!fl.empty()) {
+    void* p = fl.back();
+    fl.pop_back();
+    return p;
+  }
+  auto p = mem_.alloc(cls);
+  if (!p) return p.status();
+  all_.push_back(*p);
+  held_ += cls;
+  return *p;
+}
+
+void DevicePool::put(void* p, size_t capacity) {
+  std::lock_guard lk(mu_);
+  free_[capacity].push_back(p);
+}
+
+DevBlock& DevBlock::operator=(DevBlock&& o) noexcept {
+  if (this != &o) {
+    reset();
+    pool_ = o.pool_;
+    p_ = o.p_;
+    cap_ = o.cap_;
+    o.pool_ = nullptr;
+    o.p_ = nullptr;
+    o.cap_ = 0;
+  }
+  return *this;
+}
+
+Result<DevBlock> DevBlock::make(DevicePool& pool, size_t bytes) {
+  DevBlock b;
+  auto p = pool.get(bytes, &b.cap_);
+  if (!p) return p.status();
+  b.pool_ = &pool;
+  b.p_ = *p;
+  return b;
+}
+
+void DevBlock::reset() {
+  if (p_ && pool_) pool_->put(p_, cap_);
+  pool_ = nullptr;
+  p_ = nullptr;
+  cap_ = 0;
+}
+
+Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,
+                     float* pre) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_embed_streams(m.stream, emb, tokens, rows, n, D, X, pre);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < n; ++k) std::memcpy(X + (r * n + k) * D, emb + tokens[r] * D, static_cast<size_t>(D) * 4);
+    for (int64_t k = 0; k < n; ++k) pre[r * n + k] = k == 0 ? 1.f : 0.f;
+  }
+  return {};
+}
+
+Status scale_inplace(Mem const& m, float* x, int64_t count, float s) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_scale_inplace(m.stream, x, count, s);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s;
+  return {};
+}
+
+Status build_key_lists(Mem const& m, KeyListParams const& p) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_build_key_lists(m.stream, p);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  int64_t acc = 0;
+  p.offsets[0] = 0;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int64_t i0, j0;
+    key_list_ranges(p, r, i0, j0);
+    int32_t* out = p.key_ids + acc;
+    int64_t k = 0;
+    for (int64_t i = i0; i < p.n_old; ++i) out[k++] = static_cast<int32_t>(i);
+    for (int64_t j = j0; j <= r; ++j) out[k++] = static_cast<int32_t>(p.n_old + j);
+    if (p.selected) {
+      std::vector<int32_t> sel;
+      for (int64_t i = 0; i < p.top_k; ++i) {
+        int32_t const e = p.selected[r * p.top_k + i];
+        if (e >= 0 && e < p.entries) sel.push_back(e);
+      }
+      std::sort(sel.begin(), sel.end());
+      for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
+    }
+    acc += k;
+    p.offsets[r + 1] = acc;
+  }
+  return {};
+}
+
+}  // namespace gpu
+
+bool cuda_model_available() {
+#if TESSERA_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace tessera::model::dsv41

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The DeepSeek-V4.1 GPU model (gpu_model.hpp): the weight upload and the LanguageModel face (sequences,
+/// batches, clone, truncate, state sizes) on the backend's memory (gpu_mem.cpp). The forward is
+/// gpu_forward.cpp.
+#include <algorithm>
+#include <cstring>
+
+#include "models/deepseek_v41/gpu_impl.hpp"
+#include "tessera/ref/rope_ref.hpp"
+
+namespace tessera::model::dsv41 {
+
+namespace {
+
+using Copy = gpu::Mem::Copy;
+
+/// Uploads `t` (fp32 host values) as `as` (kF32, or kBf16 for values that are bf16 already).
+Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, DType as, gpu::DevTensor* out) {
+  *out = {};
+  if (!t.defined() || t.data() == nullptr || t.numel() == 0) return {};  // a weight the layer does not have
+  out->rows = t.rank() >= 1 ? t.dim(0) : 1;
+  out->cols = t.rank() >= 2 ? t.numel() / t.dim(0) : 1;
+  out->dtype = as;
+  size_t const n = static_cast<size_t>(t.numel());
+  size_t const bytes = n * (as == DType::kBf16 ? 2 : 4);
+  auto p = mem.alloc(bytes);
+  if (!p) return p.status();
+  out->p = *p;
+  w.allocations.push_back(out->p);
+  float const* src = t.data_as<float>();
+  if (as == DType::kBf16) {
+    std::vector<uint16_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = bf16_bits_from_float(src[i]);
+    TESSERA_TRY(mem.copy(out->p, b.data(), bytes, Copy::kHostToDev));
+    return mem.sync();  // `b` is released on return
+  }
+  TESSERA_TRY(mem.copy(out->p, src, bytes, Copy::kHostToDev));
+  return mem.sync();
+}
+
+Status upload_floats(gpu::Mem const& mem, gpu::GpuWeights& w, std::vector<float> const& v, gpu::DevTensor* out) {
+  Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(v.size())});
+  std::memcpy(t.data(), v.data(), v.size() * 4);
+  return upload_tensor(mem, w, t, DType::kF32, out);
+}
+
+}  // namespace
+
+GpuDsv41Model::Impl::~Impl() {
+  (void)mem.sync();
+  for (void* p : w.allocations) mem.free(p);
+  mem.close();
+}
+
+Status GpuDsv41Model::Impl::upload(Weights const& h) {
+  DType const lin = md == DType::kBf16 ? DType::kBf16 : DType::kF32;  // projections
+  // Experts: the CPU backend's MoeExperts reads fp32 weights only (the values are the same).
+  DType const ex = mem.backend == Backend::kCpu ? DType::kF32 : lin;
+  auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
+  TESSERA_TRY(up(h.embed, &w.embed));
+  TESSERA_TRY(up(h.norm, &w.norm));
+  TESSERA_TRY(up(h.lm_head, &w.lm_head, lin));
+  w.layers.resize(h.layers.size());
+  for (size_t l = 0; l < h.layers.size(); ++l) {
+    LayerWeights const& s = h.layers[l];
+    gpu::GpuLayerWeights& d = w.layers[l];
+    for (auto [src, dst] : {std::pair{&s.hc_attn_fn, &d.hc_attn_fn}, {&s.hc_attn_base, &d.hc_attn_base},
+                            {&s.hc_attn_scale, &d.hc_attn_scale}, {&s.hc_ffn_fn, &d.hc_ffn_fn},
+                            {&s.hc_ffn_base, &d.hc_ffn_base}, {&s.hc_ffn_scale, &d.hc_ffn_scale},
+                            {&s.attn_norm, &d.attn_norm}, {&s.ffn_norm, &d.ffn_norm}, {&s.q_norm, &d.q_norm},
+                            {&s.kv_norm, &d.kv_norm}, {&s.attn_sink, &d.attn_sink}, {&s.c_norm, &d.c_norm},
+                            {&s.i_k_norm, &d.i_k_norm}, {&s.gate, &d.gate}, {&s.gate_bias, &d.gate_bias},
+                            {&s.e_table, &d.e_table}, {&s.e_qk, &d.e_qk}})
+      TESSERA_TRY(up(*src, dst));
+    for (auto [src, dst] : {std::pair{&s.wq_a, &d.wq_a}, {&s.wq_b, &d.wq_b}, {&s.wkv, &d.wkv}, {&s.wo_a, &d.wo_a},
+                            {&s.wo_b, &d.wo_b}, {&s.c_wkv, &d.c_wkv}, {&s.c_wgate, &d.c_wgate}, {&s.i_wq_b, &d.i_wq_b},
+                            {&s.i_weights_proj, &d.i_weights_proj}, {&s.i_wk, &d.i_wk}, {&s.e_wkv, &d.e_wkv}})
+      TESSERA_TRY(up(*src, dst, lin));
+    gpu::GpuExperts& m = d.moe;
+    size_t const E = s.experts.size();
+    m.w1.resize(E);
+    m.w3.resize(E);
+    m.w2.resize(E);
+    std::vector<void const*> ptrs(3 * E);
+    for (size_t e = 0; e < E; ++e) {
+      TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], ex));
+      TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], ex));
+      TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], ex));
+      ptrs[e] = m.w1[e].p;
+      ptrs[E + e] = m.w3[e].p;
+      ptrs[2 * E + e] = m.w2[e].p;
+    }
+    TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
+    TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
+    TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
+    if (E > 0) {
+      auto p = mem.alloc(ptrs.size() * sizeof(void*));
+      if (!p) return p.status();
+      m.ptrs = *p;
+      w.allocations.push_back(m.ptrs);
+      TESSERA_TRY(mem.copy(m.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), Copy::kHostToDev));
+      TESSERA_TRY(mem.sync());
+    }
+  }
+  TESSERA_TRY(upload_floats(mem, w, main_inv_freq, &w.main_inv_freq));
+  TESSERA_TRY(upload_floats(mem, w, compress_inv_freq, &w.compress_inv_freq));
+  return {};
+}
+
+size_t GpuDsv41State::memory_bytes() const {
+  size_t b = history_.size() * sizeof(int64_t);
+  for (auto const& l : layers_)
+    b += l.window.capacity() + l.raw_kv.capacity() + l.raw_gate.capacity() + l.ckv.capacity() + l.index_k.capacity();
+  return b;
+}
+
+Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                             Backend backend) {
+  if (backend == Backend::kCuda && !cuda_model_available())
+    return not_supported("--device cuda: this build has no CUDA support or no CUDA device is visible");
+  TESSERA_TRY(spec.validate());
+  if (opts.prune.active()) return not_supported("GPU model: expert pruning is CPU-only for now");
+  std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
+  m->impl_ = std::make_unique<Impl>();
+  Impl& I = *m->impl_;
+  I.md = opts.numerics == Numerics::kBf16 ? DType::kBf16 : DType::kF32;
+  auto hw = load_weights(spec, src, opts.numerics);
+  if (!hw) return hw.status();
+  auto e = load_engram_tables(spec, src);
+  if (!e) return e.status();
+  I.engram = std::move(*e);
+  I.main_inv_freq = ref::rope_inv_freq_default(spec.rope_theta, spec.rope_dim);
+  I.compress_inv_freq = spec.yarn ? ref::rope_inv_freq_yarn(spec.compress_rope_theta, spec.rope_dim, spec.yarn_factor,
+                                                             spec.yarn_beta_fast, spec.yarn_beta_slow,
+                                                             spec.yarn_original_max_pos)
+                                   : ref::rope_inv_freq_default(spec.compress_rope_theta, spec.rope_dim);
+  I.mem.backend = backend;
+  TESSERA_TRY(I.mem.open(&I.ctx.device));
+  I.ctx.backend = backend;
+  I.ctx.stream = I.mem.stream;
+  I.ctx.pool = opts.pool;
+  I.pool = std::make_shared<gpu::DevicePool>(I.mem);
+  TESSERA_TRY(I.upload(*hw));
+  I.info.name = spec.name;
+  I.info.model_type = "deepseek_v41";
+  I.info.vocab_size = spec.vocab_size;
+  I.info.max_context = spec.max_position_embeddings;
+  I.info.eos_token_ids = spec.eos_token_ids;
+  I.info.device = backend == Backend::kCuda ? "cuda" : "cpu";
+  I.info.dtype = I.md == DType::kBf16 ? "bf16" : "fp32";
+  I.spec = std::move(spec);
+  I.opts = std::move(opts);
+  return m;
+}
+
+GpuDsv41Model::~GpuDsv41Model() = default;
+
+ModelInfo const& GpuDsv41Model::info() const { return impl_->info; }
+
+std::unique_ptr<SequenceState> GpuDsv41Model::new_sequence() {
+  auto st = std::make_unique<GpuDsv41State>();
+  st->pool_ = impl_->pool;
+  st->layers_.resize(static_cast<size_t>(impl_->spec.num_layers));
+  return st;
+}
+
+Status GpuDsv41Model::forward(std::span<SequenceStep> batch) {
+  for (auto const& step : batch) {
+    if (!dynamic_cast<GpuDsv41State*>(step.state)) return invalid_argument("forward: a step has no DeepSeek-V4.1 GPU state");
+    if (step.num_logit_rows < 0 || step.num_logit_rows > static_cast<int64_t>(step.tokens.size()))
+      return invalid_argument("forward: num_logit_rows must be in [0, tokens.size()]");
+    if (step.num_logit_rows > 0 && !step.logits) return invalid_argument("forward: logits buffer missing");
+    for (int32_t t : step.tokens)
+      if (t < 0 || t >= impl_->spec.vocab_size)
+        return invalid_argument("forward: token id " + std::to_string(t) + " outside the vocabulary");
+  }
+  for (auto& step : batch)
+    TESSERA_TRY(impl_->forward_one(*static_cast<GpuDsv41State*>(step.state), step.tokens, step.num_logit_rows, step.logits));
+  return {};
+}
+
+Result<std::unique_ptr<SequenceState>> GpuDsv41Model::clone(SequenceState const& state) {
+  auto const* s = dynamic_cast<GpuDsv41State const*>(&state);
+  if (!s) return invalid_argument("clone: the state was not created by a DeepSeek-V4.1 GPU model");
+  auto out = std::make_unique<GpuDsv41State>();
+  out->pool_ = impl_->pool;
+  out->length_ = s->length_;
+  out->history_ = s->history_;
+  out->ties_ = s->ties_;
+  out->boundaries_ = s->boundaries_;
+  out->layers_.resize(s->layers_.size());
+  gpu::Mem const& mem = impl_->mem;
+  for (size_t l = 0; l < s->layers_.size(); ++l) {
+    gpu::GpuLayerState const& a = s->layers_[l];
+    gpu::GpuLayerState& b = out->layers_[l];
+    b.n_window = a.n_window;
+    b.n_raw = a.n_raw;
+    b.entries = a.entries;
+    for (auto [src, dst] : {std::pair{&a.window, &b.window}, {&a.raw_kv, &b.raw_kv}, {&a.raw_gate, &b.raw_gate},
+                            {&a.ckv, &b.ckv}, {&a.index_k, &b.index_k}}) {
+      if (!*src) continue;
+      auto blk = gpu::DevBlock::make(*impl_->pool, src->capacity());
+      if (!blk) return blk.status();
+      TESSERA_TRY(mem.copy(blk->get(), src->get(), src->capacity(), Copy::kDevToDev));
+      *dst = std::move(*blk);
+    }
+  }
+  TESSERA_TRY(mem.sync());
+  return std::unique_ptr<SequenceState>(std::move(out));
+}
+
+Status GpuDsv41Model::truncate(SequenceState& state, int64_t length) {
+  auto* st = dynamic_cast<GpuDsv41State*>(&state);
+  if (!st) return invalid_argument("truncate: the state was not created by a DeepSeek-V4.1 GPU model");
+  if (length < 0 || length > st->length_) return invalid_argument("truncate: length outside [0, current length]");
+  if (length == st->length_) return {};
+  int64_t const back = st->length_ - length;
+  if (back > impl_->opts.max_rollback)
+    return not_supported("truncate: " + std::to_string(back) + " tokens back exceeds max_rollback " +
+                         std::to_string(impl_->opts.max_rollback));
+  ModelSpec const& s = impl_->spec;
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    gpu::GpuLayerState& ls = st->layers_[static_cast<size_t>(l)];
+    // Every buffer holds the sequence's tail: dropping the last `back` positions drops its last rows.
+    ls.n_window = std::max<int64_t>(0, ls.n_window - back);
+    if (!s.is_kv_source(l)) continue;
+    int64_t const r = s.compress_ratios[static_cast<size_t>(l)];
+    ls.entries = length / r;
+    if (r > 1) ls.n_raw = std::max<int64_t>(0, ls.n_raw - back);
+  }
+  st->history_.resize(static_cast<size_t>(length));
+  auto& ev = st->ties_.events;
+  for (auto it = ev.begin(); it != ev.end();) {
+    if (it->position >= length) {
+      (it->site == CutoffTie::Site::kIndexer ? st->ties_.indexer
+                                             : it->site == CutoffTie::Site::kRouter ? st->ties_.router : st->ties_.candidate) -= 1;
+      it = ev.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(st->boundaries_, [&](QuantBoundary const& b) { return b.position >= length; });
+  st->length_ = length;
+  return {};
+}
+
+size_t GpuDsv41Model::state_bytes_for(int64_t n) const {
+  ModelSpec const& s = impl_->spec;
+  size_t b = static_cast<size_t>(n) * sizeof(int64_t);
+  int64_t const hd = s.head_dim, W = s.sliding_window, R = impl_->opts.max_rollback;
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    b += static_cast<size_t>((W - 1 + R) * hd * 4);
+    if (!s.is_kv_source(l)) continue;
+    int64_t const r = s.compress_ratios[static_cast<size_t>(l)], T = n / r;
+    b += static_cast<size_t>(T * hd * 4);
+    if (r > 1) b += static_cast<size_t>(2 * (R + r) * hd * 4);
+    if (s.is_index_source(l)) b += static_cast<size_t>(T * s.index_head_dim * 4);
+  }
+  return b;
+}
+
+TieCounts const* GpuDsv41Model::ties(SequenceState const& s) {
+  auto const* g = dynamic_cast<GpuDsv41State const*>(&s);
+  return g ? &g->ties_ : nullptr;
+}
+std::vector<QuantBoundary> const* GpuDsv41Model::quant_boundaries(SequenceState const& s) {
+  auto const* g = dynamic_cast<GpuDsv41State const*>(&s);
+  return g ? &g->boundaries_ : nullptr;
+}
+void GpuDsv41Model::set_boundary_ulps(int ulps) { impl_->opts.boundary_ulps = ulps; }
+size_t GpuDsv41Model::pool_bytes() const { return impl_->pool->bytes_held(); }
+
+}  // namespace tessera::model::dsv41

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The DeepSeek-V4.1 GPU model (gpu_model.hpp) on golden/v41-tiny:
+///  * GPU vs CPU model, teacher-forced: logits of every row of prompt + gen_manual[0..30] for every golden
+///    prompt; the CUDA families compute the CPU references' arithmetic in the same order (bit-equal up to
+///    CUDA's expf/log1pf, ≤ 2 ulp), so the logits agree to 1e-4 in fp32 and the argmax is equal wherever
+///    the CPU's own top-1/top-2 gap exceeds twice the measured difference;
+///  * greedy decoding (one-shot prefill, then 31 single-token steps) gives the CPU model's tokens (fp32);
+///  * chunked prefill (chunks of 1, 7, 64, all) == one-shot, bit for bit, on the GPU;
+///  * a batch of mixed-length sequences == each alone, bit for bit (prefill and a decode step);
+///  * clone then continue == continue; truncate k back then re-feed == never truncated, bit for bit.
+/// Built twice: for the GPU (suite gpu), and with TESSERA_GPU_MODEL_ON_CPU for the CPU suite, where the GPU
+/// model's composition (state layout, window ring, compressor raw rows, key lists, clone / truncate) runs
+/// on the CPU op backends and must equal the CPU model bit for bit.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "verify/model/fixture.hpp"
+
+using namespace tessera;
+using namespace tessera::model;
+using namespace tessera::model::dsv41;
+
+namespace {
+
+#if TESSERA_GPU_MODEL_ON_CPU
+constexpr bool kOnCpu = true;
+#else
+constexpr bool kOnCpu = false;
+#endif
+
+LanguageModel& tiny_gpu(std::string const& variant) {
+  static std::map<std::string, std::unique_ptr<LanguageModel>> cache;
+  auto& m = cache[variant];
+  if (!m) {
+    ModelOptions o;
+    o.numerics = variant == "bf16" ? Numerics::kBf16 : Numerics::kFp32;
+#if TESSERA_GPU_MODEL_ON_CPU
+    auto mf = open_model_folder(verify::tiny_dir(variant)).value_or_throw();
+    m = GpuDsv41Model::create(std::move(mf.spec), mf.src, o, Backend::kCpu).value_or_throw();
+#else
+    m = load_model_on(verify::tiny_dir(variant), o, "cuda").value_or_throw();
+#endif
+  }
+  return *m;
+}
+
+/// Logits [num_rows, V] of the last num_rows tokens of one forward over `tokens` on a fresh sequence.
+std::vector<float> run_all(LanguageModel& m, std::vector<int32_t> const& tokens, int64_t num_rows) {
+  auto st = m.new_sequence();
+  std::vector<float> out(static_cast<size_t>(num_rows * m.info().vocab_size));
+  SequenceStep step{st.get(), tokens, num_rows, out.data()};
+  throw_if_error(m.forward({&step, 1}));
+  return out;
+}
+
+/// Logits of every row, fed in chunks of `chunk`.
+std::vector<float> run_chunked(LanguageModel& m, std::vector<int32_t> const& tokens, int64_t chunk) {
+  int64_t const V = m.info().vocab_size, S = static_cast<int64_t>(tokens.size());
+  auto st = m.new_sequence();
+  std::vector<float> out(static_cast<size_t>(S * V));
+  for (int64_t b = 0; b < S; b += chunk) {
+    int64_t const e = std::min(S, b + chunk);
+    SequenceStep step{st.get(), std::span<int32_t const>(tokens.data() + b, static_cast<size_t>(e - b)), e - b,
+                      out.data() + b * V};
+    throw_if_error(m.forward({&step, 1}));
+  }
+  return out;
+}
+
+std::vector<int32_t> teacher_forced_tokens(std::string const& variant, int i) {
+  auto const& g = verify::tiny_files(variant);
+  std::vector<int32_t> t;
+  for (int64_t x : g.ints("prompt." + std::to_string(i))) t.push_back(static_cast<int32_t>(x));
+  auto gen = g.ints("gen_manual." + std::to_string(i));
+  for (size_t k = 0; k + 1 < gen.size(); ++k) t.push_back(static_cast<int32_t>(gen[k]));
+  return t;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void gpu_vs_cpu(std::string const& variant, double tol) {
+  Dsv41Model& cpu = verify::tiny_model(variant);
+  LanguageModel& gpu = tiny_gpu(variant);
+  int64_t const V = cpu.info().vocab_size;
+  BOOST_REQUIRE_EQUAL(gpu.info().vocab_size, V);
+  BOOST_TEST(gpu.info().device == (kOnCpu ? "cpu" : "cuda"));
+  double worst = 0;
+  int rows_total = 0, disagree = 0, uncertified = 0;
+  for (int i = 0; verify::tiny_files(variant).contains("prompt." + std::to_string(i)); ++i) {
+    auto tokens = teacher_forced_tokens(variant, i);
+    int64_t const S = static_cast<int64_t>(tokens.size());
+    auto a = run_all(cpu, tokens, S), b = run_all(gpu, tokens, S);
+    double maxd = 0;
+    for (size_t k = 0; k < a.size(); ++k) maxd = std::max(maxd, static_cast<double>(std::fabs(a[k] - b[k])));
+    if (kOnCpu) BOOST_TEST(bitwise_equal(a, b), variant << " prompt " << i << ": composition on the CPU != CPU model");
+    worst = std::max(worst, maxd);
+    for (int64_t r = 0; r < S; ++r) {
+      float const* ar = a.data() + r * V;
+      int64_t const ia = argmax_first(ar, V), ib = argmax_first(b.data() + r * V, V);
+      ++rows_total;
+      if (ia == ib) continue;
+      ++disagree;
+      float second = -INFINITY;
+      for (int64_t v = 0; v < V; ++v)
+        if (v != ia) second = std::max(second, ar[v]);
+      if (ar[ia] - second > 2 * maxd) ++uncertified;
+    }
+  }
+  BOOST_TEST_MESSAGE(variant << ": GPU vs CPU teacher-forced over " << rows_total << " rows: max |Δlogit| " << worst
+                             << ", argmax disagreements " << disagree << " (uncertified " << uncertified << ")");
+  BOOST_TEST(worst <= tol);
+  BOOST_TEST(uncertified == 0);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gpu_model_suite)
+
+BOOST_AUTO_TEST_CASE(teacher_forced_fp32_matches_cpu) { gpu_vs_cpu("fp32", 1e-4); }
+
+BOOST_AUTO_TEST_CASE(teacher_forced_bf16_matches_cpu) { gpu_vs_cpu("bf16", 0.25); }
+
+BOOST_AUTO_TEST_CASE(greedy_fp32_matches_cpu) {
+  Dsv41Model& cpu = verify::tiny_model("fp32");
+  LanguageModel& gpu = tiny_gpu("fp32");
+  int64_t const V = cpu.info().vocab_size;
+  for (int i : {2, 5, 7}) {
+    auto const& g = verify::tiny_files("fp32");
+    std::vector<int32_t> prompt;
+    for (int64_t x : g.ints("prompt." + std::to_string(i))) prompt.push_back(static_cast<int32_t>(x));
+    std::vector<int32_t> toks[2];
+    LanguageModel* models[2] = {&cpu, &gpu};
+    for (int k = 0; k < 2; ++k) {
+      auto st = models[k]->new_sequence();
+      std::vector<float> logits(static_cast<size_t>(V));
+      SequenceStep step{st.get(), prompt, 1, logits.data()};
+      throw_if_error(models[k]->forward({&step, 1}));
+      for (int s = 0; s < 32; ++s) {
+        int32_t t = static_cast<int32_t>(argmax_first(logits.data(), V));
+        toks[k].push_back(t);
+        if (s == 31) break;
+        SequenceStep d{st.get(), std::span<int32_t const>(&toks[k].back(), 1), 1, logits.data()};
+        throw_if_error(models[k]->forward({&d, 1}));
+      }
+    }
+    BOOST_TEST(toks[0] == toks[1], "prompt " << i);  // (against the golden: `tessera verify golden --device cuda`)
+  }
+}
+
+BOOST_AUTO_TEST_CASE(chunked_prefill_equals_one_shot) {
+  for (std::string variant : {"fp32", "bf16"}) {
+    LanguageModel& gpu = tiny_gpu(variant);
+    auto tokens = random_tokens(300, gpu.info().vocab_size, 17);
+    auto one = run_chunked(gpu, tokens, 300);
+    for (int64_t chunk : {1, 7, 64})
+      BOOST_TEST(bitwise_equal(run_chunked(gpu, tokens, chunk), one), variant << " chunk " << chunk);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(batched_equals_alone) {
+  LanguageModel& gpu = tiny_gpu("fp32");
+  int64_t const V = gpu.info().vocab_size;
+  std::vector<int64_t> lens = {5, 37, 64, 130, 1, 257};
+  std::vector<std::vector<int32_t>> toks;
+  for (size_t i = 0; i < lens.size(); ++i) toks.push_back(random_tokens(lens[i], V, 100 + static_cast<uint32_t>(i)));
+  // Together: prefill all, then one decode step each.
+  std::vector<std::unique_ptr<SequenceState>> sts;
+  std::vector<std::vector<float>> pre(lens.size()), dec(lens.size());
+  std::vector<SequenceStep> steps;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    sts.push_back(gpu.new_sequence());
+    pre[i].resize(static_cast<size_t>(lens[i] * V));
+    steps.push_back({sts[i].get(), toks[i], lens[i], pre[i].data()});
+  }
+  throw_if_error(gpu.forward(steps));
+  std::vector<int32_t> next(lens.size());
+  steps.clear();
+  for (size_t i = 0; i < lens.size(); ++i) {
+    next[i] = static_cast<int32_t>((i * 31 + 7) % static_cast<size_t>(V));
+    dec[i].resize(static_cast<size_t>(V));
+    steps.push_back({sts[i].get(), std::span<int32_t const>(&next[i], 1), 1, dec[i].data()});
+  }
+  throw_if_error(gpu.forward(steps));
+  // Alone.
+  for (size_t i = 0; i < lens.size(); ++i) {
+    auto st = gpu.new_sequence();
+    std::vector<float> p(static_cast<size_t>(lens[i] * V)), d(static_cast<size_t>(V));
+    SequenceStep a{st.get(), toks[i], lens[i], p.data()};
+    throw_if_error(gpu.forward({&a, 1}));
+    SequenceStep b{st.get(), std::span<int32_t const>(&next[i], 1), 1, d.data()};
+    throw_if_error(gpu.forward({&b, 1}));
+    BOOST_TEST(bitwise_equal(p, pre[i]), "prefill of sequence " << i);
+    BOOST_TEST(bitwise_equal(d, dec[i]), "decode of sequence " << i);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(clone_and_truncate) {
+  LanguageModel& gpu = tiny_gpu("fp32");
+  int64_t const V = gpu.info().vocab_size;
+  auto tokens = random_tokens(200, V, 5);
+  auto head = std::vector<int32_t>(tokens.begin(), tokens.begin() + 150);
+  auto tail = std::vector<int32_t>(tokens.begin() + 150, tokens.end());
+  auto st = gpu.new_sequence();
+  std::vector<float> x(static_cast<size_t>(150 * V)), ref(static_cast<size_t>(50 * V)), got(static_cast<size_t>(50 * V));
+  SequenceStep a{st.get(), head, 150, x.data()};
+  throw_if_error(gpu.forward({&a, 1}));
+  auto copy = gpu.clone(*st).value_or_throw();
+  SequenceStep b{st.get(), tail, 50, ref.data()};
+  throw_if_error(gpu.forward({&b, 1}));
+  SequenceStep c{copy.get(), tail, 50, got.data()};
+  throw_if_error(gpu.forward({&c, 1}));
+  BOOST_TEST(bitwise_equal(ref, got), "clone then continue");
+  // Truncate 37 back (inside compressor groups and the window) and feed the same tokens again.
+  throw_if_error(gpu.truncate(*st, 163));
+  BOOST_TEST(st->length() == 163);
+  std::vector<float> again(static_cast<size_t>(37 * V));
+  SequenceStep d{st.get(), std::span<int32_t const>(tokens.data() + 163, 37), 37, again.data()};
+  throw_if_error(gpu.forward({&d, 1}));
+  BOOST_TEST(std::memcmp(again.data(), ref.data() + 13 * V, again.size() * sizeof(float)) == 0, "truncate then re-feed");
+  BOOST_TEST(!gpu.truncate(*st, 100).ok());  // 100 back > max_rollback 64
+  int32_t bad = static_cast<int32_t>(V);
+  SequenceStep e{st.get(), std::span<int32_t const>(&bad, 1), 1, again.data()};
+  BOOST_TEST(!gpu.forward({&e, 1}).ok());
+}
+
+// The golden gate through the GPU model's hooks (ties and quantiser boundaries recorded from the device
+// flags): on the CPU backend every report line equals the CPU model's; on the GPU both summaries are shown
+// (`tessera verify golden --device cuda` is the gate itself).
+BOOST_AUTO_TEST_CASE(golden_gate_reports) {
+  for (std::string variant : {"fp32", "bf16"}) {
+    auto* gpu = dynamic_cast<GpuDsv41Model*>(&tiny_gpu(variant));
+    BOOST_REQUIRE(gpu);
+    GoldenGateHooks h;
+    h.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
+    h.ties = &GpuDsv41Model::ties;
+    h.boundaries = &GpuDsv41Model::quant_boundaries;
+    auto const& golden = verify::tiny_files(variant).source();
+    auto g = run_golden_gate(*gpu, variant == "bf16", h, golden, {}).value_or_throw();
+    auto c = run_golden_gate(verify::tiny_model(variant), golden, {}).value_or_throw();
+    BOOST_TEST_MESSAGE(variant << " CPU model:  " << c.summary_line());
+    BOOST_TEST_MESSAGE(variant << " GPU model:  " << g.summary_line());
+    if (!kOnCpu) continue;
+    BOOST_TEST(g.summary_line() == c.summary_line());
+    BOOST_TEST(g.pass == c.pass);
+    BOOST_REQUIRE_EQUAL(g.prompts.size(), c.prompts.size());
+    for (size_t i = 0; i < g.prompts.size(); ++i) {
+      BOOST_TEST(g.prompts[i].tie_list == c.prompts[i].tie_list, variant << " prompt " << i);
+      BOOST_TEST(g.prompts[i].boundary_list == c.prompts[i].boundary_list, variant << " prompt " << i);
+      BOOST_TEST(g.prompts[i].cutoff_ties == c.prompts[i].cutoff_ties);
+    }
+  }
+}
+
+// Opt-in (TESSERA_GPU_MODEL_CHECKPOINT=DIR, e.g. a `make-synthetic --preset v41-flash --layers 3 --experts 8
+// --format fp8` folder): the real dimensions. The model under test against the CPU model over 40 tokens,
+// teacher-forced (bitwise on the CPU backend; 1e-3 and certified argmax on the GPU), and chunks of 7 ==
+// one-shot bit for bit. Without the variable the case reports that it did not run.
+BOOST_AUTO_TEST_CASE(checkpoint_from_env) {
+  char const* dir = std::getenv("TESSERA_GPU_MODEL_CHECKPOINT");
+  if (!dir || !*dir) {
+    BOOST_TEST_MESSAGE("TESSERA_GPU_MODEL_CHECKPOINT not set: the real-dimension check did not run");
+    return;
+  }
+  ModelOptions o;
+  auto cpu = load_model(dir, o).value_or_throw();
+#if TESSERA_GPU_MODEL_ON_CPU
+  auto mf = open_model_folder(dir).value_or_throw();
+  std::unique_ptr<LanguageModel> gpu = GpuDsv41Model::create(std::move(mf.spec), mf.src, o, Backend::kCpu).value_or_throw();
+#else
+  auto gpu = load_model_on(dir, o, "cuda").value_or_throw();
+#endif
+  int64_t const V = cpu->info().vocab_size, S = 40;
+  auto tokens = random_tokens(S, V, 23);
+  auto a = run_all(*cpu, tokens, S), b = run_all(*gpu, tokens, S);
+  double maxd = 0, maxv = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    maxd = std::max(maxd, static_cast<double>(std::fabs(a[k] - b[k])));
+    maxv = std::max(maxv, static_cast<double>(std::fabs(a[k])));
+  }
+  int disagree = 0, uncertified = 0;
+  for (int64_t r = 0; r < S; ++r) {
+    float const* ar = a.data() + r * V;
+    int64_t const ia = argmax_first(ar, V);
+    if (ia == argmax_first(b.data() + r * V, V)) continue;
+    ++disagree;
+    float second = -INFINITY;
+    for (int64_t v = 0; v < V; ++v)
+      if (v != ia) second = std::max(second, ar[v]);
+    if (ar[ia] - second > 2 * maxd) ++uncertified;
+  }
+  BOOST_TEST_MESSAGE(dir << ": " << S << " rows, max |Δlogit| " << maxd << " (max |logit| " << maxv << "), argmax disagreements "
+                         << disagree << " (uncertified " << uncertified << ")");
+  if (kOnCpu) BOOST_TEST(bitwise_equal(a, b));
+  BOOST_TEST(maxd <= 1e-3);
+  BOOST_TEST(uncertified == 0);
+  BOOST_TEST(bitwise_equal(run_chunked(*gpu, tokens, 7), b), "chunks of 7 vs one-shot");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
