@@ -1,14 +1,15 @@
 #!/bin/bash
 # Device run of the GPU model checks (build the two targets, GPU suite, golden gate fp32/bf16 on --device
-# cuda, a generate). Usage from /work/main: bash .gpu-work-gpumodel/scripts/gpu_model_device_run.sh
-cd .gpu-work-gpumodel || exit 1
-export PATH=/usr/local/cuda/bin:$PATH TESSERA_SHARED_DIR=$(cd .. && pwd)/.gpu-shared
-B=../.gpu-build-gpumodel
+# cuda, generate on the tiny golden model, an fp8 tiny and a 3-layer v41-flash fp8 synthetic).
+# Usage on a GPU machine: TESSERA_SHARED_DIR=/path/to/shared bash scripts/gpu_model_device_run.sh
+cd "$(dirname "$0")/.." || exit 1
+export PATH=/usr/local/cuda/bin:$PATH TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
+B=build-gpu
 OUT=${OUT:-/tmp}
 test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -Dpcre2=disabled \
   -Dshared_dir=$TESSERA_SHARED_DIR > $OUT/setup.log 2>&1 || { tail -30 $OUT/setup.log; exit 1; }
 SECONDS=0
-ninja -C $B verify/gpu_model/verify_gpu_model tessera > $OUT/build.log 2>&1 || { grep -B2 -A8 "error" $OUT/build.log | head -80; exit 1; }
+ninja -C $B verify/gpu_model/verify_gpu_model tessera verify/gpu_attn/verify_gpu_attn verify/gpu_ops/verify_gpu_linear > $OUT/build.log 2>&1 || { grep -B2 -A8 "error" $OUT/build.log | head -80; exit 1; }
 echo "build ${SECONDS}s"
 SECONDS=0
 timeout 150 $B/verify/gpu_model/verify_gpu_model --log_level=message > $OUT/gpu_model_test.log 2>&1

@@ -40,6 +40,18 @@ __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams c
     if (r < n_x) p.y[(r0 + r) * p.y_stride + o] = device::round_md(acc[r], p.bf16_out);
 }
 
+/// fma_chain order: one thread per (row, output) runs ref::dot_fma_seq (small projections only: wo_a).
+template <class W>
+__global__ void linear_fma_chain_kernel(LinearParams const p) {
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (o >= p.out) return;
+  float const* x = p.x + r * p.x_stride;
+  W const* w = static_cast<W const*>(p.w) + o * p.in;
+  float acc = 0.f;
+  for (int64_t i = 0; i < p.in; ++i) acc = device::fma_step(acc, x[i], device::load_w(w + i));
+  p.y[r * p.y_stride + o] = device::round_md(acc, p.bf16_out);
+}
+
 }  // namespace
 
 }  // namespace tessera::kernels
@@ -60,6 +72,18 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   p.x_stride = a.x.stride[0];
   p.y_stride = a.y.stride[0];
   p.bf16_out = d.md == DType::kBf16;
+  if (d.fma_chain) {
+    if (d.rows > 65535) return invalid_argument("linear (fma_chain): rows > 65535 per launch");
+    dim3 g(static_cast<unsigned>(ceil_div(d.out, 128)), static_cast<unsigned>(d.rows));
+    if (d.weight_dtype == DType::kBf16) {
+      p.w = a.w_bf16.data;
+      linear_fma_chain_kernel<Bf16><<<g, 128, 0, stream_of(ctx)>>>(p);
+    } else {
+      p.w = a.w.data;
+      linear_fma_chain_kernel<float><<<g, 128, 0, stream_of(ctx)>>>(p);
+    }
+    return launch_status("linear_fma_chain_kernel");
+  }
   dim3 grid(static_cast<unsigned>(ceil_div(d.out, kWarps * 32)), static_cast<unsigned>(ceil_div(d.rows, kRows)));
   if (grid.y > 65535) return invalid_argument("linear: rows > 524280 per launch");
   if (d.weight_dtype == DType::kBf16) {

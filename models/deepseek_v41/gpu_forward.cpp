@@ -129,10 +129,10 @@ class Forward {
 
   /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride).
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
-           int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1) {
+           int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false) {
     if (out < 0) out = w.rows;
     if (in < 0) in = w.cols;
-    ops::LinearDesc d{rows, in, out, w.dtype, md};
+    ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain};
     ops::LinearArgs a;
     a.x = CF2(x, {rows, in}, {x_stride, 1}, kDev);
     if (w.dtype == DType::kBf16) a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {out, in}, kDev);
@@ -361,7 +361,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   rope(o, S, H, hd, c_.d_pos, table, true);
   int64_t const G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
   float* y = sc_.get<float>(S * G * ro);
-  for (int64_t g = 0; g < G; ++g) lin(o + g * gw, H * hd, S, w.wo_a, y + g * ro, G * ro, md, g * ro, ro, gw);
+  for (int64_t g = 0; g < G; ++g) lin(o + g * gw, H * hd, S, w.wo_a, y + g * ro, G * ro, md, g * ro, ro, gw, true);
   lin(y, S, w.wo_b, out, md);
 
   // Window ring: the last W−1+max_rollback rows of [old window | chunk].

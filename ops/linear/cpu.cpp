@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// CPU backend of the linear family: ref::linear_row over rows (bf16 weights widened one row at a time).
+/// CPU backend of the linear family: ref::linear_row (or linear_row_fma_seq) over rows (bf16 weights widened
+/// one row at a time).
 #include <vector>
 
 #include "ops/cpu_common.hpp"
@@ -39,7 +40,9 @@ Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) { 
 Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
   if (d.weight_dtype == DType::kF32) {
     detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) ref::linear_row(&a.x(r, 0), a.w.data, d.in, d.out, &a.y(r, 0), d.md);
+      for (int64_t r = b; r < e; ++r)
+        if (d.fma_chain) ref::linear_row_fma_seq(&a.x(r, 0), a.w.data, d.in, d.out, &a.y(r, 0), d.md);
+        else ref::linear_row(&a.x(r, 0), a.w.data, d.in, d.out, &a.y(r, 0), d.md);
     }, 1);
     return {};
   }
@@ -48,7 +51,9 @@ Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, Exec
     std::vector<float> wrow(static_cast<size_t>(d.in));
     for (int64_t o = b; o < e; ++o) {
       for (int64_t i = 0; i < d.in; ++i) wrow[i] = a.w_bf16(o, i).to_float();
-      for (int64_t r = 0; r < d.rows; ++r) a.y(r, o) = ref::round_md(ref::dot(&a.x(r, 0), wrow.data(), d.in), d.md);
+      for (int64_t r = 0; r < d.rows; ++r)
+        a.y(r, o) = ref::round_md(d.fma_chain ? ref::dot_fma_seq(&a.x(r, 0), wrow.data(), d.in)
+                                              : ref::dot(&a.x(r, 0), wrow.data(), d.in), d.md);
     }
   }, 16);
   return {};

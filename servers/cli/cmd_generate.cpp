@@ -81,15 +81,17 @@ int cmd_generate(std::vector<std::string> const& args) {
   // Decoding goes through the drafting Generator; --draft none is the serial loop (k = 0 every round).
   std::string draft = p.get_or("draft", "none");
   std::unique_ptr<model::Drafter> drafter;
+  auto* cpu_model = dynamic_cast<model::dsv41::Dsv41Model*>(m.get());
   auto st = m->new_sequence();
   if (draft == "lookup") {
     drafter = model::make_lookup_drafter();
   } else if (draft == "dspark") {
-    if (!m->has_dspark())
+    if (!cpu_model) throw Error(not_supported("--draft dspark runs on the CPU model only (--device cpu)"));
+    if (!cpu_model->has_dspark())
       throw Error(not_supported("--draft dspark: " + dir + " has no DSpark weights (mtp.*; make-synthetic --mtp writes them)"));
-    drafter = model::dsv41::make_dspark_drafter(*m, static_cast<model::dsv41::Dsv41State const&>(*st));
+    drafter = model::dsv41::make_dspark_drafter(*cpu_model, static_cast<model::dsv41::Dsv41State const&>(*st));
   } else if (draft != "none") throw Error(invalid_argument("--draft must be none, lookup or dspark, got '" + draft + "'"));
-  if (drafter && m->pruning().active() && m->pruning().scope == model::dsv41::ExpertPruning::Scope::kDecode)
+  if (drafter && o.prune.active() && o.prune.scope == model::dsv41::ExpertPruning::Scope::kDecode)
     throw Error(invalid_argument("--draft with decode-scope expert pruning is not exact (a verify window is not a "
                                  "one-token decode chunk, so it is not pruned); use --draft none or prune every scope"));
   model::DepthPolicy pol;

@@ -15,12 +15,16 @@ struct LinearDesc {
   int64_t rows = 0, in = 0, out = 0;
   DType weight_dtype = DType::kF32;  // kF32 (LinearArgs::w) or kBf16 (LinearArgs::w_bf16)
   DType md = DType::kF32;            // rounding of y: kF32 = none, kBf16 = →bf16
+  /// false: ref::dot's GEMM order (nn.Linear in the golden engine); true: one FMA chain per output,
+  /// ref::dot_fma_seq (a torch.bmm in the golden engine: the grouped output projection wo_a).
+  bool fma_chain = false;
   friend bool operator==(LinearDesc const&, LinearDesc const&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, LinearDesc const& d) {
   return os << "LinearDesc{ rows=" << d.rows << " in=" << d.in << " out=" << d.out
-            << " weight=" << dtype_name(d.weight_dtype) << " md=" << dtype_name(d.md) << " }";
+            << " weight=" << dtype_name(d.weight_dtype) << " md=" << dtype_name(d.md)
+            << " fma_chain=" << d.fma_chain << " }";
 }
 
 struct LinearArgs {
