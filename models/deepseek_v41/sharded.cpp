@@ -115,10 +115,10 @@ dist::ModelDims model_dims(ModelSpec const& s) {
   return d;
 }
 
-std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s, io::Checkpoint const& ckpt) {
+std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s, std::vector<io::TensorInfo> const& tensors) {
   std::vector<size_t> out(static_cast<size_t>(p.world), 0);
   bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
-  for (auto const& t : ckpt.tensors()) {
+  for (auto const& t : tensors) {
     std::string const& n = t.name;
     for (auto const& r : p.ranks) {
       double f = 1.0;  // fraction of the tensor this rank holds

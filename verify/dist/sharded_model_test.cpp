@@ -231,3 +231,32 @@ BOOST_AUTO_TEST_CASE(tp_all_reduce_bound_and_top1) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(dist_plan_memory)
+
+BOOST_AUTO_TEST_CASE(per_rank_bytes_of_the_tiny_checkpoint) {
+  auto ckpt = io::Checkpoint::open(verify::tiny_dir("fp32") + "/model.safetensors").value_or_throw();
+  ModelSpec const& spec = verify::tiny_model("fp32").spec();
+  size_t total = 0, split = 0;
+  for (auto const& t : ckpt.tensors()) {
+    total += t.nbytes;
+    std::string const& n = t.name;
+    bool attn = n.find("attn.") != std::string::npos && n.find("indexer") == std::string::npos &&
+                n.find("compressor") == std::string::npos;
+    if ((attn && (n.find("wq_b") != std::string::npos || n.find("attn_sink") != std::string::npos ||
+                  n.find("wo_a") != std::string::npos || n.find("wo_b") != std::string::npos)) ||
+        n.find("experts.") != std::string::npos || n.rfind("lm_head", 0) == 0 || n.find("engram.embed.") != std::string::npos)
+      split += t.nbytes;
+  }
+  BOOST_TEST(split > 0);
+  auto plan = dist::make_plan(model_dims(spec), cfg(2, 2, dist::AttnCombine::kAllReduce)).value_or_throw();
+  auto mem = plan_memory(plan, spec, ckpt.tensors());
+  BOOST_TEST_REQUIRE(mem.size() == 2u);
+  // Every split tensor is held once across the ranks (up to rounding of the fractions), the rest twice.
+  double const want = 2.0 * static_cast<double>(total) - static_cast<double>(split);
+  BOOST_TEST(std::fabs(static_cast<double>(mem[0] + mem[1]) - want) <= 64.0);
+  auto one = plan_memory(dist::make_plan(model_dims(spec), cfg(1, 1)).value_or_throw(), spec, ckpt.tensors());
+  BOOST_TEST(one[0] == total);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -32,10 +32,11 @@ struct RankShard {
 /// The plan dimensions of a model spec.
 dist::ModelDims model_dims(ModelSpec const& spec);
 
-/// Bytes each rank holds under `plan` for the tensors of `ckpt` (names of any scheme of weights.hpp;
-/// stored sizes, so quantized checkpoints count their packed bytes): split tensors count their slice,
-/// everything else is replicated.
-std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const& spec, io::Checkpoint const& ckpt);
+/// Bytes each rank holds under `plan` for `tensors` (names of any scheme of weights.hpp, `nbytes` as
+/// stored, so quantized checkpoints count their packed bytes): split tensors count their slice,
+/// everything else is replicated. Engram tables count their share of hash columns (≈ rows).
+std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const& spec,
+                                std::vector<io::TensorInfo> const& tensors);
 
 /// A rank model of `full` for rank `shard->rank` of `shard->plan` (its slices copied, the rest shared).
 Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
