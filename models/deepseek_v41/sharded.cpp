@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "models/deepseek_v41/model_internal.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -212,12 +213,17 @@ Status ShardedModel::forward(std::span<SequenceStep> batch) {
       steps[r].push_back(s);
     }
   }
+  return run_ranks([&](Dsv41Model& m, int r) { return m.forward(steps[r]); });
+}
+
+Status ShardedModel::run_ranks(std::function<Status(Dsv41Model&, int)> const& fn) {
+  int const n = world();
   std::vector<Status> st(static_cast<size_t>(n));
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        st[r] = ranks_[r]->forward(steps[r]);
+        st[r] = fn(*ranks_[r], r);
       } catch (std::exception const& e) {
         st[r] = Status(StatusCode::kInternal, e.what());
       }
@@ -232,6 +238,18 @@ Status ShardedModel::forward(std::span<SequenceStep> batch) {
       return st[r];
     }
   return {};
+}
+
+Result<GoldenReport> run_golden_gate_sharded(ShardedModel& model, WeightSource const& golden,
+                                             std::function<void(std::string const&)> const& log) {
+  std::vector<GoldenReport> rep(static_cast<size_t>(model.world()));
+  TESSERA_TRY(model.run_ranks([&](Dsv41Model& m, int r) -> Status {
+    auto g = run_golden_gate(m, golden, r == 0 ? log : std::function<void(std::string const&)>{});
+    if (!g) return g.status();
+    rep[r] = std::move(*g);
+    return {};
+  }));
+  return std::move(rep[0]);
 }
 
 Result<std::unique_ptr<SequenceState>> ShardedModel::clone(SequenceState const& state) {

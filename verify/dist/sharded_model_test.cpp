@@ -49,14 +49,7 @@ std::string name_of(dist::ParallelConfig const& c) {
 
 /// The golden gate on every rank model at once; rank 0's report.
 GoldenReport gate_on_ranks(ShardedModel& sm, WeightSource const& golden) {
-  int n = sm.world();
-  std::vector<Result<GoldenReport>> rep(n, Result<GoldenReport>(GoldenReport{}));
-  std::vector<std::thread> th;
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] { rep[r] = run_golden_gate(sm.rank_model(r), golden, {}); });
-  for (auto& t : th) t.join();
-  for (int r = 0; r < n; ++r) BOOST_REQUIRE_MESSAGE(rep[r].ok(), rep[r].status().to_string());
-  return std::move(rep[0]).value_or_throw();
+  return run_golden_gate_sharded(sm, golden, {}).value_or_throw();
 }
 
 GoldenReport const& single_rank_report() {

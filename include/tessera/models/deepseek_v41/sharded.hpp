@@ -11,6 +11,7 @@
 /// all-reduce the sums differ by rounding only (bound in docs/multi-gpu.md).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -64,6 +65,10 @@ class ShardedModel final : public LanguageModel {
   Status truncate(SequenceState& state, int64_t length) override;
   size_t state_bytes_for(int64_t num_tokens) const override;
 
+  /// Runs fn(rank model, rank) on one thread per rank (fn must issue the same forwards on every rank);
+  /// a failing rank aborts the group so the others return too; the group is rebuilt afterwards. Returns
+  /// the first failing rank's status.
+  Status run_ranks(std::function<Status(Dsv41Model&, int)> const& fn);
   dist::ShardingPlan const& plan() const { return shards_[0]->plan; }
   int world() const { return static_cast<int>(ranks_.size()); }
   Dsv41Model& rank_model(int r) { return *ranks_[static_cast<size_t>(r)]; }
@@ -76,5 +81,12 @@ class ShardedModel final : public LanguageModel {
   std::vector<std::shared_ptr<RankShard>> shards_;
   std::vector<std::unique_ptr<Dsv41Model>> ranks_;
 };
+
+struct GoldenReport;
+
+/// The golden gate (golden_gate.hpp) of a sharded model: every rank runs it on its rank model at once;
+/// rank 0's report (and log lines).
+Result<GoldenReport> run_golden_gate_sharded(ShardedModel& model, WeightSource const& golden,
+                                             std::function<void(std::string const&)> const& log);
 
 }  // namespace tessera::model::dsv41
