@@ -149,6 +149,32 @@ BOOST_AUTO_TEST_CASE(wide_model_exact_plans_bit_for_bit) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(bf16_exact_plans_bit_for_bit) {
+  // bf16 numerics: every →md rounding of the sharded steps sits where the single-rank step has it.
+  Dsv41Model& one = verify::tiny_model("bf16");
+  auto toks = tokens(verify::test_seed(79), 32);
+  auto base = schedule_logits(one, toks);
+  for (auto c : {cfg(2, 2), cfg(4, 4), cfg(1, 2, dist::AttnCombine::kGather, dist::EngramPlacement::kReplicated)}) {
+    auto sm = ShardedModel::create(one, c).value_or_throw();
+    BOOST_TEST(bits_equal(schedule_logits(*sm, toks), base), "bf16 " << name_of(c));
+  }
+  // The all-reduce rounds once after the sum: top-1 agrees outside near-ties.
+  auto sm = ShardedModel::create(one, cfg(2, 2, dist::AttnCombine::kAllReduce)).value_or_throw();
+  auto b = schedule_logits(*sm, toks);
+  int64_t V = one.spec().vocab_size, agree = 0, ties = 0, rows = static_cast<int64_t>(base.size()) / V;
+  for (int64_t r = 0; r < rows; ++r) {
+    float const* x = &base[r * V];
+    int64_t ia = argmax_first(x, V);
+    float second = -INFINITY;
+    for (int64_t j = 0; j < V; ++j)
+      if (j != ia) second = std::max(second, x[j]);
+    if (ia == argmax_first(&b[r * V], V)) ++agree;
+    else if (x[ia] - second <= std::ldexp(std::fabs(x[ia]), -7)) ++ties;  // one bf16 ulp at the top-1 logit
+  }
+  BOOST_TEST_MESSAGE("bf16 tp 2 all-reduce: top-1 " << agree << "/" << rows << ", near-ties " << ties);
+  BOOST_TEST(agree + ties == rows);
+}
+
 BOOST_AUTO_TEST_CASE(sharded_state_clone_and_truncate) {
   Dsv41Model& one = wide_model();
   auto sm = ShardedModel::create(one, cfg(2, 2)).value_or_throw();
