@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <tuple>
 #include <cstring>
 #include <vector>
 
@@ -150,6 +152,93 @@ Status NcclCommunicator::barrier() {
   TESSERA_TRY(nccl_status(ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclFloat32, ncclSum, impl_->comm, impl_->stream),
                           "ncclAllReduce (barrier)"));
   return impl_->sync("barrier");
+}
+
+}  // namespace tessera::dist
+
+namespace tessera::dist {
+
+HostStagingCommunicator::HostStagingCommunicator(NcclCommunicator& inner) : inner_(inner) {}
+
+HostStagingCommunicator::~HostStagingCommunicator() {
+  if (din_) cudaFree(din_);
+  if (dout_) cudaFree(dout_);
+}
+
+Status HostStagingCommunicator::reserve(size_t in, size_t out) {
+  TESSERA_TRY(cuda_status(cudaSetDevice(inner_.device()), "cudaSetDevice"));
+  for (auto [p, cap, need] : {std::tuple{&din_, &cap_in_, in}, std::tuple{&dout_, &cap_out_, out}}) {
+    if (need <= *cap) continue;
+    if (*p) cudaFree(*p);
+    *p = nullptr;
+    *cap = 0;
+    TESSERA_TRY(cuda_status(cudaMalloc(p, need), "cudaMalloc (host staging)"));
+    *cap = need;
+  }
+  return {};
+}
+Status HostStagingCommunicator::up(void const* host, size_t bytes) {
+  return bytes ? cuda_status(cudaMemcpy(din_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D") : Status{};
+}
+Status HostStagingCommunicator::down(void* host, size_t bytes) {
+  return bytes ? cuda_status(cudaMemcpy(host, dout_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H") : Status{};
+}
+
+Status HostStagingCommunicator::all_reduce_sum(float const* send, float* recv, size_t count) {
+  size_t const b = count * sizeof(float);
+  TESSERA_TRY(reserve(b + 1, b + 1));
+  TESSERA_TRY(up(send, b));
+  TESSERA_TRY(inner_.all_reduce_sum(static_cast<float*>(din_), static_cast<float*>(dout_), count));
+  return down(recv, b);
+}
+Status HostStagingCommunicator::all_gather(void const* send, void* recv, size_t bytes) {
+  TESSERA_TRY(reserve(bytes + 1, bytes * static_cast<size_t>(size()) + 1));
+  TESSERA_TRY(up(send, bytes));
+  TESSERA_TRY(inner_.all_gather(din_, dout_, bytes));
+  return down(recv, bytes * static_cast<size_t>(size()));
+}
+Status HostStagingCommunicator::all_gatherv(void const* send, void* recv, std::span<size_t const> bytes) {
+  if (static_cast<int>(bytes.size()) != size()) return invalid_argument("all_gatherv: one size per rank expected");
+  size_t total = 0;
+  for (size_t b : bytes) total += b;
+  TESSERA_TRY(reserve(bytes[rank()] + 1, total + 1));
+  TESSERA_TRY(up(send, bytes[rank()]));
+  TESSERA_TRY(inner_.all_gatherv(din_, dout_, bytes));
+  return down(recv, total);
+}
+Status HostStagingCommunicator::reduce_scatter_sum(float const* send, float* recv, size_t count) {
+  size_t const b = count * sizeof(float);
+  TESSERA_TRY(reserve(b * static_cast<size_t>(size()) + 1, b + 1));
+  TESSERA_TRY(up(send, b * static_cast<size_t>(size())));
+  TESSERA_TRY(inner_.reduce_scatter_sum(static_cast<float*>(din_), static_cast<float*>(dout_), count));
+  return down(recv, b);
+}
+Status HostStagingCommunicator::all_to_allv(void const* send, std::span<size_t const> send_bytes,
+                                            std::span<size_t const> send_off, void* recv,
+                                            std::span<size_t const> recv_bytes, std::span<size_t const> recv_off) {
+  size_t const n = static_cast<size_t>(size());
+  if (send_bytes.size() != n || send_off.size() != n || recv_bytes.size() != n || recv_off.size() != n)
+    return invalid_argument("all_to_allv: size/offset vectors must have one entry per rank");
+  size_t in = 0, out = 0;
+  for (size_t q = 0; q < n; ++q) {
+    in = std::max(in, send_off[q] + send_bytes[q]);
+    out = std::max(out, recv_off[q] + recv_bytes[q]);
+  }
+  TESSERA_TRY(reserve(in + 1, out + 1));
+  TESSERA_TRY(up(send, in));
+  TESSERA_TRY(inner_.all_to_allv(din_, send_bytes, send_off, dout_, recv_bytes, recv_off));
+  // Only the received blocks are defined on the device: copy those back.
+  for (size_t q = 0; q < n; ++q)
+    if (recv_bytes[q])
+      TESSERA_TRY(cuda_status(cudaMemcpy(static_cast<uint8_t*>(recv) + recv_off[q], static_cast<uint8_t*>(dout_) + recv_off[q],
+                                         recv_bytes[q], cudaMemcpyDeviceToHost), "cudaMemcpy D2H"));
+  return {};
+}
+Status HostStagingCommunicator::broadcast(void* buf, size_t bytes, int root) {
+  TESSERA_TRY(reserve(bytes + 1, 1));
+  TESSERA_TRY(up(buf, bytes));
+  TESSERA_TRY(inner_.broadcast(din_, bytes, root));
+  return bytes ? cuda_status(cudaMemcpy(buf, din_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H") : Status{};
 }
 
 }  // namespace tessera::dist

@@ -20,9 +20,18 @@
 using namespace tessera;
 using namespace tessera::dist;
 
+namespace tessera::verify {
+/// The process's communicator, shared by the NCCL suites of this executable.
+NcclCommunicator& nccl_comm();
+}
+
 namespace {
 
-NcclCommunicator& comm() {
+NcclCommunicator& comm() { return verify::nccl_comm(); }
+
+}  // namespace
+
+NcclCommunicator& tessera::verify::nccl_comm() {
   static std::unique_ptr<NcclCommunicator> c = [] {
     if (!std::getenv("WORLD_SIZE")) {
       ::setenv("WORLD_SIZE", "1", 1);
@@ -34,6 +43,8 @@ NcclCommunicator& comm() {
   }();
   return *c;
 }
+
+namespace {
 
 /// Rank r's i-th input: a small integer-valued float (sums exact in any order).
 float val(int r, size_t i) { return static_cast<float>((r * 37 + static_cast<int>(i) * 11) % 101 - 50); }

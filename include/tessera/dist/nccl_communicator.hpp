@@ -51,4 +51,38 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Host buffers over a device communicator: every call copies its inputs to device scratch buffers
+/// (grown on demand), runs the collective there and copies the result back. Lets the CPU-backend rank
+/// model (models/deepseek_v41/sharded.hpp) run one process per GPU over NCCL: slow, but the same
+/// collectives in the same order as a GPU model would issue. Results are those of the inner
+/// communicator (NCCL's reduction order for sums).
+class HostStagingCommunicator final : public Communicator {
+ public:
+  explicit HostStagingCommunicator(NcclCommunicator& inner);
+  ~HostStagingCommunicator() override;
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  std::string name() const override { return "nccl (host staging)"; }
+  Status all_reduce_sum(float const* send, float* recv, size_t count) override;
+  Status all_gather(void const* send, void* recv, size_t bytes) override;
+  Status all_gatherv(void const* send, void* recv, std::span<size_t const> bytes) override;
+  Status reduce_scatter_sum(float const* send, float* recv, size_t count) override;
+  Status all_to_allv(void const* send, std::span<size_t const> send_bytes, std::span<size_t const> send_off, void* recv,
+                     std::span<size_t const> recv_bytes, std::span<size_t const> recv_off) override;
+  Status broadcast(void* buf, size_t bytes, int root) override;
+  Status barrier() override { return inner_.barrier(); }
+
+ private:
+  /// Device buffers of at least `in` and `out` bytes.
+  Status reserve(size_t in, size_t out);
+  Status up(void const* host, size_t bytes);
+  Status down(void* host, size_t bytes);
+  NcclCommunicator& inner_;
+  void* din_ = nullptr;
+  void* dout_ = nullptr;
+  size_t cap_in_ = 0, cap_out_ = 0;
+};
+
 }  // namespace tessera::dist
