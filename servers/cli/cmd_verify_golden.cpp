@@ -5,7 +5,11 @@
 /// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
 /// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes. With --tp/--ep the model runs
 /// sharded over in-process ranks (models/deepseek_v41/sharded.hpp).
+/// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
+/// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
+/// to a safetensors file, to localise the first divergence against the reference engine's own dumps.
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -13,6 +17,7 @@
 #include "servers/cli/command.hpp"
 #include "servers/cli/parallel_flags.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 
@@ -21,7 +26,7 @@ namespace tessera::cli {
 Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
 
 int cmd_verify_golden(std::vector<std::string> const& args) {
-  std::vector<std::string> opts{"model", "golden", "dtype"};
+  std::vector<std::string> opts{"model", "golden", "dtype", "dump-taps", "dump-prompt", "dump-steps"};
   for (auto const& n : parallel_flag_names()) opts.push_back(n);
   ArgParser p(args, opts);
   auto par = parse_parallel_flags(p);
@@ -40,6 +45,39 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;
   throw_if_error(golden.open(gfile));
   std::printf("model %s (%s), golden %s\n", dir.c_str(), m->info().dtype.c_str(), gfile.c_str());
+  if (p.has("dump-taps")) {
+    std::string const pk = "prompt." + p.get_or("dump-prompt", "0");
+    if (!golden.contains(pk)) throw Error(invalid_argument("--dump-prompt: the golden has no " + pk));
+    Tensor ids = golden.load_i64(pk).value_or_throw();
+    std::vector<int32_t> toks(ids.data_as<int64_t>(), ids.data_as<int64_t>() + ids.numel());
+    io::SafetensorsWriter w;
+    std::map<std::string, int> seen;
+    m->set_debug_tap([&](std::string const& n, std::vector<int64_t> const& shape, std::span<float const> v) {
+      Tensor t = Tensor::from_floats(std::vector<float>(v.begin(), v.end()), shape);
+      int const k = seen[n]++;
+      throw_if_error(w.add(k ? n + "." + std::to_string(k) : n, t));
+    });
+    auto st = m->new_sequence();
+    std::vector<float> lg(toks.size() * static_cast<size_t>(m->info().vocab_size));
+    model::SequenceStep step{st.get(), toks, static_cast<int64_t>(toks.size()), lg.data()};
+    throw_if_error(m->forward({&step, 1}));
+    // Then --dump-steps single-token decode steps on the golden's own greedy tokens (taps suffixed .1, .2, …).
+    std::string const gk = "gen_manual." + p.get_or("dump-prompt", "0");
+    int64_t const steps = std::stoll(p.get_or("dump-steps", "0"));
+    if (steps > 0) {
+      Tensor gen = golden.load_i64(gk).value_or_throw();
+      for (int64_t i = 0; i < steps && i < gen.numel(); ++i) {
+        int32_t const t = static_cast<int32_t>(gen.data_as<int64_t>()[i]);
+        model::SequenceStep one{st.get(), std::span<int32_t const>(&t, 1), 1, lg.data()};
+        throw_if_error(m->forward({&one, 1}));
+      }
+    }
+    m->set_debug_tap({});
+    throw_if_error(w.write(*p.get("dump-taps")));
+    std::printf("wrote %zu taps of %s (%zu tokens) to %s\n", w.size(), pk.c_str(), toks.size(),
+                p.get("dump-taps")->c_str());
+    return 0;
+  }
   auto log = [](std::string const& s) { std::printf("%s\n", s.c_str()); };
   model::dsv41::GoldenReport rep;
   if (par->tp > 1 || par->ep > 1) {

@@ -3,19 +3,18 @@
 /// golden/v41-tiny variants, asserted per prompt: no uncertified disagreement (teacher-forced and
 /// free-running), logits within the derived tolerance, and the overall verdict.
 ///
-/// KNOWN FAILURES, declared with Boost.Test's expected_failures so the suite stays runnable while the
-/// count is pinned exactly (a fix or a regression both change it and fail the case):
-///  * fp32, prompt 5: two FP8 rounding-boundary events in the window KV, both reported by verify golden.
-///    At position 9, layer 6: the quantiser input 2.37499952 is 2 fp32 ulps below the e4m3 midpoint
-///    2.375 (logit error 4e-3 at positions 9-24 only: layer 6 feeds no later state). At position 79,
-///    layer 0: q = 4.74999237 lies 7.6e-6 below the midpoint 4.75 of its block (scale 2^-7; the value
-///    is a small dot product with cancellation); Tessera rounds to 4.5, the golden to 5.0. That state
-///    difference grows (2e-4 at position 79, 0.5 at 88) into 7 teacher-forced argmax differences at
-///    golden gaps of 0.05-0.55 and a free-running divergence at step 0. 3 assertions (uncertified
-///    disagreements, max error, verdict).
-///  * bf16: independent bf16 arithmetic (our fp32 accumulation order vs cuBLAS tensor cores) rounds a
-///    few elements per layer to the neighbouring bf16 value (prompt 4 layer 0: 1 of 4160 attention
-///    outputs); FP8/FP4 quantisers and top-k selections amplify those into different states.
+/// KNOWN FAILURES, declared with Boost.Test's expected_failures (an upper bound: a regression that adds a
+/// failing assertion fails the case) plus a floor on the exact-step count (a regression that loses a step
+/// fails too). The references compute in the golden engine's own orders (cuBLAS GEMM chunk order, torch's
+/// row-reduction order, correctly rounded rsqrt; docs/deepseek-v41-cpu.md "Numerics"), which leaves only
+/// its hardware transcendentals (CUDA rsqrtf and expf are not correctly rounded) and its M-dependent
+/// decode-GEMV orders as sources of difference:
+///  * fp32, prompt 6: the teacher-forced argmax at step 2 (position 258, golden gap 0.107) and the
+///    free-running token there differ; every other step of every prompt agrees, logits within 5e-6.
+///    3 assertions (uncertified disagreements, max error, verdict).
+///  * bf16: 243/256 steps exact. The golden's bf16 GEMMs run on tensor cores with their own accumulation;
+///    elements a bf16 ulp apart feed the FP8/FP4 quantisers and top-k selections, which amplify them.
+///    11 assertions.
 /// verify golden prints the details; the golden itself disagrees with itself on 3 fp32 prompts through
 /// the same kind of FP8 boundary (its full_logits vs step_logits).
 #include <boost/test/unit_test.hpp>
@@ -72,13 +71,14 @@ BOOST_AUTO_TEST_CASE(fp32_precondition_gaps_above_tie_bound) {
 BOOST_AUTO_TEST_CASE(fp32, *boost::unit_test::expected_failures(3)) {
   auto rep = run("fp32");
   BOOST_TEST(rep.self_consistency_agree == 256);
-  BOOST_TEST(rep.exact >= 249);
+  BOOST_TEST(rep.exact >= 255);
   check(rep);
 }
 
-BOOST_AUTO_TEST_CASE(bf16, *boost::unit_test::expected_failures(15)) {
+BOOST_AUTO_TEST_CASE(bf16, *boost::unit_test::expected_failures(11)) {
   auto rep = run("bf16");
   BOOST_TEST(rep.self_consistency_agree == 254);
+  BOOST_TEST(rep.exact >= 243);
   BOOST_TEST(rep.exact >= rep.self_consistency_agree);
   check(rep);
 }

@@ -46,6 +46,17 @@ template <> struct Attention<Backend::kCpu> {
 };
 static_assert(BackendOp<Attention<Backend::kCpu>, AttentionDesc, AttentionArgs>);
 
+/// CUDA backend (kernels/attention/attention_cuda.cu, CUDA builds only): every view in device memory
+/// (device tag kCuda), the same arithmetic in the same order (fp32 bit-equal up to expf). `check` sees only
+/// shapes (the CSR arrays stay on the device); a row whose offsets are inconsistent, or a key id out of
+/// range, yields NaN in that row's output instead of a read out of bounds. `validate` copies the CSR arrays
+/// to the host and runs the CPU backend's full check (tests, debugging).
+template <> struct Attention<Backend::kCuda> {
+  static Status check(AttentionDesc const&, AttentionArgs const&);
+  static Status validate(AttentionDesc const&, AttentionArgs const&);
+  static Status run(AttentionDesc const&, AttentionArgs const&, ExecContext&);
+};
+
 Status attention(ExecContext&, AttentionDesc const&, AttentionArgs const&);
 
 }  // namespace tessera::ops

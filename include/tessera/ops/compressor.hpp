@@ -37,6 +37,13 @@ template <> struct CompressPool<Backend::kCpu> {
 };
 static_assert(BackendOp<CompressPool<Backend::kCpu>, CompressPoolDesc, CompressPoolArgs>);
 
+/// CUDA backend (kernels/compressor/compressor_cuda.cu, CUDA builds only): views in device memory, the
+/// reference's arithmetic per (group, channel) in the same order (fp32 bit-equal up to expf).
+template <> struct CompressPool<Backend::kCuda> {
+  static Status check(CompressPoolDesc const&, CompressPoolArgs const&);
+  static Status run(CompressPoolDesc const&, CompressPoolArgs const&, ExecContext&);
+};
+
 Status compress_pool(ExecContext&, CompressPoolDesc const&, CompressPoolArgs const&);
 
 }  // namespace tessera::ops

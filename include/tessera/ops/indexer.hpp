@@ -92,6 +92,24 @@ template <> struct IndexTopK<Backend::kCpu> {
 };
 static_assert(BackendOp<IndexScore<Backend::kCpu>, IndexScoreDesc, IndexScoreArgs>);
 
+// CUDA backend (kernels/indexer/indexer_cuda.cu, CUDA builds only): views in device memory. IndexScore is
+// bit-equal to the CPU backend (no transcendental); CandidateBlocks and IndexTopK select exactly the same
+// sets, in the same order, with the same lower-index-wins tie rule and the same cutoff-tie flags.
+template <> struct IndexScore<Backend::kCuda> {
+  static Status check(IndexScoreDesc const&, IndexScoreArgs const&);
+  static Status run(IndexScoreDesc const&, IndexScoreArgs const&, ExecContext&);
+};
+template <> struct CandidateBlocks<Backend::kCuda> {
+  static Status check(CandidateBlocksDesc const&, CandidateBlocksArgs const&);
+  static Status run(CandidateBlocksDesc const&, CandidateBlocksArgs const&, ExecContext&);
+};
+/// top_k ≤ kIndexTopKCudaMax (the selected entries are sorted in shared memory).
+inline constexpr int64_t kIndexTopKCudaMax = 8192;
+template <> struct IndexTopK<Backend::kCuda> {
+  static Status check(IndexTopKDesc const&, IndexTopKArgs const&);
+  static Status run(IndexTopKDesc const&, IndexTopKArgs const&, ExecContext&);
+};
+
 Status index_score(ExecContext&, IndexScoreDesc const&, IndexScoreArgs const&);
 Status candidate_blocks(ExecContext&, CandidateBlocksDesc const&, CandidateBlocksArgs const&);
 Status index_topk(ExecContext&, IndexTopKDesc const&, IndexTopKArgs const&);

@@ -5,6 +5,7 @@
 /// contributes exp(min − m) = 0 exactly, so leaving it out changes nothing.
 ///   l_u = →md(→md(q_h·k_u)·hd^(−1/2));  m = max(max_u l_u, σ_h);
 ///   p_u = →md(exp(l_u − m) / (Σ_v exp(l_v − m) + exp(σ_h − m)));  o_h = →md(Σ_u p_u·k_u).
+/// q_h·k_u and Σ_u p_u·k_u are sequential FMA chains (the golden engine's batched-GEMM order).
 /// A row with no keys gives o = 0 (the sink takes all the mass).
 #pragma once
 
@@ -26,7 +27,7 @@ inline void attention_row(float const* q, float const* const* keys, int64_t nk, 
     float* l = scratch;
     float mx = sinks[h];
     for (int64_t u = 0; u < nk; ++u) {
-      l[u] = round_md(round_md(dot(qh, keys[u], hd), md) * scale, md);
+      l[u] = round_md(round_md(dot_fma_seq(qh, keys[u], hd), md) * scale, md);
       mx = std::max(mx, l[u]);
     }
     float sum = 0.f;
@@ -38,7 +39,7 @@ inline void attention_row(float const* q, float const* const* keys, int64_t nk, 
     float* oh = out + h * hd;
     for (int64_t i = 0; i < hd; ++i) {
       float acc = 0.f;
-      for (int64_t u = 0; u < nk; ++u) acc += l[u] * keys[u][i];
+      for (int64_t u = 0; u < nk; ++u) acc = std::fma(l[u], keys[u][i], acc);
       oh[i] = round_md(acc, md);
     }
   }

@@ -15,14 +15,31 @@ namespace tessera::ref {
 /// "→md": the cast to the model dtype (fp32: exact; bf16: round to nearest even).
 inline float round_md(float x, DType md) { return md == DType::kBf16 ? round_to_bf16(x) : x; }
 
-/// Σ_i a[i]·b[i] in fp32, accumulated sequentially in index order with a rounding after every product
-/// and every addition (no FMA contraction: the build is ISO C++ without -ffp-contract=fast). The order
-/// depends only on n, so every row computed with it is bit-identical whatever the batch or chunk around
-/// it. Of the orders tried (8 interleaved partial sums, sequential FMA, fp64), this one lands closest to
-/// the golden's cached-decode logits on golden/v41-tiny.
+/// Σ_i a[i]·b[i] in fp32 in the golden engine's GEMM order: the index range is cut into chunks of
+/// kDotChunk = 32 consecutive elements; each chunk is a sequential fused multiply-add chain in index order
+/// starting from 0 (one rounding per step), and the chunk sums are added in chunk order. This is the order
+/// cuBLAS's fp32 GEMM (H200, CUDA 13) takes for every multi-row linear of golden/v41-tiny (K = 32, 64, 256;
+/// verified bitwise on the reference's own intermediate tensors). The order depends only on n, so every row
+/// is bit-identical whatever the batch or chunk around it, and a GPU kernel that walks K in 32-wide tiles
+/// with one FMA accumulator per tile reproduces it exactly.
+inline constexpr int64_t kDotChunk = 32;
 inline float dot(float const* a, float const* b, int64_t n) {
+  float total = 0.f;
+  for (int64_t c0 = 0; c0 < n; c0 += kDotChunk) {
+    int64_t const c1 = c0 + kDotChunk < n ? c0 + kDotChunk : n;
+    float acc = 0.f;
+    for (int64_t i = c0; i < c1; ++i) acc = std::fma(a[i], b[i], acc);
+    total = c0 == 0 ? acc : total + acc;
+  }
+  return total;
+}
+
+/// Σ_i a[i]·b[i] as one sequential fused multiply-add chain in index order: the order of the golden engine's
+/// batched matrix products (torch.matmul / einsum → cuBLAS batched GEMM: attention scores, probabilities
+/// times values, the mHC mixing), verified bitwise on its intermediate tensors. `stride_b` walks b.
+inline float dot_fma_seq(float const* a, float const* b, int64_t n, int64_t stride_b = 1) {
   float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) acc = std::fma(a[i], b[i * stride_b], acc);
   return acc;
 }
 
@@ -35,6 +52,7 @@ inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 /// torch softplus with β = 1 and threshold 20: x itself above the threshold.
 inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
-inline float rsqrt(float x) { return 1.f / std::sqrt(x); }
+/// 1/√x rounded once to fp32 (through fp64: the double-rounding error is below 2⁻²⁹ ulp, never seen).
+inline float rsqrt(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
 
 }  // namespace tessera::ref

@@ -72,7 +72,9 @@ inline bool candidate_blocks_row(float const* scores, int64_t t_len, int64_t vis
   int64_t nb = (t_len + block - 1) / block;
   std::vector<float> bs(static_cast<size_t>(nb), -INFINITY);
   for (int64_t j = 0; j < t_len; ++j) bs[j / block] = std::max(bs[j / block], scores[j]);
-  if (visible > 0) bs[(visible - 1) / block] = INFINITY;
+  // The block holding the newest visible entry is pinned in; past the last block (visible > t_len) there
+  // is nothing to pin, as in the reference's masked_fill over existing block indices.
+  if (visible > 0 && (visible - 1) / block < nb) bs[(visible - 1) / block] = INFINITY;
   std::vector<int32_t> sel;
   bool tie = false;
   topk_select(bs.data(), nb, std::min(topk_blocks, nb), sel, &tie);

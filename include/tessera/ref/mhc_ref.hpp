@@ -5,7 +5,8 @@
 ///   C⁰[j,k] = m_{2n+jn+k}·s2 + b_{2n+jn+k}; C = softmax_k(C⁰) + hc_eps; C /= (Σ_j C + hc_eps); then
 ///   (iters−1)× { C /= (Σ_k C + hc_eps); C /= (Σ_j C + hc_eps) }: one softmax, iters−1 row and iters
 ///   column normalisations, ending on a column normalisation.
-///   collapse(X, p) = →md(Σ_k p_k·X_k); expand_k = →md(post_k·y + Σ_j C[j,k]·X_j) (the Σ_j formed first).
+///   collapse(X, p) = →md(Σ_k p_k·X_k); expand_k = →md(post_k·y + Σ_j C[j,k]·X_j) (the Σ_j formed first,
+///   as a sequential FMA chain over j: the golden engine's einsum → batched GEMM order).
 #pragma once
 
 #include <algorithm>
@@ -80,7 +81,7 @@ inline void mhc_expand_row(float const* y, float const* x, float const* post, fl
   for (int64_t k = 0; k < n; ++k)
     for (int64_t i = 0; i < d; ++i) {
       float mixed = 0.f;
-      for (int64_t j = 0; j < n; ++j) mixed += comb[j * n + k] * x[j * d + i];
+      for (int64_t j = 0; j < n; ++j) mixed = std::fma(comb[j * n + k], x[j * d + i], mixed);
       float py = post[k] * y[i];
       out[k * d + i] = round_md(py + mixed, md);
     }

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CUDA backend of the CSA2 attention family (include/tessera/ops/attention.hpp, spec/deepseek-v41.md
+/// §2.5.5), the arithmetic of ref/attention_ref.hpp step for step:
+///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u sequential over the head dim, dot_step per element)
+///   m = max(σ_h, max_u l_u);  e_u = expf(l_u − m);  s = ((e_0 + e_1) + …) + expf(σ_h − m)  (in key order)
+///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (sequential over the row's keys, dot_step).
+/// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
+/// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
+/// is one thread walking the tile in key order, and thread t owns output channels t, t+kThreads, ….
+/// Rows with more than kTile keys recompute the logits per pass (the same bits each time), so a row's
+/// result never depends on the tile size, the other rows or the launch shape. No atomics.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/core/concepts.hpp"
+#include "tessera/device/arith.cuh"
+#include "tessera/device/op_launch.cuh"
+#include "tessera/ops/attention.hpp"
+
+namespace tessera::kernels::attention {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 2048;      // keys held in shared memory at once (8 KiB of logits + 8 KiB of ids)
+constexpr int kMaxAcc = 4;       // output channels per thread: head_dim ≤ kThreads·kMaxAcc = 1024
+
+struct AttentionParams {
+  float const* q = nullptr;            // [rows, heads·hd], row stride q_stride
+  float const* keys = nullptr;         // [num_keys, hd], row stride key_stride
+  int64_t const* row_offsets = nullptr;  // [rows + 1]
+  int32_t const* key_ids = nullptr;    // [nnz]
+  float const* sinks = nullptr;        // [heads]
+  float* out = nullptr;                // [rows, heads·hd], row stride out_stride
+  float* probs = nullptr;              // optional [heads, nnz], row stride probs_stride
+  int64_t q_stride = 0, key_stride = 0, out_stride = 0, probs_stride = 0;
+  int64_t rows = 0, heads = 0, hd = 0, num_keys = 0, nnz = 0;
+  float scale = 0.f;
+  bool bf16 = false;
+  bool vec4 = false;                   // hd, key_stride multiples of 4 and keys 16-byte aligned
+};
+
+__device__ __forceinline__ float round_md(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
+
+/// q_h·k sequential over i (ref::dot); q_h in shared memory.
+__device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t hd, bool vec4) {
+  float acc = 0.f;
+  if (vec4) {
+    float4 const* k4 = reinterpret_cast<float4 const*>(k);
+    for (int64_t i = 0; i < hd / 4; ++i) {
+      float4 const v = k4[i];
+      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
+      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
+      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
+      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+    }
+  } else {
+    for (int64_t i = 0; i < hd; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+  }
+  return acc;
+}
+
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams const p) {
+  extern __shared__ float q_s[];           // [hd]
+  __shared__ float l_s[kTile];             // logits, then exps, then probabilities of the current tile
+  __shared__ int32_t id_s[kTile];          // key ids of the current tile (−1 = out of range)
+  __shared__ float red_s[kThreads / 32];
+  __shared__ float sum_s;
+
+  int const tid = threadIdx.x;
+  int64_t const row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
+  float const* qh = p.q + row * p.q_stride + h * p.hd;
+  float* oh = p.out + row * p.out_stride + h * p.hd;
+  for (int64_t i = tid; i < p.hd; i += kThreads) q_s[i] = qh[i];
+
+  int64_t const k0 = p.row_offsets[row], k1 = p.row_offsets[row + 1];
+  if (k0 < 0 || k1 < k0 || k1 > p.nnz) {   // inconsistent CSR: poison the row instead of reading astray
+    for (int64_t i = tid; i < p.hd; i += kThreads) oh[i] = NAN;
+    return;
+  }
+  int64_t const nk = k1 - k0;
+  int64_t const ntiles = (nk + kTile - 1) / kTile;
+  float const sink = p.sinks[h];
+  __syncthreads();
+
+  // Fills id_s/l_s for keys [t0, t0 + len) of the row: l = →md(→md(q·k)·scale), NaN for a bad id.
+  auto logits_tile = [&](int64_t t0, int len) {
+    for (int u = tid; u < len; u += kThreads) {
+      int32_t id = p.key_ids[k0 + t0 + u];
+      float l = NAN;
+      if (id >= 0 && id < p.num_keys) {
+        float const d = dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
+        l = round_md(__fmul_rn(round_md(d, p.bf16), p.scale), p.bf16);
+      } else {
+        id = -1;
+      }
+      id_s[u] = id;
+      l_s[u] = l;
+    }
+  };
+  auto tile_len = [&](int64_t t) { return static_cast<int>(nk - t * kTile < kTile ? nk - t * kTile : kTile); };
+
+  // Pass 1: m = max(σ_h, max_u l_u) (fmaxf skips NaN exactly like std::max(m, l) in the reference).
+  float mx = -INFINITY;
+  for (int64_t t = 0; t < ntiles; ++t) {
+    if (t > 0) __syncthreads();
+    int const len = tile_len(t);
+    logits_tile(t * kTile, len);
+    for (int u = tid; u < len; u += kThreads) mx = fmaxf(mx, l_s[u]);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((tid & 31) == 0) red_s[tid >> 5] = mx;
+  __syncthreads();
+  mx = sink;
+  for (int w = 0; w < kThreads / 32; ++w) mx = fmaxf(mx, red_s[w]);
+
+  // Pass 2: e_u = expf(l_u − m) and s = Σ_u e_u + expf(σ_h − m), one thread in key order.
+  float sum = 0.f;
+  for (int64_t t = 0; t < ntiles; ++t) {
+    int const len = tile_len(t);
+    if (ntiles > 1) {
+      __syncthreads();
+      logits_tile(t * kTile, len);
+    }
+    for (int u = tid; u < len; u += kThreads) l_s[u] = expf(__fsub_rn(l_s[u], mx));
+    __syncthreads();
+    if (tid == 0)
+      for (int u = 0; u < len; ++u) sum = __fadd_rn(sum, l_s[u]);
+  }
+  if (tid == 0) sum_s = __fadd_rn(sum, expf(__fsub_rn(sink, mx)));
+  __syncthreads();
+  sum = sum_s;
+
+  // Pass 3: p_u = →md(e_u / s); o[i] = →md(Σ_u p_u·k_u[i]) in key order.
+  float acc[kMaxAcc];
+  for (int a = 0; a < kMaxAcc; ++a) acc[a] = 0.f;
+  for (int64_t t = 0; t < ntiles; ++t) {
+    int const len = tile_len(t);
+    if (ntiles > 1) {
+      __syncthreads();
+      logits_tile(t * kTile, len);
+      for (int u = tid; u < len; u += kThreads) l_s[u] = expf(__fsub_rn(l_s[u], mx));
+    }
+    for (int u = tid; u < len; u += kThreads) {
+      float const pu = round_md(__fdiv_rn(l_s[u], sum), p.bf16);
+      l_s[u] = pu;
+      if (p.probs) p.probs[h * p.probs_stride + k0 + t * kTile + u] = pu;
+    }
+    __syncthreads();
+    for (int a = 0; a < kMaxAcc; ++a) {
+      int64_t const i = tid + static_cast<int64_t>(a) * kThreads;
+      if (i >= p.hd) break;
+      float s = acc[a];
+      for (int u = 0; u < len; ++u) {
+        int32_t const id = id_s[u];
+        float const kv = id >= 0 ? p.keys[id * p.key_stride + i] : NAN;
+        s = dev::dot_step(s, l_s[u], kv);
+      }
+      acc[a] = s;
+    }
+  }
+  for (int a = 0; a < kMaxAcc; ++a) {
+    int64_t const i = tid + static_cast<int64_t>(a) * kThreads;
+    if (i < p.hd) oh[i] = round_md(acc[a], p.bf16);
+  }
+}
+
+}  // namespace
+
+}  // namespace tessera::kernels::attention
+
+namespace tessera::ops {
+
+static_assert(BackendOp<Attention<Backend::kCuda>, AttentionDesc, AttentionArgs>);
+
+Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
+  TESSERA_CHECK(d.rows >= 0 && d.heads >= 1 && d.head_dim >= 1 && d.num_keys >= 0, "attention: bad sizes in desc");
+  TESSERA_CHECK(d.head_dim <= static_cast<int64_t>(kernels::attention::kThreads) * kernels::attention::kMaxAcc,
+                "attention (CUDA): head_dim above 1024 is not compiled");
+  TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "attention q"));
+  TESSERA_TRY(check_shape(a.keys, {d.num_keys, d.head_dim}, "attention keys"));
+  TESSERA_TRY(check_shape(a.row_offsets, {d.rows + 1}, "attention row_offsets"));
+  TESSERA_TRY(check_shape(a.sinks, {d.heads}, "attention sinks"));
+  TESSERA_TRY(check_shape(a.out, {d.rows, d.heads * d.head_dim}, "attention out"));
+  TESSERA_TRY(check_shape(a.key_ids, {-1}, "attention key_ids"));
+  int64_t const nnz = a.key_ids.shape[0];
+  if (a.probs.data) TESSERA_TRY(check_shape(a.probs, {d.heads, nnz}, "attention probs"));
+  TESSERA_TRY(dev::check_on_device(a.q, "attention q"));
+  TESSERA_TRY(dev::check_on_device(a.keys, "attention keys"));
+  TESSERA_TRY(dev::check_on_device(a.row_offsets, "attention row_offsets"));
+  TESSERA_TRY(dev::check_on_device(a.key_ids, "attention key_ids"));
+  TESSERA_TRY(dev::check_on_device(a.sinks, "attention sinks"));
+  TESSERA_TRY(dev::check_on_device(a.out, "attention out"));
+  return dev::check_on_device(a.probs, "attention probs");
+}
+
+Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs const& a) {
+  TESSERA_TRY(check(d, a));
+  std::vector<int64_t> off(static_cast<size_t>(d.rows + 1));
+  std::vector<int32_t> ids(static_cast<size_t>(a.key_ids.shape[0]));
+  TESSERA_TRY(cuda_memcpy(off.data(), a.row_offsets.data, off.size() * sizeof(int64_t), false, true));
+  if (!ids.empty()) TESSERA_TRY(cuda_memcpy(ids.data(), a.key_ids.data, ids.size() * sizeof(int32_t), false, true));
+  TESSERA_CHECK(off[0] == 0, "attention row_offsets must start at 0");
+  TESSERA_CHECK(off.back() == static_cast<int64_t>(ids.size()), "attention row_offsets must end at key_ids length");
+  for (int64_t r = 0; r < d.rows; ++r)
+    TESSERA_CHECK(off[r] <= off[r + 1], "attention row_offsets must be non-decreasing");
+  for (int32_t id : ids) TESSERA_CHECK(id >= 0 && id < d.num_keys, "attention key id out of range");
+  return {};
+}
+
+Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
+  namespace k = kernels::attention;
+  if (d.rows == 0) return {};
+  k::AttentionParams p;
+  p.q = a.q.data;
+  p.keys = a.keys.data;
+  p.row_offsets = a.row_offsets.data;
+  p.key_ids = a.key_ids.data;
+  p.sinks = a.sinks.data;
+  p.out = a.out.data;
+  p.probs = a.probs.data;
+  p.q_stride = d.heads * d.head_dim;
+  p.key_stride = d.head_dim;
+  p.out_stride = d.heads * d.head_dim;
+  p.probs_stride = a.probs.data ? a.probs.stride[0] : 0;
+  p.rows = d.rows;
+  p.heads = d.heads;
+  p.hd = d.head_dim;
+  p.num_keys = d.num_keys;
+  p.nnz = a.key_ids.shape[0];
+  p.scale = d.scale;
+  p.bf16 = d.md == DType::kBf16;
+  p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
+  size_t const smem = static_cast<size_t>(d.head_dim) * sizeof(float);
+  TESSERA_TRY(dev::allow_dynamic_smem(k::attention_kernel, smem, ctx, "attention (CUDA)"));
+  int64_t const blocks = d.rows * d.heads;
+  TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
+  k::attention_kernel<<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  return dev::launch_status("attention (CUDA) kernel");
+}
+
+}  // namespace tessera::ops

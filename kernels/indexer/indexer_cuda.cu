@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+/// CUDA backend of the indexer family (include/tessera/ops/indexer.hpp, spec/deepseek-v41.md §2.5.4),
+/// the arithmetic and selections of ref/indexer_ref.hpp:
+///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot sequential,
+///                    dot_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
+///                    query row and weights sit in shared memory. Bit-equal to the CPU backend.
+///   CandidateBlocks  block maxima of Bc entries (the block (vis − 1) // Bc forced to +inf), the
+///                    min(topk_blocks, #blocks) best blocks > −inf kept (topk_select.cuh), entry mask.
+///   IndexTopK        scores outside the mask set to −inf (in place, as the CPU backend does), the K best
+///                    finite scores by (value desc, index asc), sorted by a bitonic network over unique
+///                    (key, index) pairs in shared memory, −1 padded.
+/// One block per query row for the selections: a row's result depends only on that row.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/indexer/topk_select.cuh"
+#include "tessera/core/concepts.hpp"
+#include "tessera/device/arith.cuh"
+#include "tessera/device/op_launch.cuh"
+#include "tessera/ops/indexer.hpp"
+
+namespace tessera::kernels::indexer {
+
+namespace {
+
+constexpr int kScoreThreads = 128;
+
+struct ScoreParams {
+  float const* q = nullptr;          // [rows, heads·di]
+  float const* weights = nullptr;    // [rows, heads]
+  float const* keys = nullptr;       // [entries, di]
+  int64_t const* positions = nullptr;  // [rows]
+  float* scores = nullptr;           // [rows, entries]
+  int64_t rows = 0, heads = 0, di = 0, entries = 0, ratio = 1, tiles = 0;
+  float scale = 0.f;
+  bool vec4 = false;
+};
+
+__device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t n, bool vec4) {
+  float acc = 0.f;
+  if (vec4) {
+    float4 const* k4 = reinterpret_cast<float4 const*>(k);
+    for (int64_t i = 0; i < n / 4; ++i) {
+      float4 const v = k4[i];
+      acc = dev::dot_step(acc, qs[4 * i + 0], v.x);
+      acc = dev::dot_step(acc, qs[4 * i + 1], v.y);
+      acc = dev::dot_step(acc, qs[4 * i + 2], v.z);
+      acc = dev::dot_step(acc, qs[4 * i + 3], v.w);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc = dev::dot_step(acc, qs[i], k[i]);
+  }
+  return acc;
+}
+
+/// grid rows · tiles, block kScoreThreads; dynamic smem (heads·di + heads) floats.
+__global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScoreParams const p) {
+  extern __shared__ float sm[];
+  int64_t const row = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles;
+  int64_t const j0 = tile * kScoreThreads, j = j0 + threadIdx.x;
+  int64_t const visible = (p.positions[row] + 1) / p.ratio;
+  float* srow = p.scores + row * p.entries;
+  if (j0 >= visible) {   // the whole tile is in the future of this query
+    if (j < p.entries) srow[j] = -INFINITY;
+    return;
+  }
+  float* qs = sm;
+  float* ws = sm + p.heads * p.di;
+  for (int64_t i = threadIdx.x; i < p.heads * p.di; i += kScoreThreads) qs[i] = p.q[row * p.heads * p.di + i];
+  for (int64_t i = threadIdx.x; i < p.heads; i += kScoreThreads) ws[i] = p.weights[row * p.heads + i];
+  __syncthreads();
+  if (j >= p.entries) return;
+  if (j >= visible) {
+    srow[j] = -INFINITY;
+    return;
+  }
+  float const* kj = p.keys + j * p.di;
+  float acc = 0.f;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    float const d = dot_row(qs + h * p.di, kj, p.di, p.vec4);
+    float const r = d > 0.f ? d : 0.f;
+    acc = dev::dot_step(acc, __fmul_rn(r, p.scale), ws[h]);
+  }
+  srow[j] = acc;
+}
+
+struct CandParams {
+  float const* scores = nullptr;       // [rows, entries]
+  int64_t const* positions = nullptr;  // [rows]
+  uint8_t* mask = nullptr;             // [rows, entries]
+  uint8_t* cutoff_tie = nullptr;       // [rows]
+  int64_t rows = 0, entries = 0, ratio = 1, block = 1, topk_blocks = 1;
+};
+
+/// grid rows, block kTopkThreads.
+__global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(CandParams const p) {
+  __shared__ TopkShared sh;
+  int64_t const row = blockIdx.x;
+  float const* s = p.scores + row * p.entries;
+  uint8_t* m = p.mask + row * p.entries;
+  int64_t const nb = (p.entries + p.block - 1) / p.block;
+  int64_t const visible = (p.positions[row] + 1) / p.ratio;
+  int64_t const forced = visible > 0 ? (visible - 1) / p.block : -1;
+  auto get = [&](int64_t b) -> float {
+    if (b == forced) return INFINITY;
+    float mx = -INFINITY;
+    int64_t const e = (b + 1) * p.block < p.entries ? (b + 1) * p.block : p.entries;
+    for (int64_t j = b * p.block; j < e; ++j) mx = fmaxf(mx, s[j]);
+    return mx;
+  };
+  int64_t const k = p.topk_blocks < nb ? p.topk_blocks : nb;
+  TopkCut const cut = topk_cut(nb, k, get, sh);
+  auto emit = [&](int64_t b, bool sel, int32_t) {
+    int64_t const e = (b + 1) * p.block < p.entries ? (b + 1) * p.block : p.entries;
+    for (int64_t j = b * p.block; j < e; ++j) m[j] = sel ? 1 : 0;
+  };
+  topk_emit(nb, cut, get, emit, sh);
+  if (threadIdx.x == 0) p.cutoff_tie[row] = cut.tie ? 1 : 0;
+}
+
+struct TopkParams {
+  float* scores = nullptr;            // [rows, entries]
+  uint8_t const* mask = nullptr;      // [rows, entries] or null
+  int32_t* selected = nullptr;        // [rows, top_k]
+  uint8_t* cutoff_tie = nullptr;      // [rows]
+  int64_t rows = 0, entries = 0, top_k = 1;
+  int32_t sort_len = 1;               // power of two ≥ min(top_k, entries)
+};
+
+/// grid rows, block kTopkThreads; dynamic smem sort_len · (uint32 key + int32 index).
+__global__ void __launch_bounds__(kTopkThreads) index_topk_kernel(TopkParams const p) {
+  __shared__ TopkShared sh;
+  extern __shared__ uint32_t sort_s[];
+  uint32_t* skey = sort_s;
+  int32_t* sidx = reinterpret_cast<int32_t*>(sort_s + p.sort_len);
+  int const tid = threadIdx.x;
+  int64_t const row = blockIdx.x;
+  float* s = p.scores + row * p.entries;
+  uint8_t const* m = p.mask ? p.mask + row * p.entries : nullptr;
+  auto get = [&](int64_t j) -> float { return (m && !m[j]) ? -INFINITY : s[j]; };
+
+  for (int i = tid; i < p.sort_len; i += kTopkThreads) {
+    skey[i] = 0u;          // below every eligible key (the key of −inf is 0x007fffff)
+    sidx[i] = INT32_MAX;
+  }
+  TopkCut const cut = topk_cut(p.entries, p.top_k, get, sh);
+  auto emit = [&](int64_t j, bool sel, int32_t rank) {
+    if (sel) {
+      skey[rank] = order_key(s[j]);
+      sidx[rank] = static_cast<int32_t>(j);
+    }
+  };
+  topk_emit(p.entries, cut, get, emit, sh);
+  __syncthreads();
+  // Bitonic sort into "better first": (key desc, index asc); pairs are unique, so the order is total.
+  for (int size = 2; size <= p.sort_len; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < p.sort_len; i += kTopkThreads) {
+        int const jx = i ^ stride;
+        if (jx <= i) continue;
+        bool const j_better = skey[jx] > skey[i] || (skey[jx] == skey[i] && sidx[jx] < sidx[i]);
+        bool const up = (i & size) == 0;
+        if (up == j_better) {
+          uint32_t const tk = skey[i];
+          skey[i] = skey[jx];
+          skey[jx] = tk;
+          int32_t const ti = sidx[i];
+          sidx[i] = sidx[jx];
+          sidx[jx] = ti;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  int32_t* out = p.selected + row * p.top_k;
+  for (int64_t i = tid; i < p.top_k; i += kTopkThreads) out[i] = i < cut.take ? sidx[i] : -1;
+  if (m)
+    for (int64_t j = tid; j < p.entries; j += kTopkThreads)
+      if (!m[j]) s[j] = -INFINITY;
+  if (tid == 0) p.cutoff_tie[row] = cut.tie ? 1 : 0;
+}
+
+}  // namespace
+
+}  // namespace tessera::kernels::indexer
+
+namespace tessera::ops {
+
+static_assert(BackendOp<IndexScore<Backend::kCuda>, IndexScoreDesc, IndexScoreArgs>);
+static_assert(BackendOp<CandidateBlocks<Backend::kCuda>, CandidateBlocksDesc, CandidateBlocksArgs>);
+static_assert(BackendOp<IndexTopK<Backend::kCuda>, IndexTopKDesc, IndexTopKArgs>);
+
+Status IndexScore<Backend::kCuda>::check(IndexScoreDesc const& d, IndexScoreArgs const& a) {
+  TESSERA_CHECK(d.ratio >= 1, "index_score ratio must be >= 1");
+  TESSERA_CHECK(d.rows >= 0 && d.heads >= 1 && d.head_dim >= 1 && d.entries >= 0, "index_score: bad sizes in desc");
+  TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "index_score q"));
+  TESSERA_TRY(check_shape(a.weights, {d.rows, d.heads}, "index_score weights"));
+  TESSERA_TRY(check_shape(a.keys, {d.entries, d.head_dim}, "index_score keys"));
+  TESSERA_TRY(check_shape(a.positions, {d.rows}, "index_score positions"));
+  TESSERA_TRY(check_shape(a.scores, {d.rows, d.entries}, "index_score scores"));
+  TESSERA_TRY(dev::check_on_device(a.q, "index_score q"));
+  TESSERA_TRY(dev::check_on_device(a.weights, "index_score weights"));
+  TESSERA_TRY(dev::check_on_device(a.keys, "index_score keys"));
+  TESSERA_TRY(dev::check_on_device(a.positions, "index_score positions"));
+  return dev::check_on_device(a.scores, "index_score scores");
+}
+
+Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs const& a, ExecContext& ctx) {
+  namespace k = kernels::indexer;
+  if (d.rows == 0 || d.entries == 0) return {};
+  k::ScoreParams p;
+  p.q = a.q.data;
+  p.weights = a.weights.data;
+  p.keys = a.keys.data;
+  p.positions = a.positions.data;
+  p.scores = a.scores.data;
+  p.rows = d.rows;
+  p.heads = d.heads;
+  p.di = d.head_dim;
+  p.entries = d.entries;
+  p.ratio = d.ratio;
+  p.tiles = (d.entries + k::kScoreThreads - 1) / k::kScoreThreads;
+  p.scale = d.scale;
+  p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
+  size_t const smem = static_cast<size_t>(d.heads * d.head_dim + d.heads) * sizeof(float);
+  TESSERA_TRY(dev::allow_dynamic_smem(k::index_score_kernel, smem, ctx, "index_score (CUDA)"));
+  int64_t const blocks = d.rows * p.tiles;
+  TESSERA_CHECK(blocks < (int64_t{1} << 31), "index_score (CUDA): rows·entries exceeds the grid");
+  k::index_score_kernel<<<static_cast<unsigned>(blocks), k::kScoreThreads, smem, ctx.stream>>>(p);
+  return dev::launch_status("index_score (CUDA) kernel");
+}
+
+Status CandidateBlocks<Backend::kCuda>::check(CandidateBlocksDesc const& d, CandidateBlocksArgs const& a) {
+  TESSERA_CHECK(d.block_size >= 1 && d.topk_blocks >= 1 && d.ratio >= 1, "candidate_blocks sizes must be >= 1");
+  TESSERA_CHECK(d.rows >= 0 && d.entries >= 0, "candidate_blocks: bad sizes in desc");
+  TESSERA_TRY(check_shape(a.scores, {d.rows, d.entries}, "candidate_blocks scores"));
+  TESSERA_TRY(check_shape(a.positions, {d.rows}, "candidate_blocks positions"));
+  TESSERA_TRY(check_shape(a.mask, {d.rows, d.entries}, "candidate_blocks mask"));
+  TESSERA_TRY(check_shape(a.cutoff_tie, {d.rows}, "candidate_blocks cutoff_tie"));
+  TESSERA_TRY(dev::check_on_device(a.scores, "candidate_blocks scores"));
+  TESSERA_TRY(dev::check_on_device(a.positions, "candidate_blocks positions"));
+  TESSERA_TRY(dev::check_on_device(a.mask, "candidate_blocks mask"));
+  return dev::check_on_device(a.cutoff_tie, "candidate_blocks cutoff_tie");
+}
+
+Status CandidateBlocks<Backend::kCuda>::run(CandidateBlocksDesc const& d, CandidateBlocksArgs const& a,
+                                            ExecContext& ctx) {
+  namespace k = kernels::indexer;
+  if (d.rows == 0) return {};
+  k::CandParams p;
+  p.scores = a.scores.data;
+  p.positions = a.positions.data;
+  p.mask = a.mask.data;
+  p.cutoff_tie = a.cutoff_tie.data;
+  p.rows = d.rows;
+  p.entries = d.entries;
+  p.ratio = d.ratio;
+  p.block = d.block_size;
+  p.topk_blocks = d.topk_blocks;
+  k::candidate_blocks_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, 0, ctx.stream>>>(p);
+  return dev::launch_status("candidate_blocks (CUDA) kernel");
+}
+
+Status IndexTopK<Backend::kCuda>::check(IndexTopKDesc const& d, IndexTopKArgs const& a) {
+  TESSERA_CHECK(d.top_k >= 1, "index_topk top_k must be >= 1");
+  TESSERA_CHECK(d.rows >= 0 && d.entries >= 0, "index_topk: bad sizes in desc");
+  TESSERA_CHECK(d.top_k <= kIndexTopKCudaMax, "index_topk (CUDA): top_k above 8192 is not compiled");
+  TESSERA_TRY(check_shape(a.scores, {d.rows, d.entries}, "index_topk scores"));
+  if (a.mask.data) TESSERA_TRY(check_shape(a.mask, {d.rows, d.entries}, "index_topk mask"));
+  TESSERA_TRY(check_shape(a.selected, {d.rows, d.top_k}, "index_topk selected"));
+  TESSERA_TRY(check_shape(a.cutoff_tie, {d.rows}, "index_topk cutoff_tie"));
+  TESSERA_TRY(dev::check_on_device(a.scores, "index_topk scores"));
+  TESSERA_TRY(dev::check_on_device(a.mask, "index_topk mask"));
+  TESSERA_TRY(dev::check_on_device(a.selected, "index_topk selected"));
+  return dev::check_on_device(a.cutoff_tie, "index_topk cutoff_tie");
+}
+
+Status IndexTopK<Backend::kCuda>::run(IndexTopKDesc const& d, IndexTopKArgs const& a, ExecContext& ctx) {
+  namespace k = kernels::indexer;
+  if (d.rows == 0) return {};
+  k::TopkParams p;
+  p.scores = a.scores.data;
+  p.mask = a.mask.data;
+  p.selected = a.selected.data;
+  p.cutoff_tie = a.cutoff_tie.data;
+  p.rows = d.rows;
+  p.entries = d.entries;
+  p.top_k = d.top_k;
+  int64_t const need = d.top_k < d.entries ? d.top_k : d.entries;
+  int32_t len = 1;
+  while (len < need) len <<= 1;
+  p.sort_len = len;
+  size_t const smem = static_cast<size_t>(len) * (sizeof(uint32_t) + sizeof(int32_t));
+  TESSERA_TRY(dev::allow_dynamic_smem(k::index_topk_kernel, smem, ctx, "index_topk (CUDA)"));
+  k::index_topk_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, smem, ctx.stream>>>(p);
+  return dev::launch_status("index_topk (CUDA) kernel");
+}
+
+}  // namespace tessera::ops

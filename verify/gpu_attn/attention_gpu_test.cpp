@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Attention<Backend::kCuda> against Attention<Backend::kCpu> (ref/attention_ref.hpp) on seeded random
+/// key sets built the way the model builds them (window entries in position order, then the selected
+/// compressed entries in entry order; prompts longer than the window; decode and prefill rows):
+///   * fp32 and bf16 within the named tolerances below (the only non-exact step is expf);
+///   * with scale 0 and a sink of −200 every exp argument is 0 or under the underflow bound, so expf is
+///     exact and the probabilities and outputs must equal the CPU bit for bit (the accumulation order);
+///   * empty visible sets and fully masked rows (the sink takes all the mass) give exact zeros;
+///   * rows over the 2048-key tile take the multi-pass path and still match;
+///   * a row's bits do not depend on the batch or the chunk split;
+///   * bad arguments give errors, a bad key id poisons only its row.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tessera/ops/attention.hpp"
+#include "tessera/ops/backend_route.hpp"
+#include "verify/common/random.hpp"
+#include "verify/gpu_attn/gpu_attn_util.hpp"
+
+using namespace tessera;
+using namespace tessera::verify;
+using namespace tessera::verify::gpu_attn;
+
+namespace {
+
+/// Tolerances against the CPU backend (expf on the device vs std::exp on the host, ≤ 2 ulp each):
+/// fp32 p within kProbUlpsF32 ulps of p; o within (kOutUlpsF32 + 2·nk) ulps of Σ|p_u·k_u[i]|.
+/// bf16: p within one bf16 ulp; o within one bf16 ulp of Σ|p_u·k_u[i]| plus one of |o|, plus the fp32 term.
+constexpr float kProbUlpsF32 = 8.f;
+constexpr float kOutUlpsF32 = 8.f;
+
+struct AttnCase {
+  ops::AttentionDesc d;
+  std::vector<float> q, keys, sinks;
+  std::vector<int64_t> off;
+  std::vector<int32_t> ids;
+};
+
+/// S chunk rows at positions p0.. with n_old cached window keys before them (window W) and t_c compressed
+/// entries of ratio `ratio`, each row selecting up to `topk` visible entries at random (sorted ids).
+AttnCase window_case(uint64_t seed, int64_t S, int64_t p0, int64_t n_old, int64_t W, int64_t t_c, int64_t ratio,
+                     int64_t topk, int64_t heads, int64_t hd, DType md) {
+  AttnCase c;
+  int64_t const nk = n_old + S + t_c;
+  c.d = {S, heads, hd, nk, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), md};
+  c.q = randn(static_cast<size_t>(S * heads * hd), seed + 1);
+  c.keys = randn(static_cast<size_t>(nk * hd), seed + 2);
+  c.sinks = randn(static_cast<size_t>(heads), seed + 3);
+  std::mt19937_64 g(seed + 4);
+  c.off.assign(1, 0);
+  for (int64_t r = 0; r < S; ++r) {
+    int64_t const p = p0 + r;
+    for (int64_t i = 0; i < n_old; ++i)
+      if (p0 - n_old + i > p - W) c.ids.push_back(static_cast<int32_t>(i));
+    for (int64_t j = 0; j <= r; ++j)
+      if (p0 + j > p - W) c.ids.push_back(static_cast<int32_t>(n_old + j));
+    int64_t const vis = std::min<int64_t>((p + 1) / ratio, t_c);
+    // A random subset of min(vis, topk) visible entries, in entry order.
+    std::vector<int32_t> e;
+    int64_t need = std::min(vis, topk);
+    for (int64_t x = 0; x < vis; ++x)
+      if (static_cast<int64_t>(g() % static_cast<uint64_t>(vis - x)) < need) {
+        e.push_back(static_cast<int32_t>(x));
+        --need;
+      }
+    for (int32_t x : e) c.ids.push_back(static_cast<int32_t>(n_old + S + x));
+    c.off.push_back(static_cast<int64_t>(c.ids.size()));
+  }
+  return c;
+}
+
+struct AttnOut {
+  std::vector<float> out, probs;
+};
+
+AttnOut run_cpu(AttnCase const& c) {
+  AttnOut o;
+  int64_t const nnz = static_cast<int64_t>(c.ids.size()), w = c.d.heads * c.d.head_dim;
+  o.out.assign(static_cast<size_t>(c.d.rows * w), 0.f);
+  o.probs.assign(static_cast<size_t>(c.d.heads * nnz), 0.f);
+  ops::AttentionArgs a{TensorView<float const, 2>(c.q.data(), {c.d.rows, w}),
+                       TensorView<float const, 2>(c.keys.data(), {c.d.num_keys, c.d.head_dim}),
+                       TensorView<int64_t const, 1>(c.off.data(), {c.d.rows + 1}),
+                       TensorView<int32_t const, 1>(c.ids.data(), {nnz}),
+                       TensorView<float const, 1>(c.sinks.data(), {c.d.heads}),
+                       TensorView<float, 2>(o.out.data(), {c.d.rows, w}),
+                       TensorView<float, 2>(o.probs.data(), {c.d.heads, nnz})};
+  ExecContext ctx;
+  Status s = ops::attention(ctx, c.d, a);
+  BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  return o;
+}
+
+ops::AttentionArgs dev_args(AttnCase const& c, DevBuf<float> const& q, DevBuf<float> const& k,
+                            DevBuf<int64_t> const& off, DevBuf<int32_t> const& ids, DevBuf<float> const& sinks,
+                            DevBuf<float> const& out, DevBuf<float> const* probs) {
+  int64_t const nnz = static_cast<int64_t>(c.ids.size()), w = c.d.heads * c.d.head_dim;
+  ops::AttentionArgs a{q.cview<2>({c.d.rows, w}), k.cview<2>({c.d.num_keys, c.d.head_dim}),
+                       off.cview<1>({c.d.rows + 1}), ids.cview<1>({nnz}), sinks.cview<1>({c.d.heads}),
+                       out.view<2>({c.d.rows, w}), {}};
+  if (probs) a.probs = probs->view<2>({c.d.heads, nnz});
+  return a;
+}
+
+AttnOut run_gpu(AttnCase const& c, bool with_probs = true) {
+  int64_t const nnz = static_cast<int64_t>(c.ids.size());
+  DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim), probs(c.d.heads * nnz);
+  DevBuf<int64_t> off(c.off);
+  DevBuf<int32_t> ids(c.ids);
+  ExecContext ctx;
+  ctx.backend = Backend::kCuda;
+  ops::AttentionArgs a = dev_args(c, q, k, off, ids, sinks, out, with_probs ? &probs : nullptr);
+  Status s = ops::Attention<Backend::kCuda>::validate(c.d, a);
+  BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  s = ops::run_on_backend<ops::Attention>(ctx, c.d, a);
+  BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  return {out.host(), with_probs ? probs.host() : std::vector<float>{}};
+}
+
+/// GPU within the named tolerances of the CPU; returns the number of bit-identical outputs.
+int64_t expect_close(AttnCase const& c, AttnOut const& cpu, AttnOut const& gpu) {
+  bool const bf = c.d.md == DType::kBf16;
+  int64_t const H = c.d.heads, hd = c.d.head_dim, nnz = static_cast<int64_t>(c.ids.size());
+  int64_t bad_p = 0, bad_o = 0;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < nnz; ++i) {
+      float const a = cpu.probs[h * nnz + i], b = gpu.probs[h * nnz + i];
+      float const tol = (bf ? kBf16Eps : kProbUlpsF32 * kF32Eps) * std::fabs(a) + 1e-38f;
+      if (!(std::fabs(a - b) <= tol)) {
+        if (bad_p++ < 5) std::printf("p[h=%lld, %lld]: cpu %.9g gpu %.9g\n", (long long)h, (long long)i, a, b);
+      }
+    }
+  for (int64_t r = 0; r < c.d.rows; ++r) {
+    int64_t const k0 = c.off[r], k1 = c.off[r + 1];
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t x = 0; x < hd; ++x) {
+        double mag = 0.0;
+        for (int64_t u = k0; u < k1; ++u)
+          mag += std::fabs(static_cast<double>(cpu.probs[h * nnz + u]) * c.keys[c.ids[u] * hd + x]);
+        float const a = cpu.out[(r * H + h) * hd + x], b = gpu.out[(r * H + h) * hd + x];
+        double tol = (kOutUlpsF32 + 2.0 * (k1 - k0)) * kF32Eps * mag;
+        if (bf) tol += kBf16Eps * (mag + std::fabs(a));
+        if (!(std::fabs(static_cast<double>(a) - b) <= tol)) {
+          if (bad_o++ < 5)
+            std::printf("o[r=%lld h=%lld i=%lld]: cpu %.9g gpu %.9g tol %.3g\n", (long long)r, (long long)h,
+                        (long long)x, a, b, tol);
+        }
+      }
+  }
+  BOOST_TEST(bad_p == 0);
+  BOOST_TEST(bad_o == 0);
+  return static_cast<int64_t>(cpu.out.size()) - bit_mismatches(cpu.out, gpu.out);
+}
+
+/// Rows [r0, r1) of `c` as a case of their own (offsets rebased, same key pool).
+AttnCase slice_rows(AttnCase const& c, int64_t r0, int64_t r1) {
+  AttnCase s = c;
+  int64_t const w = c.d.heads * c.d.head_dim;
+  s.d.rows = r1 - r0;
+  s.q.assign(c.q.begin() + r0 * w, c.q.begin() + r1 * w);
+  s.ids.assign(c.ids.begin() + c.off[r0], c.ids.begin() + c.off[r1]);
+  s.off.clear();
+  for (int64_t r = r0; r <= r1; ++r) s.off.push_back(c.off[r] - c.off[r0]);
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gpu_attention)
+
+BOOST_AUTO_TEST_CASE(random_prefill_and_decode_vs_cpu) {
+  uint64_t const seed = test_seed(0xA77E);
+  struct Shape { int64_t S, p0, n_old, W, t_c, ratio, topk, heads, hd; };
+  // prefill longer than the window; prefill after a cached window; decode (1 row); odd head_dim (scalar
+  // loads); the released head_dim 512 (two output channels per thread).
+  Shape const shapes[] = {{40, 0, 0, 16, 20, 2, 6, 4, 64},  {23, 57, 15, 16, 29, 2, 6, 3, 64},
+                          {1, 130, 15, 16, 65, 2, 6, 4, 64}, {19, 11, 10, 8, 12, 1, 5, 2, 30},
+                          {7, 300, 127, 128, 150, 2, 16, 2, 512}};
+  for (DType md : {DType::kF32, DType::kBf16})
+    for (Shape const& s : shapes) {
+      AttnCase c = window_case(seed + static_cast<uint64_t>(s.S * 131 + s.hd), s.S, s.p0, s.n_old, s.W, s.t_c,
+                               s.ratio, s.topk, s.heads, s.hd, md);
+      AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
+      int64_t exact = expect_close(c, cpu, gpu);
+      BOOST_TEST_MESSAGE(dtype_name(md) << " S=" << s.S << " hd=" << s.hd << ": " << exact << "/" << cpu.out.size()
+                                        << " outputs bit-identical to the CPU");
+      // Without the probs output the kernel gives the same bits.
+      AttnOut np = run_gpu(c, false);
+      BOOST_TEST(bit_mismatches(np.out, gpu.out) == 0);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(exact_exp_is_bitwise) {
+  uint64_t const seed = test_seed(0xB17);
+  for (DType md : {DType::kF32, DType::kBf16}) {
+    AttnCase c = window_case(seed, 33, 20, 15, 16, 30, 2, 8, 4, 64, md);
+    c.d.scale = 0.f;                         // every logit is ±0: expf(0) = 1 exactly
+    for (float& s : c.sinks) s = -200.f;     // expf(−200) = 0 exactly
+    AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
+    BOOST_TEST(bit_mismatches(cpu.probs, gpu.probs) == 0);
+    BOOST_TEST(bit_mismatches(cpu.out, gpu.out) == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(empty_and_fully_masked_rows) {
+  uint64_t const seed = test_seed(0xE0);
+  for (DType md : {DType::kF32, DType::kBf16}) {
+    AttnCase c = window_case(seed, 6, 30, 15, 16, 10, 2, 4, 4, 64, md);
+    // Row 0 sees nothing (an empty visible set), row 3 had every key masked (also an empty list); row 5
+    // keeps a single key.
+    std::vector<int32_t> ids;
+    std::vector<int64_t> off{0};
+    for (int64_t r = 0; r < c.d.rows; ++r) {
+      if (r != 0 && r != 3) {
+        int64_t const end = r == 5 ? c.off[r] + 1 : c.off[r + 1];
+        for (int64_t i = c.off[r]; i < end; ++i) ids.push_back(c.ids[i]);
+      }
+      off.push_back(static_cast<int64_t>(ids.size()));
+    }
+    c.ids = ids;
+    c.off = off;
+    AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
+    expect_close(c, cpu, gpu);
+    int64_t const w = c.d.heads * c.d.head_dim;
+    for (int64_t r : {0, 3})
+      for (int64_t i = 0; i < w; ++i) BOOST_TEST(std::bit_cast<uint32_t>(gpu.out[r * w + i]) == 0u);
+    // All rows empty: nnz = 0.
+    AttnCase e = c;
+    e.ids.clear();
+    std::fill(e.off.begin(), e.off.end(), 0);
+    AttnOut ge = run_gpu(e);
+    for (float v : ge.out) BOOST_TEST(std::bit_cast<uint32_t>(v) == 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rows_longer_than_a_tile) {
+  uint64_t const seed = test_seed(0x7113);
+  for (DType md : {DType::kF32, DType::kBf16}) {
+    // Row 1 lists 2500 keys (two tiles of 2048), row 0 and 2 a few.
+    AttnCase c;
+    int64_t const nk = 3000, hd = 64, H = 2;
+    c.d = {3, H, hd, nk, 0.125f, md};
+    c.q = randn(static_cast<size_t>(3 * H * hd), seed + 1);
+    c.keys = randn(static_cast<size_t>(nk * hd), seed + 2);
+    c.sinks = randn(static_cast<size_t>(H), seed + 3);
+    c.off = {0};
+    for (int64_t r = 0; r < 3; ++r) {
+      int64_t const n = r == 1 ? 2500 : 7;
+      for (int64_t i = 0; i < n; ++i) c.ids.push_back(static_cast<int32_t>((i * 7 + r) % nk));
+      c.off.push_back(static_cast<int64_t>(c.ids.size()));
+    }
+    AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
+    expect_close(c, cpu, gpu);
+    AttnOut alone = run_gpu(slice_rows(c, 1, 2));
+    int64_t const w = H * hd;
+    BOOST_TEST(bit_mismatches(alone.out, std::vector<float>(gpu.out.begin() + w, gpu.out.begin() + 2 * w)) == 0);
+    // Exact exps over the multi-tile path: bit-equal.
+    c.d.scale = 0.f;
+    for (float& s : c.sinks) s = -200.f;
+    cpu = run_cpu(c);
+    gpu = run_gpu(c);
+    BOOST_TEST(bit_mismatches(cpu.probs, gpu.probs) == 0);
+    BOOST_TEST(bit_mismatches(cpu.out, gpu.out) == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(row_invariance) {
+  uint64_t const seed = test_seed(0x2013);
+  for (DType md : {DType::kF32, DType::kBf16}) {
+    AttnCase c = window_case(seed, 29, 40, 15, 16, 35, 2, 8, 4, 64, md);
+    AttnOut all = run_gpu(c, false);
+    int64_t const w = c.d.heads * c.d.head_dim;
+    std::vector<float> alone, split;
+    for (int64_t r = 0; r < c.d.rows; ++r) {
+      AttnOut o = run_gpu(slice_rows(c, r, r + 1), false);
+      alone.insert(alone.end(), o.out.begin(), o.out.end());
+    }
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 5}, {5, 6}, {6, 29}}) {
+      AttnOut o = run_gpu(slice_rows(c, b, e), false);
+      split.insert(split.end(), o.out.begin(), o.out.end());
+    }
+    BOOST_TEST(static_cast<int64_t>(alone.size()) == c.d.rows * w);
+    BOOST_TEST(bit_mismatches(all.out, alone) == 0);
+    BOOST_TEST(bit_mismatches(all.out, split) == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments) {
+  uint64_t const seed = test_seed(0xBAD);
+  AttnCase c = window_case(seed, 4, 10, 5, 8, 6, 2, 3, 2, 32, DType::kF32);
+  int64_t const nnz = static_cast<int64_t>(c.ids.size());
+  DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim);
+  DevBuf<int64_t> off(c.off);
+  DevBuf<int32_t> good_ids(c.ids);
+  ops::AttentionArgs a = dev_args(c, q, k, off, good_ids, sinks, out, nullptr);
+  ExecContext ctx;
+  ctx.backend = Backend::kCuda;
+  // A host view.
+  ops::AttentionArgs h = a;
+  h.q = TensorView<float const, 2>(c.q.data(), {c.d.rows, c.d.heads * c.d.head_dim});
+  Status s = ops::run_on_backend<ops::Attention>(ctx, c.d, h);
+  BOOST_TEST(!s.ok());
+  BOOST_TEST(s.message().find("attention q") != std::string::npos);
+  // head_dim beyond the compiled range.
+  ops::AttentionDesc big = c.d;
+  big.head_dim = 2048;
+  BOOST_TEST(!ops::Attention<Backend::kCuda>::check(big, a).ok());
+  // A key id out of range: validate names it; run poisons that row only.
+  std::vector<int32_t> ids = c.ids;
+  ids[static_cast<size_t>(c.off[2])] = static_cast<int32_t>(c.d.num_keys + 3);
+  DevBuf<int32_t> bad_ids(ids);
+  a.key_ids = bad_ids.cview<1>({nnz});
+  s = ops::Attention<Backend::kCuda>::validate(c.d, a);
+  BOOST_TEST(!s.ok());
+  BOOST_TEST(s.message().find("key id out of range") != std::string::npos);
+  s = ops::Attention<Backend::kCuda>::run(c.d, a, ctx);
+  BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  std::vector<float> o = out.host();
+  int64_t const w = c.d.heads * c.d.head_dim;
+  for (int64_t r = 0; r < c.d.rows; ++r) {
+    bool any_nan = false;
+    for (int64_t i = 0; i < w; ++i) any_nan |= std::isnan(o[r * w + i]);
+    BOOST_TEST(any_nan == (r == 2));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
