@@ -3,7 +3,7 @@
 /// every rank with the full result of the single-rank step. Exactness: gathers move bits, and every
 /// element computed here is the same fixed-order dot product (ref::dot) the single-rank step computes,
 /// so only the attention all-reduce (AttnCombine::kAllReduce) can change a value:
-///   single rank  out[o] = →md(dot(y[0..G·ro), wo_b[o]))                     (one sequential sum)
+///   single rank  out[o] = →md(dot(y[0..G·ro), wo_b[o]))                     (one ref::dot over all n)
 ///   all-reduce   out[o] = →md(Σ_r dot(y[g0_r·ro..g1_r·ro), wo_b[o, …]))        (rank-order sum of partials)
 /// MoE combine: out = →md(Σ_{selected e ascending} y_e + y_shared) from a zero fp32 buffer, as
 /// ops::moe_experts sums, whichever rank computed each y_e (0 + y = y for every y, and +0 vs −0 cannot

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The attention output combine of one TP rank (shard_attention_out, models/deepseek_v41) on seeded
 /// random head outputs and weights, against the single-rank formula written out here:
-///   y_g = wo_a_g · o_g (per group, ref::linear_row), out[o] = fl(Σ_{i<n} y_i·wo_b[o, i]) sequential, n = G·ro.
+///   y_g = wo_a_g · o_g (per group, ref::linear_row), out[o] = ref::dot(y, wo_b[o], n), n = G·ro.
 ///  * gather combine (and the head gather of tp > o_groups): equal bit for bit;
 ///  * all-reduce combine: equal bit for bit to the rank-order fold of the ranks' partial dots
 ///    (Σ_r fl(Σ_{i∈r} y_i·wo_b[o, i]), the documented order), and within the summation bound
