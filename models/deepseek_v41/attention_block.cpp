@@ -61,7 +61,7 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   LayerState& ls = st.layers_[l];
   ExecContext& ctx = c.ctx;
   DType md = c.md;
-  int64_t S = c.rows, D = s.hidden_size, H = s.num_heads, hd = s.head_dim, R = s.rope_dim, qr = s.q_lora_rank;
+  int64_t S = c.rows, D = s.hidden_size, H = shard_ ? shard_heads(*shard_) : s.num_heads, hd = s.head_dim, R = s.rope_dim, qr = s.q_lora_rank;
   int64_t ratio = s.compress_ratios[l];
   std::vector<float> const& table = ratio ? compress_inv_freq_ : main_inv_freq_;
   std::string const pfx = "model.layers." + std::to_string(l) + ".attn.";
@@ -263,14 +263,18 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
 
   // Output (§2.5.6): inverse RoPE with the query's table, grouped wo_a, wo_b.
   rope_rows(ctx, o, S, H, hd, R, c.pos, table, true, md);
-  int64_t G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
-  std::vector<float> y(S * G * ro);
-  float const* wa = w.wo_a.data_as<float>();
-  for (int64_t r = 0; r < S; ++r)
-    for (int64_t g = 0; g < G; ++g)
-      ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
-  out.assign(S * D, 0.f);
-  linear(ctx, y.data(), S, w.wo_b, out.data(), md);
+  if (shard_) {
+    shard_attention_out(*shard_, ctx, s, w, o, S, md, out);  // the rank's groups + the plan's combine
+  } else {
+    int64_t G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
+    std::vector<float> y(S * G * ro);
+    float const* wa = w.wo_a.data_as<float>();
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t g = 0; g < G; ++g)
+        ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
+    out.assign(S * D, 0.f);
+    linear(ctx, y.data(), S, w.wo_b, out.data(), md);
+  }
 
   // Window ring: keep the last W−1 entries plus the rollback reserve.
   append(ls.window, kv);

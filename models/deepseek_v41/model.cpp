@@ -286,9 +286,12 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
         for (int64_t r = 0; r < S; ++r)
           std::copy(hids.begin() + (r * Le + ei) * C, hids.begin() + (r * Le + ei + 1) * C, ids.begin() + r * C);
         std::vector<float> rows(S * C * de), kv(S * (n + 1) * D);
-        throw_if_error(ops::engram_gather(ctx, {S, C, lw.e_table.dim(0), de},
-                                          {TensorView<int64_t const, 2>(ids.data(), {S, C}), cv2(lw.e_table),
-                                           v2(rows, S, C * de)}));
+        if (shard_)
+          shard_engram_gather(*shard_, ctx, engram_, ei, lw.e_table, ids, S, de, rows);
+        else
+          throw_if_error(ops::engram_gather(ctx, {S, C, lw.e_table.dim(0), de},
+                                            {TensorView<int64_t const, 2>(ids.data(), {S, C}), cv2(lw.e_table),
+                                             v2(rows, S, C * de)}));
         tap(pfx + "engram.embed.out0", {1, S, C, de}, rows);
         linear(ctx, rows.data(), S, lw.e_wkv, kv.data(), md);
         throw_if_error(ops::engram_gate(ctx, {S, n, D, s.rms_eps, md},
@@ -341,11 +344,15 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
         std::vector<float> idf(rid.begin(), rid.end());
         tap(pfx + "ffn.gate.out1", {S, K}, idf);
       }
-      std::vector<TensorView<float const, 2>> w1, w3, w2;
-      for (auto const& ex : lw.experts) { w1.push_back(cv2(ex.w1)); w3.push_back(cv2(ex.w3)); w2.push_back(cv2(ex.w2)); }
-      ops::MoeExpertsArgs ma{cv2(xa, S, D), TensorView<int32_t const, 2>(rid.data(), {S, K}), cv2(rw, S, K), w1, w3, w2,
-                             cv2(lw.shared.w1), cv2(lw.shared.w3), cv2(lw.shared.w2), v2(F, S, D)};
-      throw_if_error(ops::moe_experts(ctx, {S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md}, ma));
+      if (shard_) {
+        shard_moe(*shard_, ctx, s, lw, xa, rid, rw, S, md, F);
+      } else {
+        std::vector<TensorView<float const, 2>> w1, w3, w2;
+        for (auto const& ex : lw.experts) { w1.push_back(cv2(ex.w1)); w3.push_back(cv2(ex.w3)); w2.push_back(cv2(ex.w2)); }
+        ops::MoeExpertsArgs ma{cv2(xa, S, D), TensorView<int32_t const, 2>(rid.data(), {S, K}), cv2(rw, S, K), w1, w3, w2,
+                               cv2(lw.shared.w1), cv2(lw.shared.w3), cv2(lw.shared.w2), v2(F, S, D)};
+        throw_if_error(ops::moe_experts(ctx, {S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md}, ma));
+      }
       tap(pfx + "ffn.out0", {1, S, D}, F);
       throw_if_error(ops::mhc_expand(ctx, {S, n, D, md},
                                      {cv2(F, S, D), cv2(X, S, nD), cv2(f_post, S, n), cv2(f_comb, S, n * n), v2(X2, S, nD)}));
@@ -358,7 +365,9 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
     throw_if_error(ops::mhc_collapse(ctx, {S, n, D, md}, {cv2(X, S, nD), cv2(pre, S, n), v2(h, S, D)}));
     throw_if_error(ops::rms_norm(ctx, {S, D, s.rms_eps, true, md}, {cv2(h, S, D), cv1(w_.norm), v2(xa, S, D)}));
     tap("model.norm.out0", {1, S, D}, xa);
-    if (num_logit_rows > 0)
+    if (num_logit_rows > 0 && shard_)
+      shard_head(*shard_, ctx, w_.lm_head, xa.data() + (S - num_logit_rows) * D, num_logit_rows, D, s.vocab_size, md, logits);
+    else if (num_logit_rows > 0)
       linear(ctx, xa.data() + (S - num_logit_rows) * D, num_logit_rows, w_.lm_head, logits, md);
     st.length_ += S;
   } catch (Error const& e) {

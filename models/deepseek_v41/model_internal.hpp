@@ -10,6 +10,7 @@
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/tensor.hpp"
 #include "tessera/models/deepseek_v41/model.hpp"
+#include "tessera/models/deepseek_v41/model_spec.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -30,5 +31,25 @@ struct Dsv41Model::Chunk {
 /// out[r, o] = →md(x[r]·W[o]) for r < rows, W [out, in]; each element is one fixed-order dot product, so
 /// the split across threads (rows × column blocks) never changes a value.
 void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, float* out, DType md);
+
+// Tensor/expert-parallel steps of one rank (sharded_forward.cpp; plans in dist/plan.hpp). Each replaces
+// the single-rank step it is named after and leaves every rank with the same full-size result.
+/// Query heads this rank computes.
+int64_t shard_heads(RankShard const& sh);
+/// Attention output from the rank's head outputs o [S, Hl·hd] (after the inverse RoPE): wo_a, wo_b and
+/// the plan's combine → out [S, D].
+void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+                         std::vector<float> const& o, int64_t rows, DType md, std::vector<float>& out);
+/// Engram rows [S, C·de] for hash ids [S, C] of Engram layer `ei` from the rank's column range.
+void shard_engram_gather(RankShard const& sh, ExecContext& ctx, EngramTables const& et, int64_t ei,
+                         Tensor const& table, std::vector<int64_t> const& ids, int64_t rows, int64_t de,
+                         std::vector<float>& out);
+/// The MoE block (routed experts of the rank + shared expert slice, combined in single-rank order).
+void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+               std::vector<float> const& xa, std::vector<int32_t> const& ids, std::vector<float> const& weights,
+               int64_t rows, DType md, std::vector<float>& out);
+/// Logits [rows, V] from the rank's LM head rows.
+void shard_head(RankShard const& sh, ExecContext& ctx, Tensor const& head, float const* x, int64_t rows, int64_t dim,
+                int64_t vocab, DType md, float* logits);
 
 }  // namespace tessera::model::dsv41

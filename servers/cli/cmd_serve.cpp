@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "servers/cli/command.hpp"
+#include "servers/cli/parallel_flags.hpp"
 #include "servers/cli/prune_flags.hpp"
 #include "servers/openai/serve.hpp"
+#include "tessera/models/deepseek_v41/sharded.hpp"
 #include "verify/harness/perturbed_model.hpp"
 
 namespace tessera::cli {
@@ -31,6 +33,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                "port-file", "stub-scripts", "stub-step-delay-us", "stub-token-delay-us", "keepalive", "max-connections",
                "prefix-cache-entries", "tokenizer", "perturb-position", "draft", "draft-k"};
   for (auto const& n : prune_flag_names()) value_opts.push_back(n);
+  for (auto const& n : parallel_flag_names()) value_opts.push_back(n);
   ArgParser a(args, value_opts, {"cors", "metrics-open", "help"});
   if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
@@ -42,7 +45,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                  "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
                  "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n"
                  "         [--draft auto|dspark|lookup|none] [--draft-k K]\n"
-                 "         %s\n", prune_usage());
+                 "         %s\n         %s\n", prune_usage(), parallel_usage());
     return a.has("help") && a.error().empty() ? 0 : 2;
   }
   // Expert pruning is a load option of the DeepSeek-V4.1 model; the stub model has no router.
@@ -54,6 +57,27 @@ int cmd_serve(std::vector<std::string> const& args) {
   std::string const model_arg = a.get_or("model", "");
   if (has_prune_flags(a) && (model_arg.empty() || model_arg == "stub")) {
     std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
+    return 2;
+  }
+  // Tensor/expert parallelism: ranks as threads over the in-process communicator on the CPU backend.
+  auto par = parse_parallel_flags(a);
+  if (!par) {
+    std::fprintf(stderr, "tessera serve: %s\n", par.status().message().c_str());
+    return 2;
+  }
+  bool const sharded = par->tp > 1 || par->ep > 1;
+  if (sharded && (model_arg.empty() || model_arg == "stub")) {
+    std::fprintf(stderr, "tessera serve: --tp/--ep need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
+    return 2;
+  }
+  if (sharded && a.get_or("device", "cpu") != "cpu") {
+    std::fprintf(stderr, "tessera serve: --tp/--ep with --device %s: multi-process NCCL serving (one process per GPU) "
+                         "needs the GPU model, which is not built yet; --tp/--ep run in-process on --device cpu "
+                         "(docs/multi-gpu.md)\n", a.get_or("device", "cpu").c_str());
+    return 2;
+  }
+  if (sharded && a.has("perturb-position")) {
+    std::fprintf(stderr, "tessera serve: --perturb-position (a test hook) does not combine with --tp/--ep\n");
     return 2;
   }
   server::ServeConfig c;
@@ -100,6 +124,20 @@ int cmd_serve(std::vector<std::string> const& args) {
   if (perturb >= 0)
     c.wrap_model = [p = static_cast<int64_t>(perturb)](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
       return std::make_unique<harness::PerturbedModel>(m, harness::PerturbedModel::Fault::kPosition, p);
+    };
+  if (sharded)
+    c.wrap_model = [cfg = *par](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
+      auto* full = dynamic_cast<model::dsv41::Dsv41Model*>(&m);
+      auto sm = full ? model::dsv41::ShardedModel::create(*full, cfg)
+                     : Result<std::unique_ptr<model::dsv41::ShardedModel>>(invalid_argument("not a DeepSeek-V4.1 model"));
+      if (!sm) {
+        std::fprintf(stderr, "tessera serve: --tp %d --ep %d: %s\n", cfg.tp, cfg.ep, sm.status().message().c_str());
+        std::exit(2);
+      }
+      std::fprintf(stderr, "tessera serve: %d in-process ranks (threads, CPU backend), tp %d, ep %d, attention %s; "
+                           "multi-process NCCL serving needs the GPU model (docs/multi-gpu.md)\n",
+                   (*sm)->world(), cfg.tp, cfg.ep, (*sm)->plan().attention_mode().c_str());
+      return std::move(*sm);
     };
   return server::serve_main(std::move(c));
 }

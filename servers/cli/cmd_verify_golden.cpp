@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-/// `tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda]`: the golden
-/// parity gate (on the CPU reference model, or the GPU model with --device cuda) of
+/// `tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda] [--tp N --ep M …]`:
+/// the golden parity gate (on the CPU reference model, or the GPU model with --device cuda) of
 /// models/deepseek_v41/golden_gate (free-running greedy and teacher-forced logits against every golden
 /// step, near-tie certification, derived tolerances). One line per prompt and per disagreement, then
 /// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
-/// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes.
+/// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes. With --tp/--ep the model runs
+/// sharded over in-process ranks (models/deepseek_v41/sharded.hpp).
 /// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
 /// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
 /// to a safetensors file, to localise the first divergence against the reference engine's own dumps (CPU
@@ -16,21 +17,25 @@
 #include <vector>
 
 #include "servers/cli/command.hpp"
+#include "servers/cli/parallel_flags.hpp"
 #include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
+#include "tessera/models/deepseek_v41/sharded.hpp"
 
 namespace tessera::cli {
 
 Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
 
 int cmd_verify_golden(std::vector<std::string> const& args) {
-  ArgParser p(args, {"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps"});
-  if (!p.error().empty() || !p.has("model") || !p.has("golden")) {
-    std::fprintf(stderr,
-                 "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda]\n%s\n",
-                 p.error().c_str());
+  std::vector<std::string> opts{"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps"};
+  for (auto const& n : parallel_flag_names()) opts.push_back(n);
+  ArgParser p(args, opts);
+  auto par = parse_parallel_flags(p);
+  if (!p.error().empty() || !p.has("model") || !p.has("golden") || !par) {
+    std::fprintf(stderr, "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda] %s\n%s\n",
+                 parallel_usage(), !par ? par.status().message().c_str() : p.error().c_str());
     return 2;
   }
   std::string dir = *p.get("model"), gdir = *p.get("golden");
@@ -79,22 +84,31 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
                 p.get("dump-taps")->c_str());
     return 0;
   }
-  model::dsv41::GoldenGateHooks hooks;
-  if (m) {
-    hooks.set_boundary_ulps = [m](int u) { m->set_boundary_ulps(u); };
-    hooks.ties = [](model::SequenceState const& s) { return &static_cast<model::dsv41::Dsv41State const&>(s).ties(); };
-    hooks.boundaries = [](model::SequenceState const& s) {
-      return &static_cast<model::dsv41::Dsv41State const&>(s).quant_boundaries();
-    };
+  auto log = [](std::string const& s) { std::printf("%s\n", s.c_str()); };
+  model::dsv41::GoldenReport rep;
+  if (par->tp > 1 || par->ep > 1) {
+    // Ranks as threads over the in-process communicator (docs/multi-gpu.md).
+    if (!m) throw Error(not_supported("--tp/--ep: in-process ranks run the CPU model (--device cpu)"));
+    auto sm = model::dsv41::ShardedModel::create(*m, *par).value_or_throw();
+    std::printf("in-process ranks: %d (tp %d, ep %d); attention %s\n", sm->world(), par->tp, par->ep,
+                sm->plan().attention_mode().c_str());
+    rep = model::dsv41::run_golden_gate_sharded(*sm, golden, log).value_or_throw();
   } else {
-    auto* gpu = static_cast<model::dsv41::GpuDsv41Model*>(lm.get());
-    hooks.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
-    hooks.ties = &model::dsv41::GpuDsv41Model::ties;
-    hooks.boundaries = &model::dsv41::GpuDsv41Model::quant_boundaries;
+    model::dsv41::GoldenGateHooks hooks;
+    if (m) {
+      hooks.set_boundary_ulps = [m](int u) { m->set_boundary_ulps(u); };
+      hooks.ties = [](model::SequenceState const& s) { return &static_cast<model::dsv41::Dsv41State const&>(s).ties(); };
+      hooks.boundaries = [](model::SequenceState const& s) {
+        return &static_cast<model::dsv41::Dsv41State const&>(s).quant_boundaries();
+      };
+    } else {
+      auto* gpu = static_cast<model::dsv41::GpuDsv41Model*>(lm.get());
+      hooks.set_boundary_ulps = [gpu](int u) { gpu->set_boundary_ulps(u); };
+      hooks.ties = &model::dsv41::GpuDsv41Model::ties;
+      hooks.boundaries = &model::dsv41::GpuDsv41Model::quant_boundaries;
+    }
+    rep = model::dsv41::run_golden_gate(*lm, *num == model::dsv41::Numerics::kBf16, hooks, golden, log).value_or_throw();
   }
-  auto rep = model::dsv41::run_golden_gate(*lm, *num == model::dsv41::Numerics::kBf16, hooks, golden,
-                                           [](std::string const& s) { std::printf("%s\n", s.c_str()); })
-                 .value_or_throw();
   for (auto const& r : rep.reasons) std::printf("FAIL: %s\n", r.c_str());
   std::printf("%s\n", rep.summary_line().c_str());
   return rep.pass ? 0 : 1;

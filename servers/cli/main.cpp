@@ -63,6 +63,7 @@ static int cmd_version(std::vector<std::string> const&) {
 
 // Subcommands defined in their own files (servers/cli/cmd_*.cpp).
 // [declarations]
+int cmd_plan(std::vector<std::string> const& args);
 int cmd_calibrate(std::vector<std::string> const& args);
 int cmd_prune(std::vector<std::string> const& args);
 int cmd_verify_retention(std::vector<std::string> const& args);
@@ -92,6 +93,7 @@ static Command const kCommands[] = {
     {"calibrate", "record per-layer expert selection counts and weights over a prompts file", cmd_calibrate},
     {"prune", "write a checkpoint keeping the most-used routed experts (--keep fraction)", cmd_prune},
     {"verify retention", "teacher-forced top-1 agreement, KL and routing overlap of a pruned model", cmd_verify_retention},
+    {"plan", "tensor/expert-parallel sharding plan of a checkpoint: ranges, collectives, bytes per rank", cmd_plan},
     // [commands]
 };
 

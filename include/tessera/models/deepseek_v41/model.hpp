@@ -23,6 +23,9 @@
 
 namespace tessera::model::dsv41 {
 
+struct RankShard;   // tensor/expert-parallel rank view (sharded.hpp)
+struct RankAccess;  // builds rank models (sharded.cpp)
+
 /// One exact top-k cutoff tie: the k-th and (k+1)-th finite values were equal, so the selection was
 /// decided by the tie rule (lower index wins, ref/indexer_ref.hpp).
 struct CutoffTie {
@@ -163,6 +166,10 @@ class Dsv41Model final : public LanguageModel {
   std::vector<float> main_inv_freq_, compress_inv_freq_;
   DebugTap tap_;
   std::shared_ptr<DsparkWeights const> dspark_;
+  /// This model's rank of a tensor/expert-parallel group (its weights hold the rank's slices);
+  /// null = the whole model on one rank.
+  std::shared_ptr<RankShard const> shard_;
+  friend struct RankAccess;
 };
 
 }  // namespace tessera::model::dsv41

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Rank models and the in-process sharded model (include/tessera/models/deepseek_v41/sharded.hpp):
+/// weight slicing by the plan's ranges, per-rank memory of a checkpoint, and the thread-per-rank driver.
+#include "tessera/models/deepseek_v41/sharded.hpp"
+
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "models/deepseek_v41/model_internal.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
+
+namespace tessera::model::dsv41 {
+
+namespace {
+
+using dist::Range;
+
+/// Rows [r.begin, r.end) of a 1-D or 2-D tensor (a copy).
+Tensor rows_of(Tensor const& t, Range r) {
+  int64_t cols = t.rank() == 1 ? 1 : t.dim(1);
+  float const* p = t.data_as<float>() + r.begin * cols;
+  std::vector<float> v(p, p + r.size() * cols);
+  return t.rank() == 1 ? Tensor::from_floats(v, {r.size()}) : Tensor::from_floats(v, {r.size(), cols});
+}
+/// Columns [r.begin, r.end) of a 2-D tensor (a copy).
+Tensor cols_of(Tensor const& t, Range r) {
+  int64_t n = t.dim(0), c = t.dim(1);
+  std::vector<float> v(static_cast<size_t>(n * r.size()));
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(&v[i * r.size()], t.data_as<float>() + i * c + r.begin, r.size() * sizeof(float));
+  return Tensor::from_floats(v, {n, r.size()});
+}
+
+bool has(std::string const& s, char const* sub) { return s.find(sub) != std::string::npos; }
+
+/// The expert id of a per-expert tensor name (`…experts.<e>.…`), or −1.
+int64_t expert_of(std::string const& n) {
+  size_t p = n.find("experts.");
+  if (p == std::string::npos || has(n, "shared_experts")) return -1;
+  p += 8;
+  size_t q = p;
+  while (q < n.size() && n[q] >= '0' && n[q] <= '9') ++q;
+  return q > p && q < n.size() && n[q] == '.' ? std::stoll(n.substr(p, q - p)) : -1;
+}
+
+}  // namespace
+
+/// Builds rank models with access to Dsv41Model's private members.
+struct RankAccess {
+  static Result<std::unique_ptr<Dsv41Model>> make(Dsv41Model const& full, std::shared_ptr<RankShard const> sh,
+                                                  ThreadPool* pool) {
+    if (full.shard_) return invalid_argument("make_rank_model: the model is already a rank model");
+    ModelSpec const& s = full.spec_;
+    dist::RankPlan const& me = sh->me();
+    dist::ShardingPlan const& p = sh->plan;
+    std::unique_ptr<Dsv41Model> m(new Dsv41Model());
+    m->spec_ = s;
+    m->opts_ = full.opts_;
+    m->opts_.pool = pool;
+    m->info_ = full.info_;
+    m->engram_ = full.engram_;
+    m->main_inv_freq_ = full.main_inv_freq_;
+    m->compress_inv_freq_ = full.compress_inv_freq_;
+    m->w_ = full.w_;  // shares every tensor; the rank's slices replace some below
+    int64_t const hd = s.head_dim, ro = s.o_lora_rank;
+    bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
+    bool const allreduce = !me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce;
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      LayerWeights& w = m->w_.layers[l];
+      if (tp) {
+        w.wq_b = rows_of(w.wq_b, {me.heads.begin * hd, me.heads.end * hd});
+        w.attn_sink = rows_of(w.attn_sink, me.heads);
+        if (!me.gather_heads) w.wo_a = rows_of(w.wo_a, {me.groups.begin * ro, me.groups.end * ro});
+        w.wo_b = allreduce ? cols_of(w.wo_b, {me.groups.begin * ro, me.groups.end * ro}) : rows_of(w.wo_b, me.wo_b_rows);
+        w.shared.w1 = rows_of(w.shared.w1, me.shared_inter);
+        w.shared.w3 = rows_of(w.shared.w3, me.shared_inter);
+        w.shared.w2 = rows_of(w.shared.w2, me.shared_rows);
+      }
+      if (ep)
+        for (int64_t e = 0; e < s.n_experts; ++e)
+          if (!me.experts.contains(e)) w.experts[e] = ExpertWeights{};
+      int64_t ei = s.engram_index(l);
+      if (ei >= 0 && p.cfg.engram == dist::EngramPlacement::kSharded && p.world > 1) {
+        int64_t C = full.engram_.columns();
+        Range rows{0, 0};
+        if (me.engram_cols.size() > 0) {
+          int64_t c0 = ei * C + me.engram_cols.begin, c1 = ei * C + me.engram_cols.end - 1;
+          rows = {full.engram_.offsets[c0], full.engram_.offsets[c1] + full.engram_.primes[c1]};
+        }
+        if (rows.end > w.e_table.dim(0))
+          return malformed("make_rank_model: Engram layer " + std::to_string(l) + " table has " +
+                           std::to_string(w.e_table.dim(0)) + " rows, the hash columns need " + std::to_string(rows.end));
+        w.e_table = rows_of(w.e_table, rows);
+      }
+    }
+    if (tp) m->w_.lm_head = rows_of(m->w_.lm_head, me.vocab);
+    m->shard_ = std::move(sh);
+    return m;
+  }
+};
+
+dist::ModelDims model_dims(ModelSpec const& s) {
+  dist::ModelDims d;
+  d.hidden = s.hidden_size;
+  d.heads = s.num_heads;
+  d.head_dim = s.head_dim;
+  d.o_groups = s.o_groups;
+  d.o_lora_rank = s.o_lora_rank;
+  d.experts = s.n_experts;
+  d.moe_inter = s.moe_inter;
+  d.vocab = s.vocab_size;
+  d.layers = s.num_layers;
+  d.engram_columns = s.engram_layers.empty() ? 0 : (s.engram_max_ngram - 1) * s.engram_n_heads;
+  return d;
+}
+
+std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s, std::vector<io::TensorInfo> const& tensors) {
+  std::vector<size_t> out(static_cast<size_t>(p.world), 0);
+  bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
+  for (auto const& t : tensors) {
+    std::string const& n = t.name;
+    for (auto const& r : p.ranks) {
+      double f = 1.0;  // fraction of the tensor this rank holds
+      bool const attn = has(n, "attn.") && !has(n, "indexer") && !has(n, "compressor");
+      int64_t e = expert_of(n);
+      if (tp && attn && (has(n, "wq_b") || has(n, "q_b_proj") || has(n, "attn_sink") || has(n, "sinks")))
+        f = static_cast<double>(r.heads.size()) / s.num_heads;
+      else if (tp && attn && (has(n, "wo_a") || has(n, "o_a_proj")))
+        f = static_cast<double>(r.groups.size()) / s.o_groups;
+      else if (tp && attn && (has(n, "wo_b") || has(n, "o_b_proj")))
+        f = r.wo_b_rows.size() < s.hidden_size ? static_cast<double>(r.wo_b_rows.size()) / s.hidden_size
+                                               : static_cast<double>(r.groups.size()) / s.o_groups;
+      else if (ep && e >= 0)
+        f = r.experts.contains(e) ? 1.0 : 0.0;
+      else if (ep && (has(n, "experts.gate_up_proj") || has(n, "experts.down_proj")))
+        f = static_cast<double>(r.experts.size()) / s.n_experts;
+      else if (tp && has(n, "shared_experts.") && (has(n, ".w2") || has(n, "down_proj")))
+        f = static_cast<double>(r.shared_rows.size()) / s.hidden_size;
+      else if (tp && has(n, "shared_experts."))
+        f = static_cast<double>(r.shared_inter.size()) / s.moe_inter;
+      else if (tp && (n.rfind("lm_head", 0) == 0 || n.rfind("head.", 0) == 0))
+        f = static_cast<double>(r.vocab.size()) / s.vocab_size;
+      else if (p.world > 1 && p.cfg.engram == dist::EngramPlacement::kSharded && p.dims.engram_columns > 0 &&
+               (has(n, "engram.embed.") || has(n, "engram_tables.")))
+        f = static_cast<double>(r.engram_cols.size()) / p.dims.engram_columns;  // ≈: columns differ by a few rows
+      out[r.rank] += static_cast<size_t>(static_cast<double>(t.nbytes) * f + 0.5);
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
+                                                    ThreadPool* pool) {
+  return RankAccess::make(full, std::move(shard), pool);
+}
+
+size_t ShardedState::memory_bytes() const {
+  size_t b = 0;
+  for (auto const& r : ranks) b += r->memory_bytes();
+  return b;
+}
+
+ShardedModel::~ShardedModel() = default;
+
+Result<std::unique_ptr<ShardedModel>> ShardedModel::create(Dsv41Model const& full, dist::ParallelConfig cfg) {
+  auto plan = dist::make_plan(model_dims(full.spec()), cfg);
+  if (!plan) return plan.status();
+  std::unique_ptr<ShardedModel> m(new ShardedModel());
+  int const n = plan->world;
+  m->comms_ = dist::InProcessCommunicator::create(n);
+  for (int r = 0; r < n; ++r) {
+    m->pools_.push_back(std::make_unique<ThreadPool>(1));
+    auto sh = std::make_shared<RankShard>();
+    sh->plan = *plan;
+    sh->rank = r;
+    sh->comm = m->comms_[r].get();
+    m->shards_.push_back(sh);
+    auto rm = make_rank_model(full, sh, m->pools_.back().get());
+    if (!rm) return rm.status();
+    m->ranks_.push_back(std::move(*rm));
+  }
+  m->info_ = full.info();
+  m->info_.device = "cpu (in-process tp=" + std::to_string(cfg.tp) + " ep=" + std::to_string(cfg.ep) + ")";
+  return m;
+}
+
+std::unique_ptr<SequenceState> ShardedModel::new_sequence() {
+  auto st = std::make_unique<ShardedState>();
+  for (auto& r : ranks_) st->ranks.push_back(r->new_sequence());
+  return st;
+}
+
+Status ShardedModel::forward(std::span<SequenceStep> batch) {
+  int const n = world();
+  for (auto const& step : batch)
+    if (!dynamic_cast<ShardedState*>(step.state)) return invalid_argument("forward: a step has no sharded state");
+  std::vector<std::vector<SequenceStep>> steps(static_cast<size_t>(n));
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    size_t need = 0;
+    for (auto const& step : batch) need += static_cast<size_t>(step.num_logit_rows * info_.vocab_size);
+    if (r > 0) scratch[r].resize(need);
+    size_t off = 0;
+    for (auto const& step : batch) {
+      SequenceStep s = step;
+      s.state = static_cast<ShardedState*>(step.state)->ranks[r].get();
+      if (r > 0 && step.logits) {
+        s.logits = scratch[r].data() + off;
+        off += static_cast<size_t>(step.num_logit_rows * info_.vocab_size);
+      }
+      steps[r].push_back(s);
+    }
+  }
+  return run_ranks([&](Dsv41Model& m, int r) { return m.forward(steps[r]); });
+}
+
+Status ShardedModel::run_ranks(std::function<Status(Dsv41Model&, int)> const& fn) {
+  int const n = world();
+  std::vector<Status> st(static_cast<size_t>(n));
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        st[r] = fn(*ranks_[r], r);
+      } catch (std::exception const& e) {
+        st[r] = Status(StatusCode::kInternal, e.what());
+      }
+      if (!st[r].ok()) comms_[r]->abort(st[r].message());
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; ++r)
+    if (!st[r].ok()) {
+      // The group is aborted: a fresh one for the next call (the rank models keep their shards).
+      comms_ = dist::InProcessCommunicator::create(n);
+      for (int q = 0; q < n; ++q) shards_[q]->comm = comms_[q].get();
+      return st[r];
+    }
+  return {};
+}
+
+Result<GoldenReport> run_golden_gate_sharded(ShardedModel& model, WeightSource const& golden,
+                                             std::function<void(std::string const&)> const& log) {
+  std::vector<GoldenReport> rep(static_cast<size_t>(model.world()));
+  TESSERA_TRY(model.run_ranks([&](Dsv41Model& m, int r) -> Status {
+    auto g = run_golden_gate(m, golden, r == 0 ? log : std::function<void(std::string const&)>{});
+    if (!g) return g.status();
+    rep[r] = std::move(*g);
+    return {};
+  }));
+  return std::move(rep[0]);
+}
+
+Result<std::unique_ptr<SequenceState>> ShardedModel::clone(SequenceState const& state) {
+  auto const* s = dynamic_cast<ShardedState const*>(&state);
+  if (!s) return invalid_argument("clone: the state was not created by a sharded model");
+  auto out = std::make_unique<ShardedState>();
+  for (int r = 0; r < world(); ++r) {
+    auto c = ranks_[r]->clone(*s->ranks[r]);
+    if (!c) return c.status();
+    out->ranks.push_back(std::move(*c));
+  }
+  return std::unique_ptr<SequenceState>(std::move(out));
+}
+
+Status ShardedModel::truncate(SequenceState& state, int64_t length) {
+  auto* s = dynamic_cast<ShardedState*>(&state);
+  if (!s) return invalid_argument("truncate: the state was not created by a sharded model");
+  for (int r = 0; r < world(); ++r) TESSERA_TRY(ranks_[r]->truncate(*s->ranks[r], length));
+  return {};
+}
+
+size_t ShardedModel::state_bytes_for(int64_t num_tokens) const {
+  return static_cast<size_t>(world()) * ranks_[0]->state_bytes_for(num_tokens);
+}
+
+}  // namespace tessera::model::dsv41
