@@ -83,6 +83,27 @@ json::object prepared(json::object body, bool chat) {
   return body;
 }
 
+// s with every byte that does not start a well-formed UTF-8 sequence (RFC 3629: no overlongs, no surrogates,
+// at most U+10FFFF) replaced by U+FFFD: one token of a byte-level vocabulary can be a partial character,
+// and the text, JSON and HTML reports must stay valid UTF-8.
+std::string valid_utf8(std::string const& s) {
+  std::string o;
+  size_t i = 0, n = s.size();
+  auto cont = [&](size_t k) { return k < n && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80; };
+  while (i < n) {
+    unsigned char const c = static_cast<unsigned char>(s[i]);
+    unsigned char const c1 = i + 1 < n ? static_cast<unsigned char>(s[i + 1]) : 0;
+    size_t len = 0;
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF && cont(i + 1)) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF && cont(i + 1) && cont(i + 2) && !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0)) len = 3;
+    else if (c >= 0xF0 && c <= 0xF4 && cont(i + 1) && cont(i + 2) && cont(i + 3) && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90)) len = 4;
+    if (len) o.append(s, i, len), i += len;
+    else o += "\xEF\xBF\xBD", ++i;
+  }
+  return o;
+}
+
 std::string side_text(Reply const& r) {
   std::string s = r.reasoning + "\x1f" + r.content + "\x1f" + r.text + "\x1f";
   for (auto const& c : r.tool_calls) {
@@ -93,7 +114,7 @@ std::string side_text(Reply const& r) {
 }
 
 // Decoded text of ids[b, e) from the side's own server; falls back to its logprob tokens, then to ids.
-std::string decode_range(Url const& url, Reply const& r, int64_t b, int64_t e) {
+std::string decode_range_raw(Url const& url, Reply const& r, int64_t b, int64_t e) {
   b = std::max<int64_t>(b, 0);
   e = std::min<int64_t>(e, static_cast<int64_t>(r.size()));
   if (b >= e) return "";
@@ -113,6 +134,8 @@ std::string decode_range(Url const& url, Reply const& r, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) s += r.tokens[static_cast<size_t>(i)];
   return s;
 }
+
+std::string decode_range(Url const& url, Reply const& r, int64_t b, int64_t e) { return valid_utf8(decode_range_raw(url, r, b, e)); }
 
 void compare(ReplyDiff& d, EnginesOptions const& opt) {
   Reply const &a = d.a, &b = d.b;
