@@ -45,24 +45,6 @@ struct AttentionParams {
 
 __device__ __forceinline__ float round_md(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
-/// q_h·k as one sequential FMA chain over i (ref::dot_fma_seq); q_h in shared memory.
-__device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t hd, bool vec4) {
-  float acc = 0.f;
-  if (vec4) {
-    float4 const* k4 = reinterpret_cast<float4 const*>(k);
-    for (int64_t i = 0; i < hd / 4; ++i) {
-      float4 const v = k4[i];
-      acc = device::fma_step(acc, qs[4 * i + 0], v.x);
-      acc = device::fma_step(acc, qs[4 * i + 1], v.y);
-      acc = device::fma_step(acc, qs[4 * i + 2], v.z);
-      acc = device::fma_step(acc, qs[4 * i + 3], v.w);
-    }
-  } else {
-    for (int64_t i = 0; i < hd; ++i) acc = device::fma_step(acc, qs[i], k[i]);
-  }
-  return acc;
-}
-
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams const p) {
   extern __shared__ float q_s[];           // [hd]
   __shared__ float l_s[kTile];             // logits, then exps, then probabilities of the current tile
@@ -92,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       int32_t id = p.key_ids[k0 + t0 + u];
       float l = NAN;
       if (id >= 0 && id < p.num_keys) {
-        float const d = dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
+        float const d = device::fma_dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
         l = round_md(__fmul_rn(round_md(d, p.bf16), p.scale), p.bf16);
       } else {
         id = -1;

@@ -38,23 +38,6 @@ struct ScoreParams {
   bool vec4 = false;
 };
 
-__device__ __forceinline__ float dot_row(float const* qs, float const* k, int64_t n, bool vec4) {
-  float acc = 0.f;
-  if (vec4) {
-    float4 const* k4 = reinterpret_cast<float4 const*>(k);
-    for (int64_t i = 0; i < n / 4; ++i) {
-      float4 const v = k4[i];
-      acc = device::fma_step(acc, qs[4 * i + 0], v.x);
-      acc = device::fma_step(acc, qs[4 * i + 1], v.y);
-      acc = device::fma_step(acc, qs[4 * i + 2], v.z);
-      acc = device::fma_step(acc, qs[4 * i + 3], v.w);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) acc = device::fma_step(acc, qs[i], k[i]);
-  }
-  return acc;
-}
-
 /// grid rows · tiles, block kScoreThreads; dynamic smem (heads·di + heads) floats.
 __global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScoreParams const p) {
   extern __shared__ float sm[];
@@ -79,7 +62,7 @@ __global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScorePara
   float const* kj = p.keys + j * p.di;
   float acc = 0.f;
   for (int64_t h = 0; h < p.heads; ++h) {
-    float const d = dot_row(qs + h * p.di, kj, p.di, p.vec4);
+    float const d = device::fma_dot_row(qs + h * p.di, kj, p.di, p.vec4);
     float const r = d > 0.f ? d : 0.f;
     acc = device::dot_step(acc, __fmul_rn(r, p.scale), ws[h]);
   }

@@ -104,4 +104,23 @@ __device__ __forceinline__ float rms_inv_seq(float const* x, int64_t n, float ep
 /// One fused multiply-add step acc ← rn(a·b + acc) (ref::dot_fma_seq, the batched-GEMM order).
 __device__ __forceinline__ float fma_step(float acc, float a, float b) { return __fmaf_rn(a, b, acc); }
 
+/// Σ a[i]·b[i] as one sequential FMA chain (ref::dot_fma_seq) for one thread; `vec4` reads b as float4
+/// (n a multiple of 4, b 16-byte aligned); a typically sits in shared memory.
+__device__ __forceinline__ float fma_dot_row(float const* a, float const* b, int64_t n, bool vec4) {
+  float acc = 0.f;
+  if (vec4) {
+    float4 const* b4 = reinterpret_cast<float4 const*>(b);
+    for (int64_t i = 0; i < n / 4; ++i) {
+      float4 const v = b4[i];
+      acc = fma_step(acc, a[4 * i + 0], v.x);
+      acc = fma_step(acc, a[4 * i + 1], v.y);
+      acc = fma_step(acc, a[4 * i + 2], v.z);
+      acc = fma_step(acc, a[4 * i + 3], v.w);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc = fma_step(acc, a[i], b[i]);
+  }
+  return acc;
+}
+
 }  // namespace tessera::device
