@@ -54,6 +54,17 @@ inline void linear_row(float const* x, float const* w, int64_t in, int64_t out, 
   for (int64_t o = 0; o < out; ++o) y[o] = round_md(dot(x, w + o * in, in), md);
 }
 
+/// exp(x) as the golden engine evaluates it on the GPU: CUDA's expf (behind torch.exp, softmax, sigmoid, SiLU and
+/// softplus), which is not correctly rounded. Replayed bit for bit from its IEEE range reduction and the measured
+/// grids of the hardware ex2.approx (ops/core/cuda_expf.cpp).
+float cuda_expf(float x);
+/// CUDA's ex2.approx.ftz.f32: the hardware 2^r inside expf.
+float cuda_ex2(float r);
+/// FNV-1a-64 of the ex2 grids as the table generator measured them, and of this library's reconstruction of them;
+/// equal on every platform where the replay is exact (verify/ref/cuda_expf_test.cpp).
+uint64_t cuda_ex2_table_digest();
+uint64_t cuda_ex2_grid_digest();
+
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 /// torch softplus with β = 1 and threshold 20: x itself above the threshold.
