@@ -2,7 +2,8 @@
 /// Partial interleaved RoPE (spec/deepseek-v41.md §2.5.1). Only the trailing R channels of a head rotate;
 /// pair p is channels (hd−R+2p, hd−R+2p+1) = (a, b): a' = a·cos_p − b·sin_p, b' = a·sin_p + b·cos_p, each
 /// product rounded to fp32, the result →md. The inverse rotation uses −sin. Angles φ_p = f32(pos)·inv_freq_p
-/// (one fp32 product), cos/sin →md before use. Also the inverse-frequency tables: `main` (plain) and
+/// (one fp32 product); cos/sin are the fp64 cos/sin of φ rounded once to fp32 (the CUDA op computes them the
+/// same way), →md before use. Also the inverse-frequency tables: `main` (plain) and
 /// `compress` (YaRN, transformers' _compute_yarn_parameters with truncation, attention factor 1).
 #pragma once
 
@@ -20,8 +21,8 @@ inline void rope_cos_sin(int64_t pos, float const* inv_freq, int64_t half, DType
   float fp = static_cast<float>(pos);
   for (int64_t p = 0; p < half; ++p) {
     float phi = fp * inv_freq[p];
-    cos_out[p] = round_md(std::cos(phi), md);
-    sin_out[p] = round_md(std::sin(phi), md);
+    cos_out[p] = round_md(static_cast<float>(std::cos(static_cast<double>(phi))), md);
+    sin_out[p] = round_md(static_cast<float>(std::sin(static_cast<double>(phi))), md);
   }
 }
 
