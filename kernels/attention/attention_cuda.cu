@@ -2,7 +2,7 @@
 /// CUDA backend of the CSA2 attention family (include/tessera/ops/attention.hpp, spec/deepseek-v41.md
 /// §2.5.5), the arithmetic of ref/attention_ref.hpp step for step:
 ///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u one sequential FMA chain over the head dim)
-///   m = max(σ_h, max_u l_u);  e_u = expf(l_u − m);  s = ((e_0 + e_1) + …) + expf(σ_h − m)  (in key order)
+///   m = max(σ_h, max_u l_u);  e_u = fmath::exp_rn(l_u − m);  s = ((e_0 + e_1) + …) + fmath::exp_rn(σ_h − m)  (in key order)
 ///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (one sequential FMA chain over the row's keys).
 /// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
 /// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tessera/core/concepts.hpp"
+#include "tessera/core/fmath.hpp"
 #include "tessera/device/arith.cuh"
 #include "tessera/device/op_launch.cuh"
 #include "tessera/ops/attention.hpp"
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   mx = sink;
   for (int w = 0; w < kThreads / 32; ++w) mx = fmaxf(mx, red_s[w]);
 
-  // Pass 2: e_u = expf(l_u − m) and s = Σ_u e_u + expf(σ_h − m), one thread in key order.
+  // Pass 2: e_u = fmath::exp_rn(l_u − m) and s = Σ_u e_u + fmath::exp_rn(σ_h − m), one thread in key order.
   float sum = 0.f;
   for (int64_t t = 0; t < ntiles; ++t) {
     int const len = tile_len(t);
@@ -107,12 +108,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       __syncthreads();
       logits_tile(t * kTile, len);
     }
-    for (int u = tid; u < len; u += kThreads) l_s[u] = expf(__fsub_rn(l_s[u], mx));
+    for (int u = tid; u < len; u += kThreads) l_s[u] = fmath::exp_rn(__fsub_rn(l_s[u], mx));
     __syncthreads();
     if (tid == 0)
       for (int u = 0; u < len; ++u) sum = __fadd_rn(sum, l_s[u]);
   }
-  if (tid == 0) sum_s = __fadd_rn(sum, expf(__fsub_rn(sink, mx)));
+  if (tid == 0) sum_s = __fadd_rn(sum, fmath::exp_rn(__fsub_rn(sink, mx)));
   __syncthreads();
   sum = sum_s;
 
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
     if (ntiles > 1) {
       __syncthreads();
       logits_tile(t * kTile, len);
-      for (int u = tid; u < len; u += kThreads) l_s[u] = expf(__fsub_rn(l_s[u], mx));
+      for (int u = tid; u < len; u += kThreads) l_s[u] = fmath::exp_rn(__fsub_rn(l_s[u], mx));
     }
     for (int u = tid; u < len; u += kThreads) {
       float const pu = round_md(__fdiv_rn(l_s[u], sum), p.bf16);

@@ -16,6 +16,8 @@ __global__ void device_math_kernel(float const* in, float* out, int64_t n) {
   if (i >= n) return;
   float const x = in[i];
   if constexpr (F == ops::DeviceMathFn::kExpf) out[i] = expf(x);
+  if constexpr (F == ops::DeviceMathFn::kExpRn) out[i] = fmath::exp_rn(x);
+  if constexpr (F == ops::DeviceMathFn::kLog1pRn) out[i] = fmath::log1p_rn(x);
   if constexpr (F == ops::DeviceMathFn::kSigmoid) out[i] = device::sigmoid(x);
   if constexpr (F == ops::DeviceMathFn::kSilu) out[i] = device::silu(x);
   if constexpr (F == ops::DeviceMathFn::kSoftplus) out[i] = device::softplus(x);
@@ -47,6 +49,8 @@ Status eval_device_math_cuda(DeviceMathFn fn, float const* in, float* out, int64
     case DeviceMathFn::kSilu: kernels::device_math_kernel<DeviceMathFn::kSilu><<<blocks, threads>>>(d_in, d_out, n); break;
     case DeviceMathFn::kSoftplus: kernels::device_math_kernel<DeviceMathFn::kSoftplus><<<blocks, threads>>>(d_in, d_out, n); break;
     case DeviceMathFn::kLog1p: kernels::device_math_kernel<DeviceMathFn::kLog1p><<<blocks, threads>>>(d_in, d_out, n); break;
+    case DeviceMathFn::kExpRn: kernels::device_math_kernel<DeviceMathFn::kExpRn><<<blocks, threads>>>(d_in, d_out, n); break;
+    case DeviceMathFn::kLog1pRn: kernels::device_math_kernel<DeviceMathFn::kLog1pRn><<<blocks, threads>>>(d_in, d_out, n); break;
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return done(e, "kernel launch");
   if ((e = cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) return done(e, "cudaMemcpy");

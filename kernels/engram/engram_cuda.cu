@@ -6,7 +6,7 @@
 ///     writes quiet NaNs, the device-side counterpart of the CPU's check.
 ///   EngramGate: one block per (row, stream): three sequential fp32 sums (Σh², Σκ², Σ(h·w)·κ, each in
 ///     index order as the reference) on three threads, then g = σ(copysign(sqrt(max(|dot|, 1e-6)), dot))
-///     with CUDA expf (≤ 2 ulp from glibc) and out = →md(h + g·v) over the row.
+///     with fmath::exp_rn (bitwise as the CPU) and out = →md(h + g·v) over the row.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/engram.hpp"

@@ -3,10 +3,11 @@
 ///   MhcMix: one block per row. rsqrt(mean(x²)+eps) sequentially (thread 0); thread o < (2+n)n forms
 ///     m_o = Σ_i (x_i·r)·fn[o, i] sequentially in i (f_i = x_i·r rounded as the reference's f); thread 0
 ///     then runs the sigmoids, the softmax and the Sinkhorn iterations in the reference's exact order
-///     (one column normalisation, then (iters−1)× row + column). Bitwise except expf (≤ 2 ulp vs glibc).
+///     (one column normalisation, then (iters−1)× row + column). Bitwise (fmath::exp_rn on both sides).
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
 ///     No transcendental: bitwise equal to the CPU.
 #include "kernels/common/cuda_util.cuh"
+#include "tessera/core/fmath.hpp"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/mhc.hpp"
 
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(64) mhc_mix_kernel(MhcMixParams const p) {
       mx = device::std_max(mx, rowc[k]);
     }
     float s = 0.f;
-    for (int64_t k = 0; k < n; ++k) { rowc[k] = expf(__fsub_rn(rowc[k], mx)); s = __fadd_rn(s, rowc[k]); }
+    for (int64_t k = 0; k < n; ++k) { rowc[k] = fmath::exp_rn(__fsub_rn(rowc[k], mx)); s = __fadd_rn(s, rowc[k]); }
     for (int64_t k = 0; k < n; ++k) rowc[k] = __fadd_rn(__fdiv_rn(rowc[k], s), p.hc_eps);
   }
   auto col_norm = [&] {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the MoE family (include/tessera/ops/moe.hpp, ref/moe_ref.hpp, spec §2.6).
 ///   MoeRoute: one block per token. Thread e forms s_e = sqrt(softplus(x·W_e / temp)) (the dot sequential
-///     in k as ref::dot; softplus with CUDA expf/log1pf, ≤ 2 ulp from glibc), biased_e = s_e + b_e (−∞ for a
+///     in k as ref::dot; softplus on fmath::exp_rn/log1p_rn, bitwise as the CPU), biased_e = s_e + b_e (−∞ for a
 ///     masked expert); warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
 ///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
 ///     renormalises (sum in selection order), scales, and applies ref::moe_prune_row (stable order by weight).
@@ -11,8 +11,8 @@
 ///     up to 8 tokens. act = →md(w·(silu(min(g, L))·clamp(u, ±L))) with g, u = →md(W1/W3 · x); then
 ///     y = →md(W2 · act) per assignment; then per token out_o = →md(Σ_e y_e,o + y_shared,o), the routed
 ///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot is sequential in k
-///     (warp_dot_rows_ptr), so a value never depends on the tile it shares: only silu's expf is not
-///     bitwise, and a token's result never depends on the other tokens.
+///     (warp_dot_rows_ptr), so a value never depends on the tile it shares and a token's result never depends
+///     on the other tokens.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/common/cuda_util.cuh"

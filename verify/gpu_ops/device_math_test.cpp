@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The CPU replays of the device math against the GPU itself, bitwise: ref::cuda_expf against CUDA's expf
+/// The CPU versions of the device math against the GPU itself, bitwise: ref::cuda_expf against CUDA's expf
 /// (random fp32 bit patterns with |x| < 110, a dense sweep of the softmax range [−30, 0], the neighbourhood
-/// of 0 where the reduced argument turns negative, and the underflow edge), the sigmoid and SiLU of
-/// device/arith.cuh against the same formulas on ref::cuda_expf, and fmath::log1p device against host.
+/// of 0 where the reduced argument turns negative, and the underflow edge); fmath::exp_rn, log1p, log1p_rn
+/// device against host; the kernels' sigmoid, SiLU and softplus against ref::sigmoid / silu / softplus.
 #include <boost/test/unit_test.hpp>
 
 #include <bit>
@@ -65,12 +65,12 @@ BOOST_AUTO_TEST_CASE(expf_equals_the_cpu_replay) {
   expect_bitwise("expf", x, on_device(ops::DeviceMathFn::kExpf, x), [](float v) { return ref::cuda_expf(v); });
 }
 
-BOOST_AUTO_TEST_CASE(sigmoid_and_silu_equal_their_replays) {
+BOOST_AUTO_TEST_CASE(exp_rn_and_activations_equal_the_cpu) {
   auto const x = exp_inputs();
-  expect_bitwise("sigmoid", x, on_device(ops::DeviceMathFn::kSigmoid, x),
-                 [](float v) { return 1.f / (1.f + ref::cuda_expf(-v)); });
-  expect_bitwise("silu", x, on_device(ops::DeviceMathFn::kSilu, x),
-                 [](float v) { return v / (1.f + ref::cuda_expf(-v)); });
+  expect_bitwise("exp_rn", x, on_device(ops::DeviceMathFn::kExpRn, x), [](float v) { return fmath::exp_rn(v); });
+  expect_bitwise("sigmoid", x, on_device(ops::DeviceMathFn::kSigmoid, x), [](float v) { return ref::sigmoid(v); });
+  expect_bitwise("silu", x, on_device(ops::DeviceMathFn::kSilu, x), [](float v) { return ref::silu(v); });
+  expect_bitwise("softplus", x, on_device(ops::DeviceMathFn::kSoftplus, x), [](float v) { return ref::softplus(v); });
 }
 
 BOOST_AUTO_TEST_CASE(log1p_device_equals_host) {
@@ -82,6 +82,7 @@ BOOST_AUTO_TEST_CASE(log1p_device_equals_host) {
     x.push_back(std::exp2(expo(g)));
   }
   expect_bitwise("fmath::log1p", x, on_device(ops::DeviceMathFn::kLog1p, x), [](float v) { return fmath::log1p(v); });
+  expect_bitwise("fmath::log1p_rn", x, on_device(ops::DeviceMathFn::kLog1pRn, x), [](float v) { return fmath::log1p_rn(v); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,7 +5,9 @@
 ///     subnormal results and huge ones included, are reproduced bit for bit;
 ///   - the structure of the replay: within 2 ulp of the correctly rounded exp everywhere, exp(0) = 1,
 ///     ±inf, NaN, underflow to 0;
-///   - fmath::log1p within 2 ulp of the double-precision log1p over the softplus domain and its edges.
+///   - fmath::log1p within 1 ulp of the double-precision log1p over the softplus domain and its edges;
+///   - fmath::exp_rn and log1p_rn (the model's exp and ln(1 + ·) on both CPU and GPU) equal the fp64 function
+///     rounded once on a million seeded inputs each, and handle the edges.
 #include <boost/test/unit_test.hpp>
 
 #include <bit>
@@ -104,6 +106,31 @@ BOOST_AUTO_TEST_CASE(log1p_within_two_ulp) {
   BOOST_TEST(std::isnan(fmath::log1p(NAN)));
   BOOST_TEST(std::isinf(fmath::log1p(INFINITY)));
   BOOST_TEST_MESSAGE("fmath::log1p worst error " << worst << " ulp");
+}
+
+BOOST_AUTO_TEST_CASE(exp_rn_and_log1p_rn_are_correctly_rounded) {
+  std::mt19937 g(13);
+  std::uniform_real_distribution<float> ex(-103.f, 88.f), frac(-0.999f, 1.f), expo(-40.f, 30.f);
+  int64_t bad_exp = 0, bad_log = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    float const x = ex(g);
+    bad_exp += fmath::exp_rn(x) != static_cast<float>(std::exp(static_cast<double>(x)));
+    for (float u : {frac(g), std::exp2(expo(g))})
+      bad_log += fmath::log1p_rn(u) != static_cast<float>(std::log1p(static_cast<double>(u)));
+  }
+  BOOST_TEST(bad_exp == 0);
+  BOOST_TEST(bad_log == 0);
+  BOOST_TEST(fmath::exp_rn(0.f) == 1.f);
+  BOOST_TEST(fmath::exp_rn(-INFINITY) == 0.f);
+  BOOST_TEST(std::isinf(fmath::exp_rn(89.f)));
+  BOOST_TEST(fmath::exp_rn(-103.f) > 0.f);  // subnormal result
+  BOOST_TEST(fmath::exp_rn(-105.f) == 0.f);
+  BOOST_TEST(std::isnan(fmath::exp_rn(NAN)));
+  BOOST_TEST(fmath::log1p_rn(0.f) == 0.f);
+  BOOST_TEST(fmath::log1p_rn(0x1p-40f) == 0x1p-40f);
+  BOOST_TEST(std::isinf(fmath::log1p_rn(-1.f)));
+  BOOST_TEST(std::isnan(fmath::log1p_rn(-2.f)));
+  BOOST_TEST(std::isinf(fmath::log1p_rn(INFINITY)));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

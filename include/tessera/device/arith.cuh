@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "tessera/core/dtype.hpp"
+#include "tessera/core/fmath.hpp"
 
 namespace tessera::device {
 
@@ -66,11 +67,11 @@ __device__ __forceinline__ float std_max(float a, float b) { return a < b ? b : 
 __device__ __forceinline__ float std_min(float a, float b) { return b < a ? b : a; }
 __device__ __forceinline__ float std_clamp(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
 
-/// The fp32 activations of common_ref.hpp with CUDA's non-intrinsic expf/log1pf (≤ 2 ulp, not
-/// correctly rounded like glibc's, so results agree with the CPU to a few ulps, not bitwise).
-__device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x))); }
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.f, expf(-x))); }
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+/// The fp32 activations of common_ref.hpp on fmath::exp_rn / log1p_rn (fp64 evaluation, one rounding), the same
+/// operations as the CPU's, so they agree bit for bit (CUDA's own expf/log1pf are not correctly rounded).
+__device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, fmath::exp_rn(-x))); }
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.f, fmath::exp_rn(-x))); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : fmath::log1p_rn(fmath::exp_rn(x)); }
 /// ref::rsqrt is CUDA's rsqrtf (the golden engine's torch.rsqrt; the CPU replays the table measured on an
 /// H200), so the device takes the hardware instruction itself: bitwise equal to ref::rsqrt on sm_90.
 __device__ __forceinline__ float rsqrt_ref(float x) { return rsqrtf(x); }

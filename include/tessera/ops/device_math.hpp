@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Elementwise evaluation of the device math the CUDA kernels use (CUDA's expf, device::sigmoid / silu /
-/// softplus of include/tessera/device/arith.cuh, fmath::log1p) on host arrays, for checking the CPU replays
-/// (ref::cuda_expf, fmath::log1p) against the hardware. Defined in kernels/core/device_math.cu (CUDA builds).
+/// Elementwise evaluation of device math on host arrays (CUDA's expf; fmath::exp_rn, log1p, log1p_rn; the
+/// device::sigmoid / silu / softplus the kernels call), for checking the CPU versions against the hardware. Defined in kernels/core/device_math.cu (CUDA builds).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +9,7 @@
 
 namespace tessera::ops {
 
-enum class DeviceMathFn { kExpf, kSigmoid, kSilu, kSoftplus, kLog1p };
+enum class DeviceMathFn { kExpf, kExpRn, kLog1p, kLog1pRn, kSigmoid, kSilu, kSoftplus };
 
 /// out[i] = fn(in[i]) computed on the current CUDA device; `in` and `out` are host arrays of n floats.
 Status eval_device_math_cuda(DeviceMathFn fn, float const* in, float* out, int64_t n);

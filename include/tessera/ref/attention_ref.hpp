@@ -31,8 +31,8 @@ inline void attention_row(float const* q, float const* const* keys, int64_t nk, 
       mx = std::max(mx, l[u]);
     }
     float sum = 0.f;
-    for (int64_t u = 0; u < nk; ++u) { l[u] = std::exp(l[u] - mx); sum += l[u]; }
-    sum += std::exp(sinks[h] - mx);
+    for (int64_t u = 0; u < nk; ++u) { l[u] = fmath::exp_rn(l[u] - mx); sum += l[u]; }
+    sum += fmath::exp_rn(sinks[h] - mx);
     for (int64_t u = 0; u < nk; ++u) l[u] = round_md(l[u] / sum, md);
     if (probs)
       for (int64_t u = 0; u < nk; ++u) probs[h * probs_stride + u] = l[u];

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "tessera/core/dtype.hpp"
+#include "tessera/core/fmath.hpp"
 
 namespace tessera::ref {
 
@@ -65,10 +66,10 @@ float cuda_ex2(float r);
 uint64_t cuda_ex2_table_digest();
 uint64_t cuda_ex2_grid_digest();
 
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-inline float silu(float x) { return x / (1.f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.f / (1.f + fmath::exp_rn(-x)); }
+inline float silu(float x) { return x / (1.f + fmath::exp_rn(-x)); }
 /// torch softplus with β = 1 and threshold 20: x itself above the threshold.
-inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) { return x > 20.f ? x : fmath::log1p_rn(fmath::exp_rn(x)); }
 /// rsqrt(x) as the golden engine evaluates it: CUDA's rsqrtf (torch.rsqrt on the GPU), which is not
 /// correctly rounded (on an H200 it differs from 1/√x rounded once on 21.7% of inputs, by −2…+1 ulp). The
 /// measured per-input offsets for [1, 4) ship with the library (ops/core/cuda_rsqrtf.cpp); rsqrtf(x·4^k) =

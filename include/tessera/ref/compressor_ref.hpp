@@ -18,9 +18,9 @@ inline void compress_pool_group(float const* a, float const* g, int64_t r, int64
     float mx = -INFINITY;
     for (int64_t i = 0; i < r; ++i) mx = std::max(mx, g[i * dim + c]);
     float s = 0.f;
-    for (int64_t i = 0; i < r; ++i) s += std::exp(g[i * dim + c] - mx);
+    for (int64_t i = 0; i < r; ++i) s += fmath::exp_rn(g[i * dim + c] - mx);
     float acc = 0.f;
-    for (int64_t i = 0; i < r; ++i) acc += a[i * dim + c] * (std::exp(g[i * dim + c] - mx) / s);
+    for (int64_t i = 0; i < r; ++i) acc += a[i * dim + c] * (fmath::exp_rn(g[i * dim + c] - mx) / s);
     out[c] = round_md(acc, md);
   }
 }

@@ -43,7 +43,7 @@ inline void mhc_mix_row(float const* x, float const* fn, float const* base, floa
       mx = std::max(mx, row[k]);
     }
     float s = 0.f;
-    for (int64_t k = 0; k < n; ++k) { row[k] = std::exp(row[k] - mx); s += row[k]; }
+    for (int64_t k = 0; k < n; ++k) { row[k] = fmath::exp_rn(row[k] - mx); s += row[k]; }
     for (int64_t k = 0; k < n; ++k) row[k] = row[k] / s + hc_eps;
   }
   auto col_norm = [&] {
