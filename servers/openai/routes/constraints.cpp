@@ -3,21 +3,35 @@
 #include "servers/openai/routes/constraints.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <boost/json.hpp>
 
 namespace tessera::server {
 namespace {
 
+/// A grammar matcher as the engine's constraint. The text is done when the grammar has accepted an end
+/// token, or — for a model without an end-of-sequence id, whose vocabulary has nothing to end with — when
+/// the text is complete and no further byte is allowed (e.g. `{}` followed by the whitespace bound):
+/// the engine must never be handed an empty mask.
 class GrammarConstraint final : public TokenConstraint {
  public:
-  explicit GrammarConstraint(std::shared_ptr<model::Grammar const> g) : m_(std::move(g)) {}
+  GrammarConstraint(std::shared_ptr<model::Grammar const> g, int64_t vocab, bool has_eos)
+      : m_(std::move(g)), words_(static_cast<size_t>((vocab + 31) / 32)), has_eos_(has_eos) {}
   void fill_mask(uint32_t* words) override { m_.fill_mask(words); }
   void accept(int32_t token) override { m_.accept_token(token); }
-  bool done() const override { return m_.is_terminated(); }
+  bool done() const override {
+    if (m_.is_terminated()) return true;
+    if (has_eos_ || !m_.is_complete()) return false;
+    std::vector<uint32_t> mask(words_);
+    m_.fill_mask(mask.data());
+    return std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });
+  }
 
  private:
   model::GrammarMatcher m_;
+  size_t words_;
+  bool has_eos_;
 };
 
 }  // namespace
@@ -36,6 +50,7 @@ Result<std::shared_ptr<ConstraintFactory const>> ConstraintFactory::create(TextC
   if (!vocab.ok()) return vocab.status();
   auto f = std::make_shared<ConstraintFactory>();
   f->vocab_ = std::move(*vocab);
+  f->has_eos_ = !eos_ids.empty();
   return std::shared_ptr<ConstraintFactory const>(std::move(f));
 }
 
@@ -65,7 +80,7 @@ std::variant<std::shared_ptr<TokenConstraint>, ApiError> ConstraintFactory::for_
     return std::shared_ptr<TokenConstraint>();
   }
   if (!g.ok()) return ApiError{400, "cannot constrain decoding: " + g.status().message(), "invalid_request_error", param, ""};
-  return std::shared_ptr<TokenConstraint>(std::make_shared<GrammarConstraint>(std::move(*g)));
+  return std::shared_ptr<TokenConstraint>(std::make_shared<GrammarConstraint>(std::move(*g), vocab_->size(), has_eos_));
 }
 
 }  // namespace tessera::server

@@ -25,6 +25,7 @@ class ConstraintFactory {
 
  private:
   std::shared_ptr<model::GrammarVocabulary const> vocab_;
+  bool has_eos_ = false;  // the model has an end-of-sequence id (else a complete text ends by exhaustion)
 };
 
 }  // namespace tessera::server
