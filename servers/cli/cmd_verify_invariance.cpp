@@ -10,6 +10,8 @@
 #include "servers/cli/command.hpp"
 #include "servers/openai/engine/stub_model.hpp"
 #include "verify/harness/invariance.hpp"
+#include "tessera/models/deepseek_v41/dspark.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::cli {
@@ -21,8 +23,8 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
     std::fprintf(stderr,
                  "usage: tessera verify invariance --model DIR|stub [--device cpu|cuda] [--numerics fp32|bf16] [--decode-tokens 16]\n"
                  "         [--prompt-lengths 5,37,130,600] [--seed S] [--report-json F]\n"
-                 "Runs the exactness gates (chunked prefill, batched == alone, snapshot/restore, keyed sampling;\n"
-                 "drafted == serial and graph == eager are SKIP until they exist); exit 1 if any gate fails.\n");
+                 "Runs the exactness gates (chunked prefill, batched == alone, snapshot/restore, keyed sampling,\n"
+                 "drafted == serial; graph == eager is SKIP until graph capture exists); exit 1 if any gate fails.\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
   }
   harness::InvarianceOptions o;
@@ -53,13 +55,17 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
     for (int t = 32; t < 127; ++t) sc.allowed_tokens.push_back(t);
     m = std::make_unique<server::StubModel>(sc);
   } else {
-    if (device != "cpu") { std::fprintf(stderr, "tessera verify invariance: --device %s: the DeepSeek-V4.1 model runs on the CPU in this build\n", device.c_str()); return 2; }
     std::string const numerics = a.get_or("numerics", "fp32");
     if (numerics != "fp32" && numerics != "bf16") { std::fprintf(stderr, "tessera verify invariance: --numerics must be fp32 or bf16\n"); return 2; }
     model::dsv41::ModelOptions mo;
     mo.numerics = numerics == "bf16" ? model::dsv41::Numerics::kBf16 : model::dsv41::Numerics::kFp32;
-    auto loaded = model::dsv41::load_model(dir, mo);
+    auto loaded = model::dsv41::load_model_on(dir, mo, device);
     if (!loaded.ok()) { std::fprintf(stderr, "tessera verify invariance: --model %s: %s\n", dir.c_str(), loaded.status().message().c_str()); return 2; }
+    if (auto* dm = dynamic_cast<model::dsv41::Dsv41Model*>(loaded->get()); dm && dm->has_dspark())
+      o.dspark = [dm](model::SequenceState& st) -> std::unique_ptr<model::Drafter> {
+        auto* ds = dynamic_cast<model::dsv41::Dsv41State*>(&st);
+        return ds ? model::dsv41::make_dspark_drafter(*dm, *ds) : nullptr;
+      };
     m = std::move(*loaded);
   }
   auto const& info = m->info();

@@ -320,7 +320,7 @@ std::vector<GateResult> run_invariance(model::LanguageModel& m, InvarianceOption
   }
   gates.push_back(keyed);
 
-  gates.push_back({"drafted == serial", Verdict::kSkip, {"SKIP (not available in this build): no speculative decoding"}});
+  gates.push_back(drafted_serial_gate(m, prompts, opt));
   gates.push_back({"graph == eager", Verdict::kSkip, {"SKIP (not available in this build): no CUDA graph capture"}});
   return gates;
 }

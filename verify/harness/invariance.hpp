@@ -9,14 +9,21 @@
 ///                     rollback with truncate() after extra tokens equals a fresh run (SKIP if unsupported);
 ///   keyed sampling:   T > 0 with the keyed sampler (ops::sample): the same seed twice, and batched, give
 ///                     the same reply; another seed is reported for contrast;
-///   drafted == serial, graph == eager: SKIP until the build has them — a gate is never PASS unless run.
+///   drafted == serial: speculative decoding (model::Generator) with lookup drafts at fixed and adaptive
+///                     depths, DSpark when given, and always-right / always-wrong / random oracle drafters
+///                     gives the serial reply and the serial state (next-step logits bitwise), greedy and
+///                     T > 0 (invariance_draft.cpp);
+///   graph == eager:   SKIP until the build has graph capture — a gate is never PASS unless run.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "tessera/models/common/drafter.hpp"
 #include "tessera/models/common/language_model.hpp"
 
 namespace tessera::harness {
@@ -38,9 +45,14 @@ struct InvarianceOptions {
   uint64_t prompt_seed = 20261202;                          // prompts are seeded random ids
   uint64_t sample_seed = 1234;
   float temperature = 0.8f, top_p = 0.95f;
+  /// The model's own drafter for a sequence (DSpark); empty when the model has none.
+  std::function<std::unique_ptr<model::Drafter>(model::SequenceState&)> dspark;
 };
 
 std::vector<GateResult> run_invariance(model::LanguageModel& m, InvarianceOptions const& opt);
+/// The drafted == serial gate alone over these prompts (plus a repetitive one it adds).
+GateResult drafted_serial_gate(model::LanguageModel& m, std::vector<std::vector<int32_t>> prompts,
+                               InvarianceOptions const& opt);
 
 /// One line per gate ("PASS batched == alone") followed by its evidence, indented.
 std::string invariance_text(std::vector<GateResult> const& gates);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The invariance suite on the stub model (every gate that runs passes; drafted/graph are SKIP, never
-/// PASS) and on models with planted faults (PerturbedModel): each fault fails exactly the gate meant to
-/// catch it, with evidence naming the mismatch.
+/// The invariance suite on the stub model (every gate that runs passes; graph == eager is SKIP, never
+/// PASS) and on models with planted faults (PerturbedModel): each fault fails the gate meant to catch
+/// it, with evidence naming the mismatch.
 #include <boost/test/unit_test.hpp>
 
 #include "servers/openai/engine/stub_model.hpp"
@@ -46,9 +46,13 @@ BOOST_AUTO_TEST_CASE(stub_model_passes_every_gate_that_runs) {
   BOOST_TEST(gate(gates, "batched").verdict == th::Verdict::kPass);
   BOOST_TEST(gate(gates, "snapshot").verdict == th::Verdict::kPass);
   BOOST_TEST(gate(gates, "keyed sampling").verdict == th::Verdict::kPass);
-  BOOST_TEST(gate(gates, "drafted").verdict == th::Verdict::kSkip);
+  BOOST_TEST(gate(gates, "drafted").verdict == th::Verdict::kPass);
   BOOST_TEST(gate(gates, "graph").verdict == th::Verdict::kSkip);
-  BOOST_TEST(any_evidence(gate(gates, "drafted"), "not available in this build"));
+  // Every drafter ran on every prompt: the oracles accept all (right) and nothing (wrong).
+  BOOST_TEST(gate(gates, "drafted").evidence.size() == 2 * 5u + 2u);  // 5 prompts × greedy/T>0, DSpark, totals
+  BOOST_TEST(any_evidence(gate(gates, "drafted"), "always-right k=4 3 rounds 9/9 accepted"));
+  BOOST_TEST(any_evidence(gate(gates, "drafted"), "always-wrong k=3 12 rounds 0/"));
+  BOOST_TEST(any_evidence(gate(gates, "drafted"), "DSpark not run"));
   // Evidence: every prompt and every chunk size that differs from one-shot was compared.
   auto const& c = gate(gates, "prefill chunk");
   BOOST_TEST(c.evidence.size() == 4u);
@@ -59,7 +63,7 @@ BOOST_AUTO_TEST_CASE(stub_model_passes_every_gate_that_runs) {
   BOOST_TEST(gate(gates, "snapshot").evidence.size() == 12u);
   // Sampling is really random: some prompt's reply changes with the seed.
   BOOST_TEST(any_evidence(gate(gates, "keyed sampling"), "seed+1 differs"));
-  BOOST_TEST(th::invariance_text(gates).find("4 passed, 0 failed, 2 skipped") != std::string::npos);
+  BOOST_TEST(th::invariance_text(gates).find("5 passed, 0 failed, 1 skipped") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(batch_dependent_logits_fail_batched_gate_only) {
@@ -92,6 +96,19 @@ BOOST_AUTO_TEST_CASE(broken_clone_fails_restore_gate) {
   BOOST_TEST(gate(gates, "batched").verdict == th::Verdict::kPass);
   BOOST_TEST(gate(gates, "snapshot").verdict == th::Verdict::kFail);
   BOOST_TEST(any_evidence(gate(gates, "snapshot"), "MISMATCH"));
+}
+
+BOOST_AUTO_TEST_CASE(broken_rollback_fails_drafted_gate) {
+  tessera::server::StubModel inner(stub_config());
+  th::PerturbedModel m(inner, th::PerturbedModel::Fault::kRollback);
+  auto gates = th::run_invariance(m, small());
+  BOOST_TEST_MESSAGE(th::invariance_text(gates));
+  BOOST_TEST(gate(gates, "prefill chunk").verdict == th::Verdict::kPass);
+  BOOST_TEST(gate(gates, "batched").verdict == th::Verdict::kPass);
+  BOOST_TEST(gate(gates, "drafted").verdict == th::Verdict::kFail);
+  BOOST_TEST(any_evidence(gate(gates, "drafted"), "DIFFERS"));
+  // Drafters whose drafts are all accepted never roll back and stay equal.
+  BOOST_TEST(any_evidence(gate(gates, "drafted"), "always-right k=4 3 rounds 9/9 accepted;"));
 }
 
 BOOST_AUTO_TEST_CASE(planted_position_changes_greedy_token_exactly_there) {

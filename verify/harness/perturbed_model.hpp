@@ -6,7 +6,9 @@
 ///              runner-up there and nowhere else: replies diverge exactly at token P − prompt length;
 ///   kBatch:    every logit gets + 1e-3 · (sequences in the forward − 1): batched ≠ alone;
 ///   kChunk:    every logit gets + 1e-3 · (tokens fed with the row − 1): chunked prefill ≠ one-shot;
-///   kClone:    clone() returns a fresh, empty sequence: restored ≠ fresh.
+///   kClone:    clone() returns a fresh, empty sequence: restored ≠ fresh;
+///   kRollback: truncate() reports success and keeps the state: a rejected draft stays in the history
+///              (drafted ≠ serial).
 #pragma once
 
 #include <algorithm>
@@ -21,7 +23,7 @@ namespace tessera::harness {
 
 class PerturbedModel final : public model::LanguageModel {
  public:
-  enum class Fault { kPosition, kBatch, kChunk, kClone };
+  enum class Fault { kPosition, kBatch, kChunk, kClone, kRollback };
   PerturbedModel(model::LanguageModel& inner, Fault fault, int64_t position = -1)
       : inner_(inner), fault_(fault), position_(position) {}
 
@@ -31,7 +33,10 @@ class PerturbedModel final : public model::LanguageModel {
     if (fault_ == Fault::kClone) return inner_.new_sequence();
     return inner_.clone(s);
   }
-  Status truncate(model::SequenceState& s, int64_t length) override { return inner_.truncate(s, length); }
+  Status truncate(model::SequenceState& s, int64_t length) override {
+    if (fault_ == Fault::kRollback) return {};
+    return inner_.truncate(s, length);
+  }
   size_t state_bytes_for(int64_t n) const override { return inner_.state_bytes_for(n); }
 
   Status forward(std::span<model::SequenceStep> batch) override {
