@@ -474,6 +474,15 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
       ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
       ops::MoeRouteArgs ra{dcv2(xa, S, D), dcv2(lw.gate), dcv1(lw.gate_bias), dv2(rw, S, K),
                            TensorView<int32_t, 2>(rid, {S, K}, kDev), TensorView<uint8_t, 1>(rtie, {S}, kDev), {}};
+      if (ExpertPruning const& pr = opts.prune; pr.active()) {  // as the CPU model (model.cpp)
+        bool const decode = S == 1 && c.pos[0] > 0;
+        if (pr.scope == ExpertPruning::Scope::kAll || decode) {
+          rd.prune_top_p = pr.top_p;
+          rd.prune_min_k = pr.min_k;
+          rd.prune_renorm = pr.renorm;
+        }
+        if (lw.expert_mask) ra.expert_mask = TensorView<uint8_t const, 1>(lw.expert_mask, {s.n_experts}, kDev);
+      }
       run<ops::MoeRoute>(ctx, rd, ra);
       ops::MoeExpertsDesc ed{S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
       ed.weight_dtype = lw.moe.s1.dtype;

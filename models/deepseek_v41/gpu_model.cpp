@@ -119,7 +119,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   if (backend == Backend::kCuda && !cuda_model_available())
     return not_supported("--device cuda: this build has no CUDA support or no CUDA device is visible");
   TESSERA_TRY(spec.validate());
-  if (opts.prune.active()) return not_supported("GPU model: expert pruning is CPU-only for now");
+  TESSERA_TRY(check_expert_pruning(spec, opts.prune));
   std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
   m->impl_ = std::make_unique<Impl>();
   Impl& I = *m->impl_;
@@ -141,6 +141,15 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   I.ctx.pool = opts.pool;
   I.pool = std::make_shared<gpu::DevicePool>(I.mem);
   TESSERA_TRY(I.upload(*hw));
+  for (size_t l = 0; l < opts.prune.expert_mask.size(); ++l) {  // static pruning masks, one per layer
+    auto const& mk = opts.prune.expert_mask[l];
+    auto p = I.mem.alloc(mk.size());
+    if (!p) return p.status();
+    I.w.allocations.push_back(*p);
+    TESSERA_TRY(I.mem.copy(*p, mk.data(), mk.size(), Copy::kHostToDev));
+    I.w.layers[l].expert_mask = static_cast<uint8_t const*>(*p);
+  }
+  TESSERA_TRY(I.mem.sync());
   I.info.name = spec.name;
   I.info.model_type = "deepseek_v41";
   I.info.vocab_size = spec.vocab_size;

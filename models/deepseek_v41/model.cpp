@@ -87,7 +87,7 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   return m;
 }
 
-Status Dsv41Model::set_pruning(ExpertPruning p) {
+Status check_expert_pruning(ModelSpec const& spec_, ExpertPruning const& p) {
   if (!(p.top_p > 0.f && p.top_p <= 1.f))
     return invalid_argument("expert pruning: top_p " + std::to_string(p.top_p) + " is outside (0, 1]");
   if (p.min_k < 0) return invalid_argument("expert pruning: min_k must be >= 0");
@@ -109,6 +109,11 @@ Status Dsv41Model::set_pruning(ExpertPruning p) {
                                 std::to_string(spec_.top_k));
     }
   }
+  return {};
+}
+
+Status Dsv41Model::set_pruning(ExpertPruning p) {
+  TESSERA_TRY(check_expert_pruning(spec_, p));
   opts_.prune = std::move(p);
   return {};
 }

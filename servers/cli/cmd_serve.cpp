@@ -119,6 +119,7 @@ int cmd_serve(std::vector<std::string> const& args) {
   c.stub_step_delay_us = static_cast<int64_t>(sd);
   c.stub_token_delay_us = static_cast<int64_t>(td);
   c.draft = a.get_or("draft", "auto");
+  c.prune = std::move(*prune);
   c.draft_k = static_cast<int64_t>(draft_k);
   // Hidden, test-only (verify/harness): greedy replies diverge at absolute position --perturb-position.
   if (perturb >= 0)

@@ -173,7 +173,9 @@ int serve_main(ServeConfig cfg) {
   } else {
     // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model or
     // the GPU model (--device cuda).
-    auto m = model::dsv41::load_model_on(cfg.model_dir, {}, cfg.device);
+    model::dsv41::ModelOptions mo;
+    mo.prune = cfg.prune;
+    auto m = model::dsv41::load_model_on(cfg.model_dir, mo, cfg.device);
     if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
     real = std::move(*m);
     stub = std::make_unique<StubBundle>();
@@ -197,6 +199,13 @@ int serve_main(ServeConfig cfg) {
     std::fprintf(stderr, "tessera serve: %s\n", d.message().c_str());
     return 2;
   }
+  if (cfg.engine.make_drafter && cfg.prune.active() && cfg.prune.scope == model::dsv41::ExpertPruning::Scope::kDecode) {
+    std::fprintf(stderr, "tessera serve: drafting (%s) with decode-scope expert pruning is not exact (a verify window is "
+                         "not a one-token decode chunk, so it is not pruned): use --draft none or --prune-scope all\n",
+                 cfg.engine.drafter_name.c_str());
+    return 2;
+  }
+  if (cfg.prune.active()) description += "; expert pruning on";
   if (!cfg.engine.drafter_name.empty()) description += "; drafting: " + cfg.engine.drafter_name;
   std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
   Engine engine(wrapped ? *wrapped : lm, cfg.engine);

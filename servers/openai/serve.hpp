@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+
 #include <memory>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "servers/openai/http/server.hpp"
 #include "servers/openai/routes/api.hpp"
 #include "tessera/core/status.hpp"
+#include "tessera/models/deepseek_v41/model.hpp"
 
 namespace tessera::server {
 
@@ -31,6 +33,8 @@ struct ServeConfig {
   /// "none". draft_k ≥ 0 fixes the depth (else the depth rule).
   std::string draft = "auto";
   int64_t draft_k = -1;
+  /// Routed-expert pruning of a DeepSeek-V4.1 model (--prune-* flags; docs/pruning.md).
+  model::dsv41::ExpertPruning prune;
   HttpOptions http;
   EngineOptions engine;
   ApiOptions api;

@@ -170,6 +170,64 @@ BOOST_AUTO_TEST_CASE(golden_gate_reports) {
   }
 }
 
+// Routed-expert pruning (docs/pruning.md) on the model under test equals the CPU model's: per-token top-p
+// (decode scope: a prompt prefill, then one-token decode steps; every scope: all chunks), kept or
+// original weights, and a static per-layer mask; keep-everything pruning (top_p = 1, empty mask) equals
+// no pruning; the decode tokens of a pruned run differ from the unpruned ones somewhere (pruning bites).
+BOOST_AUTO_TEST_CASE(expert_pruning_matches_cpu) {
+  using Scope = ExpertPruning::Scope;
+  auto const mf0 = open_model_folder(verify::tiny_dir("fp32")).value_or_throw();
+  int64_t const L = mf0.spec.num_layers, E = mf0.spec.n_experts;
+  std::vector<std::vector<uint8_t>> mask(static_cast<size_t>(L), std::vector<uint8_t>(static_cast<size_t>(E), 0));
+  for (int64_t l = 0; l < L; ++l) mask[static_cast<size_t>(l)][static_cast<size_t>((l * 3) % E)] = 1;  // one expert per layer
+  struct Case { char const* name; ExpertPruning p; };
+  std::vector<Case> cases = {
+      {"top_p 0.5 decode renorm", {0.5f, 1, true, Scope::kDecode, {}}},
+      {"top_p 0.6 all orig", {0.6f, 1, false, Scope::kAll, {}}},
+      {"mask + top_p 0.7 all", {0.7f, 1, true, Scope::kAll, mask}},
+      {"keep everything", {1.f, 0, true, Scope::kAll, {}}},
+  };
+  auto prompt = teacher_forced_tokens("fp32", 2);
+  prompt.resize(std::min<size_t>(prompt.size(), 24));
+  auto decode = [&](LanguageModel& m) {  // prefill, then 12 greedy one-token steps; every row's logits
+    int64_t const V = m.info().vocab_size;
+    auto st = m.new_sequence();
+    std::vector<float> rows, row(static_cast<size_t>(V));
+    SequenceStep s0{st.get(), prompt, 1, row.data()};
+    throw_if_error(m.forward({&s0, 1}));
+    rows.insert(rows.end(), row.begin(), row.end());
+    for (int i = 0; i < 12; ++i) {
+      int32_t const t = static_cast<int32_t>(argmax_first(row.data(), V));
+      SequenceStep s{st.get(), std::span<int32_t const>(&t, 1), 1, row.data()};
+      throw_if_error(m.forward({&s, 1}));
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    return rows;
+  };
+  auto base = decode(verify::tiny_model("fp32"));
+  for (auto const& c : cases) {
+    ModelOptions o;
+    o.prune = c.p;
+    auto cpu = load_model(verify::tiny_dir("fp32"), o).value_or_throw();
+#if TESSERA_GPU_MODEL_ON_CPU
+    auto mf = open_model_folder(verify::tiny_dir("fp32")).value_or_throw();
+    std::unique_ptr<LanguageModel> gpu = GpuDsv41Model::create(std::move(mf.spec), mf.src, o, Backend::kCpu).value_or_throw();
+#else
+    auto gpu = load_model_on(verify::tiny_dir("fp32"), o, "cuda").value_or_throw();
+#endif
+    auto a = decode(*cpu), b = decode(*gpu);
+    BOOST_TEST(bitwise_equal(a, b), c.name << ": pruned model under test != pruned CPU model");
+    bool const keep_all = !c.p.active();
+    BOOST_TEST(bitwise_equal(a, base) == keep_all, c.name << (keep_all ? ": differs from unpruned" : ": equals unpruned"));
+  }
+  ModelOptions bad;
+  bad.prune.expert_mask = {std::vector<uint8_t>(static_cast<size_t>(E), 1)};
+  auto mf = open_model_folder(verify::tiny_dir("fp32")).value_or_throw();
+  auto r = GpuDsv41Model::create(std::move(mf.spec), mf.src, bad, kOnCpu ? Backend::kCpu : Backend::kCuda);
+  BOOST_TEST(!r.ok());  // a mask of the wrong layer count is named
+  if (!r.ok()) BOOST_TEST(r.status().message().find("expert_mask") != std::string::npos);
+}
+
 // Opt-in (TESSERA_GPU_MODEL_CHECKPOINT=DIR, e.g. a `make-synthetic --preset v41-flash --layers 3 --experts 8
 // --format fp8` folder): the real dimensions. The model under test against the CPU model over 40 tokens,
 // teacher-forced (bitwise on both backends), and chunks of 7 ==

@@ -104,6 +104,10 @@ struct ExpertPruning {
   bool active() const { return top_p < 1.f || !expert_mask.empty(); }
 };
 
+/// Names the bad field of a pruning setting for this model (top_p range, min_k, mask shapes, a mask
+/// leaving fewer than num_experts_per_tok experts).
+Status check_expert_pruning(ModelSpec const& spec, ExpertPruning const& p);
+
 struct ModelOptions {
   Numerics numerics = Numerics::kFp32;
   ExpertPruning prune;
