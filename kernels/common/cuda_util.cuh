@@ -110,4 +110,198 @@ __device__ __forceinline__ void warp_dot_rows_ptr(float const* const* xr, int n_
   for (int r = 0; r < R; ++r) acc[r] = d[r].value();
 }
 
+
+/// The 32 weights w[0, len) of one ref::dot chunk, widened to fp32: 16-byte vector loads when the chunk is
+/// full and aligned (2 KB contiguous per warp when lanes take consecutive chunks), scalar loads otherwise.
+template <class W>
+__device__ __forceinline__ void load_chunk(W const* w, int len, float (&v)[32]) {
+  constexpr int kPerVec = 16 / static_cast<int>(sizeof(W));
+  if (len == 32 && (reinterpret_cast<uintptr_t>(w) & 15) == 0) {
+    uint4 q[32 / kPerVec];
+#pragma unroll
+    for (int i = 0; i < 32 / kPerVec; ++i) q[i] = __ldg(reinterpret_cast<uint4 const*>(w) + i);
+#pragma unroll
+    for (int i = 0; i < 32 / kPerVec; ++i) {
+      uint32_t const u[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (sizeof(W) == 2) {
+          v[i * 8 + 2 * j] = __uint_as_float(u[j] << 16);
+          v[i * 8 + 2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        } else {
+          v[i * 4 + j] = __uint_as_float(u[j]);
+        }
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < 32; ++t) v[t] = t < len ? device::load_w(w + t) : 0.f;
+}
+
+/// ref::dot(x_r, w, n) for R input vectors (x(r, k) gives element k of vector r; r < n_x) and one weight
+/// row w, by one warp, with the memory parallelism a decode step needs: lane l runs the FMA chains of
+/// chunks l, l + 32, … (ref::dot's 32-wide chunks, each from +0: no chunk depends on another, so all of a
+/// lane's weight loads are in flight at once), then every lane adds the chunk sums in chunk order through
+/// shuffles. Each value is the same fp32 sequence as ref::dot (and as warp_dot_rows): the split is over
+/// independent chunks only. n ≤ 32 · 32 · kChunksPerLane. The R results are returned on every lane.
+template <int R, int kChunksPerLane, class W, class X>
+__device__ __forceinline__ void warp_dot_chunks(X const& x, int n_x, W const* w, int64_t n, float (&out)[R]) {
+  static_assert(device::kDotChunk == 32 && device::kDotFma && !device::kDotCarry,
+                "chunk-parallel evaluation needs ref::dot's independent 32-wide FMA chunks");
+  int const lane = threadIdx.x & 31;
+  int64_t const n_chunks = (n + 31) / 32;
+  float part[kChunksPerLane][R];
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane; ++j) {
+    int64_t const c = static_cast<int64_t>(j) * 32 + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[j][r] = 0.f;
+    if (c < n_chunks) {
+      int64_t const k0 = c * 32;
+      int const len = static_cast<int>(n - k0 < 32 ? n - k0 : 32);
+      float wv[32];
+      load_chunk(w + k0, len, wv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= n_x) break;
+        float acc = 0.f;
+#pragma unroll
+        for (int t = 0; t < 32; ++t)
+          if (t < len) acc = __fmaf_rn(x(r, k0 + t), wv[t], acc);
+        part[j][r] = acc;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kChunksPerLane; ++j) {
+    if (static_cast<int64_t>(j) * 32 >= n_chunks) break;  // warp-uniform
+    for (int s = 0; s < 32; ++s) {
+      int64_t const c = static_cast<int64_t>(j) * 32 + s;
+      if (c >= n_chunks) break;  // warp-uniform
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float const v = __shfl_sync(0xffffffffu, part[j][r], s);
+        out[r] = c == 0 ? v : __fadd_rn(out[r], v);
+      }
+    }
+  }
+}
+
+/// ref::dot(x_r, w, n) for R input vectors and one weight row by one warp, coalesced: each warp step reads
+/// 512 contiguous bytes of w, one 16-byte vector per lane, so a 32-wide chunk of ref::dot spans L = 32/E
+/// lanes (E = 8 bf16 or 4 fp32 weights per vector). A chunk's FMA chain runs across its L lanes in order
+/// (lane q extends the chain of lane q − 1, passed by a shuffle), for G steps at once so G vectors per lane
+/// are in flight; the chunk sums are then added in chunk order. The same fp32 operations as ref::dot
+/// (each chunk from +0, sums in order). Needs n % 32 == 0 and w 16-byte aligned (else warp_dot_chunks).
+/// The R results are returned on every lane.
+template <int R, class W, class X>
+__device__ __forceinline__ void warp_dot_coalesced(X const& x, int n_x, W const* w, int64_t n, float (&out)[R]) {
+  static_assert(device::kDotChunk == 32 && device::kDotFma && !device::kDotCarry,
+                "the lane split follows ref::dot's independent 32-wide FMA chunks");
+  constexpr int E = 16 / static_cast<int>(sizeof(W));  // weights per lane per step
+  constexpr int L = 32 / E;                            // lanes per chunk
+  constexpr int C = 32 / L;                            // chunks per warp step
+  constexpr int G = R >= 4 ? 4 : 8;                    // steps in flight (register budget)
+  int const lane = threadIdx.x & 31, q = lane % L, cl = lane / L;
+  int64_t const n_chunks = n / 32, steps = (n_chunks + C - 1) / C;
+#pragma unroll
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  bool first = true;
+  for (int64_t s0 = 0; s0 < steps; s0 += G) {
+    uint4 v[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      int64_t const c = (s0 + g) * C + cl;
+      v[g] = (s0 + g < steps && c < n_chunks) ? __ldg(reinterpret_cast<uint4 const*>(w + c * 32 + q * E))
+                                             : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float acc[G][R];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
+#pragma unroll
+    for (int p = 0; p < L; ++p) {
+      if (q == p) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          int64_t const c = (s0 + g) * C + cl;
+          if (s0 + g >= steps || c >= n_chunks) continue;
+          int64_t const k = c * 32 + q * E;
+          uint32_t const u[4] = {v[g].x, v[g].y, v[g].z, v[g].w};
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            if (r >= n_x) break;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+              float wv;
+              if constexpr (sizeof(W) == 2) wv = __uint_as_float(e % 2 == 0 ? u[e / 2] << 16 : u[e / 2] & 0xffff0000u);
+              else wv = __uint_as_float(u[e]);
+              acc[g][r] = __fmaf_rn(x(r, k + e), wv, acc[g][r]);
+            }
+          }
+        }
+      }
+      if (p + 1 < L) {
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float const prev = __shfl_up_sync(0xffffffffu, acc[g][r], 1);
+            if (q == p + 1) acc[g][r] = prev;
+          }
+      }
+    }
+    // Lanes with q == L − 1 hold the chunk sums; add them in chunk order.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+      for (int j = 0; j < C; ++j) {
+        int64_t const c = (s0 + g) * C + j;
+        if (s0 + g >= steps || c >= n_chunks) break;  // warp-uniform
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float const cs = __shfl_sync(0xffffffffu, acc[g][r], j * L + L - 1);
+          out[r] = first ? cs : __fadd_rn(out[r], cs);
+        }
+        first = false;
+      }
+    }
+  }
+}
+
+/// ref::dot(x_r, W[row], n) by one warp: the coalesced walk when the row allows it, else the chunk-per-lane one.
+template <int R, int kChunksPerLane, class W, class X>
+__device__ __forceinline__ void warp_dot_row(X const& x, int n_x, W const* w, int64_t n, float (&out)[R]) {
+  if (n % 32 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0) warp_dot_coalesced<R>(x, n_x, w, n, out);
+  else warp_dot_chunks<R, kChunksPerLane>(x, n_x, w, n, out);
+}
+
+/// ref::lane_sum of v(0..n) by one warp (all lanes call it; the result is valid on lane 0): ref::lane_sum's
+/// 32 lanes are the warp's lanes, each summing its strided elements in order (4-wide when n % 128 == 0),
+/// then the halving fold lane[t] += lane[t + h] as shuffles. Bitwise equal to device::lane_sum_seq.
+template <class Elem>
+__device__ __forceinline__ float warp_lane_sum(int64_t n, Elem&& v) {
+  int const lane = threadIdx.x & 31;
+  int64_t const vec = n % 128 == 0 ? 4 : 1;
+  float comp[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t v0 = lane * vec; v0 < n; v0 += 32 * vec)
+    for (int64_t c = 0; c < vec; ++c) comp[c] = __fadd_rn(comp[c], v(v0 + c));
+  float a = comp[0];
+  for (int64_t c = 1; c < vec; ++c) a = __fadd_rn(a, comp[c]);
+  for (int h = 16; h > 0; h /= 2) {
+    float const b = __shfl_down_sync(0xffffffffu, a, h);
+    if (lane < h) a = __fadd_rn(a, b);
+  }
+  return a;
+}
+
+/// ref::rms_inv of x[0, n) by one warp (result valid on lane 0): bitwise equal to device::rms_inv_seq.
+__device__ __forceinline__ float warp_rms_inv(float const* x, int64_t n, float eps) {
+  float const ss = warp_lane_sum(n, [x](int64_t i) { return __fmul_rn(x[i], x[i]); });
+  return device::rsqrt_ref(__fadd_rn(__fmul_rn(ss, __fdiv_rn(1.f, static_cast<float>(n))), eps));
+}
 }  // namespace tessera::kernels

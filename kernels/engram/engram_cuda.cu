@@ -73,11 +73,16 @@ __global__ void __launch_bounds__(256) engram_gate_kernel(GateParams const p) {
   float const* kk = p.kv + row * (p.n + 1) * p.d + k * p.d;
   float const* v = p.kv + row * (p.n + 1) * p.d + p.n * p.d;
   float const* w = p.w + k * p.d;
-  if (threadIdx.x == 0) stat[0] = device::rms_inv_seq(h, p.d, p.eps);
-  if (threadIdx.x == 32) stat[1] = device::rms_inv_seq(kk, p.d, p.eps);
-  if (threadIdx.x == 64) {
-    float const s = device::lane_sum_seq(p.d, [&](int64_t i) { return __fmul_rn(__fmul_rn(h[i], w[i]), kk[i]); });
-    stat[2] = s;
+  int const warp = threadIdx.x >> 5;  // three statistics, one warp each, in ref::lane_sum's order
+  if (warp == 0) {
+    float const r = warp_rms_inv(h, p.d, p.eps);
+    if (threadIdx.x == 0) stat[0] = r;
+  } else if (warp == 1) {
+    float const r = warp_rms_inv(kk, p.d, p.eps);
+    if (threadIdx.x == 32) stat[1] = r;
+  } else if (warp == 2) {
+    float const s = warp_lane_sum(p.d, [&](int64_t i) { return __fmul_rn(__fmul_rn(h[i], w[i]), kk[i]); });
+    if (threadIdx.x == 64) stat[2] = s;
   }
   __syncthreads();
   if (threadIdx.x == 0) {

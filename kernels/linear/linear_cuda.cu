@@ -40,15 +40,133 @@ __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams c
     if (r < n_x) p.y[(r0 + r) * p.y_stride + o] = device::round_md(acc[r], p.bf16_out);
 }
 
-/// fma_chain order: one thread per (row, output) runs ref::dot_fma_seq (small projections only: wo_a).
-template <class W>
-__global__ void linear_fma_chain_kernel(LinearParams const p) {
-  int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, r = blockIdx.y;
+/// Few rows (decode, verify windows): one warp per output o, ref::dot's chunks spread over the lanes
+/// (warp_dot_chunks), R rows per block row; the same values as linear_rows_kernel, with every weight load
+/// of a row in flight at once instead of one 32×32 tile per step.
+constexpr int kChunkRows = 4;
+constexpr int kChunksPerLane = 8;  // in ≤ 8192
+
+template <class W, int R>
+__global__ void __launch_bounds__(kWarps * 32) linear_chunks_kernel(LinearParams const p) {
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  int64_t const r0 = static_cast<int64_t>(blockIdx.y) * R;
   if (o >= p.out) return;
+  int const n_x = static_cast<int>(p.rows - r0 < R ? p.rows - r0 : R);
+  float const* x = p.x + r0 * p.x_stride;
+  int64_t const xs = p.x_stride;
+  float acc[R];
+  warp_dot_row<R, kChunksPerLane>([x, xs](int r, int64_t k) { return __ldg(x + r * xs + k); }, n_x,
+                                     static_cast<W const*>(p.w) + o * p.in, p.in, acc);
+  if (lane < R && lane < n_x) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r == lane) p.y[(r0 + r) * p.y_stride + o] = device::round_md(acc[r], p.bf16_out);
+  }
+}
+
+template <class W>
+Status launch_linear_chunks(LinearParams const& p, cudaStream_t st) {
+  dim3 const grid(static_cast<unsigned>(ceil_div(p.out, kWarps)), static_cast<unsigned>(ceil_div(p.rows, kChunkRows)));
+  if (p.rows == 1)
+    linear_chunks_kernel<W, 1><<<dim3(grid.x, 1), kWarps * 32, 0, st>>>(p);
+  else
+    linear_chunks_kernel<W, kChunkRows><<<grid, kWarps * 32, 0, st>>>(p);
+  return launch_status("linear_chunks_kernel");
+}
+
+/// Many rows (prefill): a register-tiled SIMT GEMM. A block computes 64 rows × 64 outputs; each K step
+/// stages one 32-wide chunk of x and W in shared memory (k-major, widened to fp32) and every thread runs
+/// the chunk's FMA chains of its 4 × 4 outputs from +0, then adds the chunk sums to its totals in chunk
+/// order: ref::dot's order exactly (kDotFma, !kDotCarry), so the values equal linear_rows_kernel's.
+constexpr int kGemmM = 64, kGemmN = 64, kGemmK = 32, kGemmThreads = 256;
+constexpr int64_t kGemmMinRows = 32;  // below: linear_rows_kernel (8-row tiles) or the decode kernels
+
+template <class W>
+__global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams const p) {
+  static_assert(device::kDotChunk == kGemmK && device::kDotFma && !device::kDotCarry, "one K step = one chunk");
+  __shared__ __align__(16) float xs[kGemmK][kGemmM + 4];
+  __shared__ __align__(16) float ws[kGemmK][kGemmN + 4];
+  int const tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  int64_t const r0 = static_cast<int64_t>(blockIdx.y) * kGemmM, o0 = static_cast<int64_t>(blockIdx.x) * kGemmN;
+  W const* w = static_cast<W const*>(p.w);
+  float total[4][4], chunk[4][4];
+  for (int64_t k0 = 0; k0 < p.in; k0 += kGemmK) {
+    int const len = static_cast<int>(p.in - k0 < kGemmK ? p.in - k0 : kGemmK);
+#pragma unroll
+    for (int i = 0; i < kGemmM * kGemmK / kGemmThreads; ++i) {
+      int const idx = tid + i * kGemmThreads, r = idx / kGemmK, c = idx % kGemmK;
+      int64_t const row = r0 + r, o = o0 + r;
+      xs[c][r] = (row < p.rows && c < len) ? __ldg(p.x + row * p.x_stride + k0 + c) : 0.f;
+      ws[c][r] = (o < p.out && c < len) ? device::load_w(w + o * p.in + k0 + c) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) chunk[i][j] = 0.f;
+    for (int kk = 0; kk < len; ++kk) {
+      float4 const a = *reinterpret_cast<float4 const*>(&xs[kk][ty * 4]);
+      float4 const b = *reinterpret_cast<float4 const*>(&ws[kk][tx * 4]);
+      float const av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) chunk[i][j] = __fmaf_rn(av[i], bv[j], chunk[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) total[i][j] = k0 == 0 ? chunk[i][j] : __fadd_rn(total[i][j], chunk[i][j]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int64_t const row = r0 + ty * 4 + i;
+    if (row >= p.rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int64_t const o = o0 + tx * 4 + j;
+      if (o < p.out) p.y[row * p.y_stride + o] = device::round_md(total[i][j], p.bf16_out);
+    }
+  }
+}
+
+/// fma_chain order: one thread per (row, output) runs ref::dot_fma_seq (small projections only: wo_a). The
+/// block's x row is staged in shared memory and each thread streams its weight row with 16-byte loads, a
+/// few vectors ahead of its FMA chain (the chain itself is sequential by definition of the order).
+template <class W>
+__global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams const p) {
+  extern __shared__ float xs[];
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, r = blockIdx.y;
   float const* x = p.x + r * p.x_stride;
+  for (int64_t i = threadIdx.x; i < p.in; i += blockDim.x) xs[i] = x[i];
+  __syncthreads();
+  if (o >= p.out) return;
   W const* w = static_cast<W const*>(p.w) + o * p.in;
+  constexpr int kPerVec = 16 / static_cast<int>(sizeof(W));
   float acc = 0.f;
-  for (int64_t i = 0; i < p.in; ++i) acc = device::fma_step(acc, x[i], device::load_w(w + i));
+  int64_t i = 0;
+  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0) {
+    uint4 const* wv = reinterpret_cast<uint4 const*>(w);
+    int64_t const nv = p.in / kPerVec;
+#pragma unroll 4
+    for (int64_t v = 0; v < nv; ++v) {
+      uint4 const q = __ldg(wv + v);
+      uint32_t const u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (sizeof(W) == 2) {
+          acc = device::fma_step(acc, xs[v * 8 + 2 * j], __uint_as_float(u[j] << 16));
+          acc = device::fma_step(acc, xs[v * 8 + 2 * j + 1], __uint_as_float(u[j] & 0xffff0000u));
+        } else {
+          acc = device::fma_step(acc, xs[v * 4 + j], __uint_as_float(u[j]));
+        }
+      }
+    }
+    i = nv * kPerVec;
+  }
+  for (; i < p.in; ++i) acc = device::fma_step(acc, xs[i], device::load_w(w + i));
   p.y[r * p.y_stride + o] = device::round_md(acc, p.bf16_out);
 }
 
@@ -74,15 +192,37 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   p.bf16_out = d.md == DType::kBf16;
   if (d.fma_chain) {
     if (d.rows > 65535) return invalid_argument("linear (fma_chain): rows > 65535 per launch");
+    if (d.in > 12288) return invalid_argument("linear (fma_chain): in > 12288 (the x row is staged in shared memory)");
     dim3 g(static_cast<unsigned>(ceil_div(d.out, 128)), static_cast<unsigned>(d.rows));
+    size_t const smem = static_cast<size_t>(d.in) * sizeof(float);
     if (d.weight_dtype == DType::kBf16) {
       p.w = a.w_bf16.data;
-      linear_fma_chain_kernel<Bf16><<<g, 128, 0, stream_of(ctx)>>>(p);
+      linear_fma_chain_kernel<Bf16><<<g, 128, smem, stream_of(ctx)>>>(p);
     } else {
       p.w = a.w.data;
-      linear_fma_chain_kernel<float><<<g, 128, 0, stream_of(ctx)>>>(p);
+      linear_fma_chain_kernel<float><<<g, 128, smem, stream_of(ctx)>>>(p);
     }
     return launch_status("linear_fma_chain_kernel");
+  }
+  if (d.rows <= 2 * kChunkRows && d.in <= 32 * 32 * kChunksPerLane) {
+    if (d.weight_dtype == DType::kBf16) {
+      p.w = a.w_bf16.data;
+      return launch_linear_chunks<Bf16>(p, stream_of(ctx));
+    }
+    p.w = a.w.data;
+    return launch_linear_chunks<float>(p, stream_of(ctx));
+  }
+  if (d.rows >= kGemmMinRows) {
+    dim3 const g(static_cast<unsigned>(ceil_div(d.out, kGemmN)), static_cast<unsigned>(ceil_div(d.rows, kGemmM)));
+    if (g.y > 65535) return invalid_argument("linear: rows > 4194240 per launch");
+    if (d.weight_dtype == DType::kBf16) {
+      p.w = a.w_bf16.data;
+      linear_gemm_kernel<Bf16><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
+    } else {
+      p.w = a.w.data;
+      linear_gemm_kernel<float><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
+    }
+    return launch_status("linear_gemm_kernel");
   }
   dim3 grid(static_cast<unsigned>(ceil_div(d.out, kWarps * 32)), static_cast<unsigned>(ceil_div(d.rows, kRows)));
   if (grid.y > 65535) return invalid_argument("linear: rows > 524280 per launch");

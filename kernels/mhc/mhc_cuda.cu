@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the mHC family (include/tessera/ops/mhc.hpp, ref/mhc_ref.hpp, spec §2.3).
-///   MhcMix: one block per row. rsqrt(mean(x²)+eps) sequentially (thread 0); thread o < (2+n)n forms
-///     m_o = Σ_i (x_i·r)·fn[o, i] sequentially in i (f_i = x_i·r rounded as the reference's f); thread 0
+///   MhcMix: one block per row. rsqrt(mean(x²)+eps) by warp 0 in ref::lane_sum's lane order; one warp per
+///     mix output forms m_o = Σ_i (x_i·r)·fn[o, i] in ref::dot's order (f_i = x_i·r rounded as the
+///     reference's f; chunks spread over the lanes, warp_dot_chunks); thread 0
 ///     then runs the sigmoids, the softmax and the Sinkhorn iterations in the reference's exact order
 ///     (one column normalisation, then (iters−1)× row + column). Bitwise (fmath::exp_rn on both sides).
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
@@ -30,25 +31,41 @@ struct MhcMixParams {
   float hc_eps = 0.f, norm_eps = 0.f;
 };
 
-__global__ void __launch_bounds__(64) mhc_mix_kernel(MhcMixParams const p) {
+constexpr int kMixThreads = 256;
+constexpr int kMixChunksPerLane = 20;  // n·D ≤ 20480 on the chunk-parallel path (the released 4 × 5120)
+
+__global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const p) {
   __shared__ float s_r;
   __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
   int64_t const row = blockIdx.x;
   int64_t const n = p.n, nd = n * p.d, nm = (2 + n) * n;
   float const* x = p.x + row * nd;
-  if (threadIdx.x == 0) s_r = device::rms_inv_seq(x, nd, p.norm_eps);
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp == 0) {
+    float const r = warp_rms_inv(x, nd, p.norm_eps);
+    if (lane == 0) s_r = r;
+  }
   __syncthreads();
   float const r = s_r;
-  for (int64_t o = threadIdx.x; o < nm; o += blockDim.x) {
-    float const* w = p.fn + o * nd;
-    device::DotAcc acc;  // ref::dot(f, fn_o) with f_i = x_i·r
-    for (int64_t c0 = 0; c0 < nd; c0 += device::kDotChunk) {
-      int64_t const c1 = c0 + device::kDotChunk < nd ? c0 + device::kDotChunk : nd;
-      acc.begin();
-      for (int64_t i = c0; i < c1; ++i) acc.step(__fmul_rn(x[i], r), __ldg(w + i));
-      acc.end();
+  if (nd <= 32 * 32 * kMixChunksPerLane) {  // one warp per mix output, ref::dot's chunks over the lanes
+    for (int64_t o = warp; o < nm; o += kMixThreads / 32) {
+      float acc[1];
+      warp_dot_row<1, kMixChunksPerLane>([x, r](int, int64_t k) { return __fmul_rn(x[k], r); }, 1, p.fn + o * nd,
+                                            nd, acc);
+      if (lane == 0) m[o] = acc[0];
     }
-    m[o] = acc.value();
+  } else {
+    for (int64_t o = threadIdx.x; o < nm; o += blockDim.x) {
+      float const* w = p.fn + o * nd;
+      device::DotAcc acc;  // ref::dot(f, fn_o) with f_i = x_i·r
+      for (int64_t c0 = 0; c0 < nd; c0 += device::kDotChunk) {
+        int64_t const c1 = c0 + device::kDotChunk < nd ? c0 + device::kDotChunk : nd;
+        acc.begin();
+        for (int64_t i = c0; i < c1; ++i) acc.step(__fmul_rn(x[i], r), __ldg(w + i));
+        acc.end();
+      }
+      m[o] = acc.value();
+    }
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -170,7 +187,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   p.pre = a.pre.data; p.post = a.post.data; p.comb = a.comb.data;
   p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.iters = d.sinkhorn_iters;
   p.hc_eps = d.hc_eps; p.norm_eps = d.norm_eps;
-  mhc_mix_kernel<<<static_cast<unsigned>(d.rows), 64, 0, stream_of(ctx)>>>(p);
+  mhc_mix_kernel<<<static_cast<unsigned>(d.rows), kMixThreads, 0, stream_of(ctx)>>>(p);
   return launch_status("mhc_mix_kernel");
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the MoE family (include/tessera/ops/moe.hpp, ref/moe_ref.hpp, spec §2.6).
-///   MoeRoute: one block per token. Thread e forms s_e = sqrt(softplus(x·W_e / temp)) (the dot sequential
-///     in k as ref::dot; softplus on fmath::exp_rn/log1p_rn, bitwise as the CPU), biased_e = s_e + b_e (−∞ for a
+///   MoeRoute: one block per token. Warp w forms s_e = sqrt(softplus(x·W_e / temp)) for e ≡ w (the dot in
+///     ref::dot's order, its chunks spread over the lanes; softplus on fmath::exp_rn/log1p_rn, bitwise as the CPU), biased_e = s_e + b_e (−∞ for a
 ///     masked expert); warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
 ///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
 ///     renormalises (sum in selection order), scales, and applies ref::moe_prune_row (stable order by weight).
@@ -42,6 +42,8 @@ struct RouteParams {
 /// (v, i) better than (w, j): larger value, then lower index. −∞ and NaN never qualify (callers filter).
 __device__ __forceinline__ bool better(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
 
+constexpr int kRouteChunksPerLane = 8;  // dim ≤ 8192 on the chunk-parallel path
+
 __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
   extern __shared__ float smem[];
   float* s = smem;                    // [experts] unbiased scores
@@ -50,11 +52,21 @@ __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
   __shared__ float kth;
   int64_t const row = blockIdx.x;
   float const* x = p.x + row * p.dim;
-  for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
-    float const dot = device::dot_seq(x, p.gate + e * p.dim, p.dim);
+  auto score = [&](int64_t e, float dot) {
     float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp)));
     s[e] = se;
     biased[e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+  };
+  if (p.dim <= 32 * 32 * kRouteChunksPerLane) {  // one warp per expert, ref::dot's chunks over the lanes
+    int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int64_t e = warp; e < p.experts; e += blockDim.x / 32) {
+      float dot[1];
+      warp_dot_row<1, kRouteChunksPerLane>([x](int, int64_t k) { return __ldg(x + k); }, 1, p.gate + e * p.dim,
+                                              p.dim, dot);
+      if (lane == 0) score(e, dot[0]);
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) score(e, device::dot_seq(x, p.gate + e * p.dim, p.dim));
   }
   __syncthreads();
   if (threadIdx.x < 32) {
@@ -292,6 +304,84 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams con
   }
 }
 
+/// Decode-sized launches (≤ kChunkTile rows, so no tile holds more than kChunkTile assignments): the
+/// same act and y values, one warp per output with ref::dot's chunks spread over the lanes
+/// (warp_dot_chunks), so every weight load of a row is in flight at once. grid (outputs/kWarps, tiles).
+constexpr int kChunkTile = 4;
+constexpr int kChunksPerLane = 8;  // dim, inter ≤ 8192
+
+/// The block's tile (routed or shared) in shared memory; false when the block has no tile.
+struct TileShared {
+  int32_t slot[kTile];
+  float const* xr[kTile];
+  float wt[kTile];
+  int n, expert, ok;
+};
+
+__device__ void load_tile(ExpertsParams const& p, float const* rows_base, int64_t row_len, bool by_token, TileShared& t) {
+  if (threadIdx.x == 0) {
+    int32_t sl[kTile];
+    int n = 0;
+    int32_t e = -1;
+    t.ok = tile_rows(p, blockIdx.y, sl, n, e);
+    t.n = n;
+    t.expert = e;
+    for (int r = 0; r < n; ++r) {
+      t.slot[r] = sl[r];
+      int64_t const tok = sl[r] / (p.top_k + 1), s = sl[r] % (p.top_k + 1);
+      t.xr[r] = by_token ? rows_base + tok * row_len : rows_base + static_cast<int64_t>(sl[r]) * row_len;
+      t.wt[r] = s < p.top_k ? p.weights[tok * p.top_k + s] : 0.f;
+    }
+  }
+  __syncthreads();
+}
+
+template <class W>
+__global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsParams const p) {
+  __shared__ TileShared t;
+  load_tile(p, p.x, p.dim, true, t);
+  if (!t.ok) return;
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const i = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (i >= p.inter) return;
+  int const e = t.expert, n = t.n;
+  W const* w1 = static_cast<W const*>(e >= 0 ? p.w.w1[e] : p.w.shared_w1);
+  W const* w3 = static_cast<W const*>(e >= 0 ? p.w.w3[e] : p.w.shared_w3);
+  float const* const* xr = t.xr;
+  auto x = [xr](int r, int64_t k) { return xr[r][k]; };
+  float g[kChunkTile], u[kChunkTile];
+  warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w1 + i * p.dim, p.dim, g);
+  warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w3 + i * p.dim, p.dim, u);
+#pragma unroll
+  for (int r = 0; r < kChunkTile; ++r) {
+    if (r != lane || r >= n) continue;
+    float gv = device::round_md(g[r], p.bf16), uv = device::round_md(u[r], p.bf16);
+    if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
+    float y = __fmul_rn(device::silu(gv), uv);
+    if (e >= 0) y = __fmul_rn(t.wt[r], y);
+    p.act[static_cast<int64_t>(t.slot[r]) * p.inter + i] = device::round_md(y, p.bf16);
+  }
+}
+
+template <class W>
+__global__ void __launch_bounds__(kWarps * 32) moe_down_chunks_kernel(ExpertsParams const p) {
+  __shared__ TileShared t;
+  load_tile(p, p.act, p.inter, false, t);
+  if (!t.ok) return;
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const o = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (o >= p.dim) return;
+  int const e = t.expert, n = t.n;
+  W const* w2 = static_cast<W const*>(e >= 0 ? p.w.w2[e] : p.w.shared_w2);
+  float const* const* ar = t.xr;
+  float y[kChunkTile];
+  warp_dot_row<kChunkTile, kChunksPerLane>([ar](int r, int64_t k) { return ar[r][k]; }, n, w2 + o * p.inter,
+                                              p.inter, y);
+#pragma unroll
+  for (int r = 0; r < kChunkTile; ++r)
+    if (r == lane && r < n) p.ybuf[static_cast<int64_t>(t.slot[r]) * p.dim + o] = device::round_md(y[r], p.bf16);
+}
+
 /// out = →md(Σ_{slots by ascending expert id} ybuf + ybuf[shared]) from +0; grid (dim/256, rows).
 __global__ void __launch_bounds__(256) moe_combine_kernel(ExpertsParams const p) {
   __shared__ int order[kMaxTopK];
@@ -448,7 +538,20 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
   dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
   dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
   dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
-  if (d.weight_dtype == DType::kBf16) {
+  if (d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
+    dim3 const ca(static_cast<unsigned>(ceil_div(d.inter, kWarps)), ny);
+    dim3 const cd(static_cast<unsigned>(ceil_div(d.dim, kWarps)), ny);
+    if (d.weight_dtype == DType::kBf16) {
+      moe_act_chunks_kernel<Bf16><<<ca, kWarps * 32, 0, st>>>(p);
+      TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
+      moe_down_chunks_kernel<Bf16><<<cd, kWarps * 32, 0, st>>>(p);
+    } else {
+      moe_act_chunks_kernel<float><<<ca, kWarps * 32, 0, st>>>(p);
+      TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
+      moe_down_chunks_kernel<float><<<cd, kWarps * 32, 0, st>>>(p);
+    }
+    TESSERA_TRY(launch_status("moe_down_chunks_kernel"));
+  } else if (d.weight_dtype == DType::kBf16) {
     moe_act_kernel<Bf16><<<ga, kWarps * 32, 0, st>>>(p);
     TESSERA_TRY(launch_status("moe_act_kernel"));
     moe_down_kernel<Bf16><<<gd, kWarps * 32, 0, st>>>(p);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the RMSNorm family (include/tessera/ops/norm.hpp, ref/norm_ref.hpp): one block per row.
-/// The statistic Σx² follows ref::lane_sum's order (one thread emulating the 32 lanes, rms_inv_seq), then
-/// ss/n + eps, sqrt and 1/· each correctly rounded: bitwise equal to ref::rms_norm_row, weighted
+/// The statistic Σx² follows ref::lane_sum's order (warp 0's lanes are its 32 lanes, warp_rms_inv), then
+/// ss·(1/n) + eps and ref::rsqrt (rsqrtf): bitwise equal to ref::rms_norm_row, weighted
 /// (→md(w·→md(x·r))) and unweighted (x·r).
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
@@ -25,7 +25,10 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(RmsNormParams const p) {
   int64_t const row = blockIdx.x;
   float const* x = p.x + row * p.x_stride;
   float* y = p.y + row * p.y_stride;
-  if (threadIdx.x == 0) s_r = device::rms_inv_seq(x, p.dim, p.eps);
+  if (threadIdx.x < 32) {
+    float const r = warp_rms_inv(x, p.dim, p.eps);
+    if (threadIdx.x == 0) s_r = r;
+  }
   __syncthreads();
   float const r = s_r;
   for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {

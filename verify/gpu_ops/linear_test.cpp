@@ -20,6 +20,7 @@ namespace {
 struct Case {
   int64_t rows, in, out;
   DType wdt, md;
+  bool fma_chain = false;
 };
 
 /// CUDA output of `c` on host inputs x [rows, in], w [out, in] (already bf16 values when wdt is bf16).
@@ -27,7 +28,7 @@ std::vector<float> run_cuda(Case const& c, std::vector<float> const& x, std::vec
   DeviceBuffer<float> dx(x), dy(static_cast<size_t>(c.rows * c.out));
   DeviceBuffer<float> dw;
   DeviceBuffer<Bf16> dwb;
-  ops::LinearDesc d{c.rows, c.in, c.out, c.wdt, c.md};
+  ops::LinearDesc d{c.rows, c.in, c.out, c.wdt, c.md, c.fma_chain};
   ops::LinearArgs a;
   a.x = dx.cview<2>({c.rows, c.in});
   a.y = dy.view<2>({c.rows, c.out});
@@ -48,19 +49,25 @@ std::vector<float> run_cuda(Case const& c, std::vector<float> const& x, std::vec
 
 }  // namespace
 
+/// Shapes cover every kernel of each order: decode-sized launches (rows ≤ 8, in ≤ 8192: one warp per
+/// output, chunks over the lanes), 8-row tiles (9–31 rows, or in > 8192), the 64 × 64 register-tiled GEMM
+/// (≥ 32 rows) with partial row, output and K tiles, full and partial 32-chunks,
+/// aligned and unaligned weight rows (16-byte vector loads or scalar), the released in = 5120 / 8192.
 BOOST_AUTO_TEST_CASE(linear_matches_cpu_bitwise) {
   uint64_t const seed = test_seed(501);
   for (auto [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 96}, {3, 300, 200}, {17, 1031, 257},
-                               {9, 2048, 4100}}) {
+                               {9, 2048, 4100}, {1, 5120, 70}, {8, 8192, 37}, {2, 8200, 33}, {5, 4096, 129},
+                               {1, 1030, 5}, {32, 64, 64}, {70, 1031, 97}, {130, 5120, 200}}) {
+    for (bool fma_chain : {false, true})
     for (DType wdt : {DType::kF32, DType::kBf16})
       for (DType md : {DType::kF32, DType::kBf16}) {
-        Case c{rows, in, out, wdt, md};
+        Case c{rows, in, out, wdt, md, fma_chain};
         auto x = randn(static_cast<size_t>(rows * in), seed + rows, 1.f);
         auto w = randn(static_cast<size_t>(out * in), seed + 7 * in, 0.05f);
         if (wdt == DType::kBf16)
           for (auto& v : w) v = round_to_bf16(v);
         std::vector<float> cpu(static_cast<size_t>(rows * out)), ref(cpu.size());
-        ops::LinearDesc d{rows, in, out, wdt, md};
+        ops::LinearDesc d{rows, in, out, wdt, md, fma_chain};
         ops::LinearArgs a;
         std::vector<Bf16> wb(w.size());
         for (size_t i = 0; i < w.size(); ++i) wb[i] = Bf16::from_float(w[i]);
@@ -71,11 +78,17 @@ BOOST_AUTO_TEST_CASE(linear_matches_cpu_bitwise) {
         ExecContext cctx;
         auto s = ops::dispatch<ops::Linear>(cctx, d, a);
         BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
-        for (int64_t r = 0; r < rows; ++r) ref::linear_row(&x[r * in], w.data(), in, out, &ref[r * out], md);
+        for (int64_t r = 0; r < rows; ++r) {
+          if (fma_chain)
+            for (int64_t o = 0; o < out; ++o)
+              ref[r * out + o] = ref::round_md(ref::dot_fma_seq(&x[r * in], &w[o * in], in), md);
+          else
+            ref::linear_row(&x[r * in], w.data(), in, out, &ref[r * out], md);
+        }
         BOOST_TEST_REQUIRE(count_bit_diffs(cpu, ref, "cpu vs ref") == 0);
         auto gpu = run_cuda(c, x, w);
         BOOST_TEST_INFO("rows=" << rows << " in=" << in << " out=" << out << " w=" << dtype_name(wdt)
-                                << " md=" << dtype_name(md));
+                                << " md=" << dtype_name(md) << " fma_chain=" << fma_chain);
         BOOST_TEST(count_bit_diffs(gpu, cpu, "gpu vs cpu") == 0);
       }
   }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "tessera/ops/engram.hpp"
 #include "tessera/ops/moe.hpp"
@@ -159,9 +160,12 @@ BOOST_AUTO_TEST_CASE(moe_route_exact_ties_lower_id_wins) {
 
 BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
   uint64_t const seed = test_seed(523);
-  // 9 rows: experts get 0-8 assignments (one tile each); 41 rows: several tiles per expert.
-  for (int64_t const rows : {9, 41}) {
-  int64_t const experts = 8, dim = 96, inter = 80, k = 3;
+  // 1-3 rows: the decode-sized kernels (one warp per output; coalesced when the row length is a multiple
+  // of 32, e.g. 96 and 1024/512, else chunk per lane); 9 rows: experts get 0-8 assignments (one
+  // tile each); 41 rows: several tiles per expert; dim 1030: partial chunks and unaligned weight rows.
+  for (auto const& [rows, dim, inter] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 80}, {3, 96, 80}, {9, 96, 80},
+                                        {41, 96, 80}, {2, 1030, 520}, {2, 1024, 512}}) {
+  int64_t const experts = 8, k = 3;
   auto x = randn(rows * dim, seed);
   std::mt19937_64 g(seed);
   std::vector<int32_t> ids(rows * k);
@@ -172,8 +176,9 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
     std::shuffle(perm.begin(), perm.end(), g);
     for (int64_t i = 0; i < k; ++i) ids[r * k + i] = perm[i];
   }
-  ids[2 * k + 1] = -1;  // a pruned slot
-  wts[2 * k + 1] = 0.f;
+  int64_t const pruned = rows > 2 ? 2 * k + 1 : k - 1;  // a pruned slot
+  ids[pruned] = -1;
+  wts[pruned] = 0.f;
   for (DType wdt : {DType::kF32, DType::kBf16})
     for (DType md : {DType::kF32, DType::kBf16})
       for (float limit : {0.f, 1.5f}) {
@@ -266,10 +271,12 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
         std::printf("moe_experts rows=%lld w=%s md=%s limit=%g: %lld/%lld outputs bitwise equal to the CPU\n",
                     static_cast<long long>(rows), std::string(dtype_name(wdt)).c_str(), std::string(dtype_name(md)).c_str(), limit,
                     static_cast<long long>(exact), static_cast<long long>(rows * dim));
-        auto alone = run_gpu(2, 1);
-        BOOST_TEST(count_bit_diffs(alone, row_slice(gpu, dim, 2), "experts alone") == 0);
-        auto tail = run_gpu(rows - 5, 5);  // the last rows as a smaller batch with other tile mates
-        BOOST_TEST(count_bit_diffs(tail, std::vector<float>(gpu.end() - 5 * dim, gpu.end()), "experts tail") == 0);
+        BOOST_TEST(exact == rows * dim);  // bitwise: SiLU on fmath::exp_rn on both sides
+        int64_t const one = std::min<int64_t>(2, rows - 1), nt = std::min<int64_t>(5, rows);
+        auto alone = run_gpu(one, 1);
+        BOOST_TEST(count_bit_diffs(alone, row_slice(gpu, dim, one), "experts alone") == 0);
+        auto tail = run_gpu(rows - nt, nt);  // the last rows as a smaller batch with other tile mates
+        BOOST_TEST(count_bit_diffs(tail, std::vector<float>(gpu.end() - nt * dim, gpu.end()), "experts tail") == 0);
       }
   }
 }
@@ -352,4 +359,23 @@ BOOST_AUTO_TEST_CASE(engram_hash_gather_gate) {
       std::printf("engram_gate md=%s: %lld bit mismatches of %zu\n", std::string(dtype_name(md)).c_str(),
                   static_cast<long long>(count_bit_diffs(gpu, cpu, "gate")), gpu.size());
     }
+}
+
+/// The router at the released width (dim 5120, 384 experts, top-6: one warp per expert, ref::dot's chunks
+/// over the lanes) and past the chunk-parallel limit (dim 8200: one thread per expert): bitwise.
+BOOST_AUTO_TEST_CASE(moe_route_released_width_bitwise) {
+  uint64_t const seed = test_seed(527);
+  for (int64_t const dim : {5120, 8200}) {
+    int64_t const rows = 3, experts = 384, k = 6;
+    auto x = randn(rows * dim, seed + dim, 1.f);
+    auto gate = randn(experts * dim, seed + dim + 1, 0.02f);
+    auto bias = randn(experts, seed + dim + 2, 0.05f);
+    ops::MoeRouteDesc d{rows, experts, dim, k, 1.f, 1.5f, true};
+    auto cpu = route(false, d, x, gate, bias, {});
+    auto gpu = route(true, d, x, gate, bias, {});
+    BOOST_TEST_INFO("dim=" << dim);
+    BOOST_TEST((gpu.ids == cpu.ids));
+    BOOST_TEST(count_bit_diffs(gpu.w, cpu.w, "route weights") == 0);
+    BOOST_TEST((gpu.tie == cpu.tie));
+  }
 }
