@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
+#include "tessera/core/thread_pool.hpp"
 #include "tessera/ref/rope_ref.hpp"
 
 namespace tessera::model::dsv41 {
@@ -30,7 +31,9 @@ Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, D
   float const* src = t.data_as<float>();
   if (as == DType::kBf16) {
     std::vector<uint16_t> b(n);
-    for (size_t i = 0; i < n; ++i) b[i] = bf16_bits_from_float(src[i]);
+    parallel_for(static_cast<int64_t>(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) b[static_cast<size_t>(i)] = bf16_bits_from_float(src[i]);
+    }, 1 << 16);
     TESSERA_TRY(mem.copy(out->p, b.data(), bytes, Copy::kHostToDev));
     return mem.sync();  // `b` is released on return
   }

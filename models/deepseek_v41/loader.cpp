@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tessera/core/thread_pool.hpp"
+
 namespace tessera::model::dsv41 {
 
 void CheckpointSource::add(io::Checkpoint ckpt, std::string label) {
@@ -87,17 +89,21 @@ Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
   if (sc->shape() != want)
     return malformed(describe() + ": " + sn + " has shape " + shape_to_string(sc->shape()) + ", expected " +
                      shape_to_string(want) + " for " + name);
-  Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
+  auto made = Tensor::empty(DType::kF32, {rows, cols});  // every element is written below
+  if (!made) return made.status();
+  Tensor out = std::move(*made);
   uint8_t const* b = w->data_as<uint8_t>();
   uint8_t const* s8 = sc->data_as<uint8_t>();
   float* o = out.data_as<float>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) {
-      float const s = float_from_e8m0(s8[(kind == Scaled::kFp8Block ? r / 32 : r) * cb + j / 32]);
-      uint8_t const byte = kind == Scaled::kFp4Row ? b[(r * cols + j) / 2] : b[r * cols + j];
-      float const v = kind == Scaled::kFp4Row ? float_from_fp4_e2m1(j % 2 ? byte >> 4 : byte & 0xF) : float_from_fp8_e4m3(byte);
-      o[r * cols + j] = v * s;
-    }
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {  // elementwise: any split gives the same values
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        float const s = float_from_e8m0(s8[(kind == Scaled::kFp8Block ? r / 32 : r) * cb + j / 32]);
+        uint8_t const byte = kind == Scaled::kFp4Row ? b[(r * cols + j) / 2] : b[r * cols + j];
+        float const v = kind == Scaled::kFp4Row ? float_from_fp4_e2m1(j % 2 ? byte >> 4 : byte & 0xF) : float_from_fp8_e4m3(byte);
+        o[r * cols + j] = v * s;
+      }
+  }, 32);
   return out;
 }
 

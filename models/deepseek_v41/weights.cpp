@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tessera/core/dtype.hpp"
+#include "tessera/core/thread_pool.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -43,7 +44,9 @@ class Loader {
   void round(Tensor& t) const {
     if (num_ != Numerics::kBf16) return;
     float* p = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_to_bf16(p[i]);
+    parallel_for(t.numel(), [p](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = round_to_bf16(p[i]);
+    }, 1 << 16);
   }
   WeightSource const& src() const { return src_; }
 
