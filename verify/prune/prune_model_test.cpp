@@ -91,6 +91,11 @@ BOOST_AUTO_TEST_CASE(retention_falls_monotonically_as_top_p_tightens) {
     }
     BOOST_TEST(r.kl_mean() >= last_kl, "KL must not fall as top_p tightens (top_p " << tp << ")");
     BOOST_TEST(r.agreement() <= last_agree, "top-1 agreement must not rise as top_p tightens (top_p " << tp << ")");
+    // Once the previous setting dropped experts, a tighter one drops more: strictly worse on both.
+    if (last_kl > 0.0) {
+      BOOST_TEST(r.kl_mean() > last_kl, "KL must grow once pruning bites (top_p " << tp << ")");
+      BOOST_TEST(r.agreement() < last_agree, "top-1 agreement must fall once pruning bites (top_p " << tp << ")");
+    }
     last_kl = r.kl_mean();
     last_agree = r.agreement();
   }
