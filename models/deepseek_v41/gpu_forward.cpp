@@ -474,16 +474,26 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
       ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
       ops::MoeRouteArgs ra{dcv2(xa, S, D), dcv2(lw.gate), dcv1(lw.gate_bias), dv2(rw, S, K),
                            TensorView<int32_t, 2>(rid, {S, K}, kDev), TensorView<uint8_t, 1>(rtie, {S}, kDev), {}};
-      if (ExpertPruning const& pr = opts.prune; pr.active()) {  // as the CPU model (model.cpp)
-        bool const decode = S == 1 && c.pos[0] > 0;
+      if (ExpertPruning const& pr = opts.prune; pr.active()) {  // lossy lever (seed-notes §5), as model.cpp
+        bool const decode = S == 1 && c.pos0 > 0;
         if (pr.scope == ExpertPruning::Scope::kAll || decode) {
           rd.prune_top_p = pr.top_p;
           rd.prune_min_k = pr.min_k;
           rd.prune_renorm = pr.renorm;
         }
-        if (lw.expert_mask) ra.expert_mask = TensorView<uint8_t const, 1>(lw.expert_mask, {s.n_experts}, kDev);
+        if (!expert_masks.empty())
+          ra.expert_mask = TensorView<uint8_t const, 1>(static_cast<uint8_t const*>(expert_masks[static_cast<size_t>(l)]),
+                                                        {s.n_experts}, kDev);
       }
       run<ops::MoeRoute>(ctx, rd, ra);
+      if (route_observer) {
+        std::vector<int32_t> hid(static_cast<size_t>(S * K));
+        std::vector<float> hw(static_cast<size_t>(S * K));
+        throw_if_error(cs.copy(hid.data(), rid, hid.size() * 4, Copy::kDevToHost));
+        throw_if_error(cs.copy(hw.data(), rw, hw.size() * 4, Copy::kDevToHost));
+        throw_if_error(cs.sync());
+        route_observer(l, hid, hw);
+      }
       ops::MoeExpertsDesc ed{S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
       ed.weight_dtype = lw.moe.s1.dtype;
       ops::MoeExpertsArgs ma{};

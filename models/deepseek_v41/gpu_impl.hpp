@@ -37,8 +37,11 @@ struct GpuDsv41Model::Impl {
   std::shared_ptr<gpu::DevicePool> pool;  // shared with the states (a state may outlive the model)
   ExecContext ctx;
   std::vector<float> main_inv_freq, compress_inv_freq;
+  std::vector<void*> expert_masks;  // per layer: the backend's copy of opts.prune.expert_mask[l] (empty = none)
+  GpuDsv41Model::RouteObserver route_observer;
 
   ~Impl();
+  void free_expert_masks();
   Status upload(Weights const& host);
   Status forward_one(GpuDsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits);
   /// Host compressed-id history → Engram hash ids [S, L_e, C] of the chunk (as the CPU model's hash_ids).

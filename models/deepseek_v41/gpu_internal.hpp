@@ -112,7 +112,6 @@ struct GpuLayerWeights {
   DevTensor attn_norm, ffn_norm, q_norm, kv_norm, attn_sink, c_norm, i_k_norm;
   DevTensor wq_a, wq_b, wkv, wo_a, wo_b, c_wkv, c_wgate, i_wq_b, i_weights_proj, i_wk;
   DevTensor gate, gate_bias;
-  uint8_t const* expert_mask = nullptr;  // [n_experts] static pruning mask (nonzero = never selected) or null
   GpuExperts moe;
   DevTensor e_table, e_wkv, e_qk;
 };

@@ -51,8 +51,14 @@ Status upload_floats(gpu::Mem const& mem, gpu::GpuWeights& w, std::vector<float>
 
 GpuDsv41Model::Impl::~Impl() {
   (void)mem.sync();
+  free_expert_masks();
   for (void* p : w.allocations) mem.free(p);
   mem.close();
+}
+
+void GpuDsv41Model::Impl::free_expert_masks() {
+  for (void* p : expert_masks) mem.free(p);
+  expert_masks.clear();
 }
 
 Status GpuDsv41Model::Impl::upload(Weights const& h) {
@@ -122,7 +128,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   if (backend == Backend::kCuda && !cuda_model_available())
     return not_supported("--device cuda: this build has no CUDA support or no CUDA device is visible");
   TESSERA_TRY(spec.validate());
-  TESSERA_TRY(check_expert_pruning(spec, opts.prune));
+  TESSERA_TRY(check_pruning(opts.prune, spec));  // before the (long) load
   std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
   m->impl_ = std::make_unique<Impl>();
   Impl& I = *m->impl_;
@@ -144,15 +150,6 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   I.ctx.pool = opts.pool;
   I.pool = std::make_shared<gpu::DevicePool>(I.mem);
   TESSERA_TRY(I.upload(*hw));
-  for (size_t l = 0; l < opts.prune.expert_mask.size(); ++l) {  // static pruning masks, one per layer
-    auto const& mk = opts.prune.expert_mask[l];
-    auto p = I.mem.alloc(mk.size());
-    if (!p) return p.status();
-    I.w.allocations.push_back(*p);
-    TESSERA_TRY(I.mem.copy(*p, mk.data(), mk.size(), Copy::kHostToDev));
-    I.w.layers[l].expert_mask = static_cast<uint8_t const*>(*p);
-  }
-  TESSERA_TRY(I.mem.sync());
   I.info.name = spec.name;
   I.info.model_type = "deepseek_v41";
   I.info.vocab_size = spec.vocab_size;
@@ -161,9 +158,37 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   I.info.device = backend == Backend::kCuda ? "cuda" : "cpu";
   I.info.dtype = I.md == DType::kBf16 ? "bf16" : "fp32";
   I.spec = std::move(spec);
+  ExpertPruning prune = std::move(opts.prune);
   I.opts = std::move(opts);
+  TESSERA_TRY(m->set_pruning(std::move(prune)));
   return m;
 }
+
+Status GpuDsv41Model::set_pruning(ExpertPruning p) {
+  Impl& I = *impl_;
+  TESSERA_TRY(check_pruning(p, I.spec));
+  std::vector<void*> masks;
+  Status st;
+  for (auto const& row : p.expert_mask) {
+    auto d = I.mem.alloc(row.size());
+    if (!d) { st = d.status(); break; }
+    masks.push_back(*d);
+    if (st = I.mem.copy(*d, row.data(), row.size(), Copy::kHostToDev); !st.ok()) break;
+  }
+  if (st.ok()) st = I.mem.sync();  // the uploads are done, and no forward still reads the old masks
+  if (!st.ok()) {
+    for (void* d : masks) I.mem.free(d);
+    return st;
+  }
+  I.free_expert_masks();
+  I.expert_masks = std::move(masks);
+  I.opts.prune = std::move(p);
+  return {};
+}
+
+ExpertPruning const& GpuDsv41Model::pruning() const { return impl_->opts.prune; }
+
+void GpuDsv41Model::set_route_observer(RouteObserver observer) { impl_->route_observer = std::move(observer); }
 
 GpuDsv41Model::~GpuDsv41Model() = default;
 

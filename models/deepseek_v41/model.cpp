@@ -87,33 +87,32 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   return m;
 }
 
-Status check_expert_pruning(ModelSpec const& spec_, ExpertPruning const& p) {
+Status check_pruning(ExpertPruning const& p, ModelSpec const& spec) {
   if (!(p.top_p > 0.f && p.top_p <= 1.f))
     return invalid_argument("expert pruning: top_p " + std::to_string(p.top_p) + " is outside (0, 1]");
   if (p.min_k < 0) return invalid_argument("expert pruning: min_k must be >= 0");
-  if (!p.expert_mask.empty()) {
-    if (static_cast<int64_t>(p.expert_mask.size()) != spec_.num_layers)
-      return invalid_argument("expert pruning: expert_mask has " + std::to_string(p.expert_mask.size()) +
-                              " layers, the model " + std::to_string(spec_.num_layers));
-    for (size_t l = 0; l < p.expert_mask.size(); ++l) {
-      auto const& m = p.expert_mask[l];
-      if (static_cast<int64_t>(m.size()) != spec_.n_experts)
-        return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " has " +
-                                std::to_string(m.size()) + " entries, n_routed_experts is " +
-                                std::to_string(spec_.n_experts));
-      int64_t open = 0;
-      for (uint8_t v : m) open += v ? 0 : 1;
-      if (open < spec_.top_k)
-        return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " leaves " +
-                                std::to_string(open) + " experts, fewer than num_experts_per_tok " +
-                                std::to_string(spec_.top_k));
-    }
+  if (p.expert_mask.empty()) return {};
+  if (static_cast<int64_t>(p.expert_mask.size()) != spec.num_layers)
+    return invalid_argument("expert pruning: expert_mask has " + std::to_string(p.expert_mask.size()) +
+                            " layers, the model " + std::to_string(spec.num_layers));
+  for (size_t l = 0; l < p.expert_mask.size(); ++l) {
+    auto const& m = p.expert_mask[l];
+    if (static_cast<int64_t>(m.size()) != spec.n_experts)
+      return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " has " +
+                              std::to_string(m.size()) + " entries, n_routed_experts is " +
+                              std::to_string(spec.n_experts));
+    int64_t open = 0;
+    for (uint8_t v : m) open += v ? 0 : 1;
+    if (open < spec.top_k)
+      return invalid_argument("expert pruning: expert_mask layer " + std::to_string(l) + " leaves " +
+                              std::to_string(open) + " experts, fewer than num_experts_per_tok " +
+                              std::to_string(spec.top_k));
   }
   return {};
 }
 
 Status Dsv41Model::set_pruning(ExpertPruning p) {
-  TESSERA_TRY(check_expert_pruning(spec_, p));
+  TESSERA_TRY(check_pruning(p, spec_));
   opts_.prune = std::move(p);
   return {};
 }

@@ -20,19 +20,19 @@
 
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "verify/gpu_model/gpu_model_fixture.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
 using namespace tessera::model;
 using namespace tessera::model::dsv41;
+using verify::bitwise_equal;
+using verify::run_all;
+using verify::run_chunked;
 
 namespace {
 
-#if TESSERA_GPU_MODEL_ON_CPU
-constexpr bool kOnCpu = true;
-#else
-constexpr bool kOnCpu = false;
-#endif
+constexpr bool kOnCpu = verify::kGpuModelOnCpu;
 
 LanguageModel& tiny_gpu(std::string const& variant) {
   static std::map<std::string, std::unique_ptr<LanguageModel>> cache;
@@ -50,29 +50,6 @@ LanguageModel& tiny_gpu(std::string const& variant) {
   return *m;
 }
 
-/// Logits [num_rows, V] of the last num_rows tokens of one forward over `tokens` on a fresh sequence.
-std::vector<float> run_all(LanguageModel& m, std::vector<int32_t> const& tokens, int64_t num_rows) {
-  auto st = m.new_sequence();
-  std::vector<float> out(static_cast<size_t>(num_rows * m.info().vocab_size));
-  SequenceStep step{st.get(), tokens, num_rows, out.data()};
-  throw_if_error(m.forward({&step, 1}));
-  return out;
-}
-
-/// Logits of every row, fed in chunks of `chunk`.
-std::vector<float> run_chunked(LanguageModel& m, std::vector<int32_t> const& tokens, int64_t chunk) {
-  int64_t const V = m.info().vocab_size, S = static_cast<int64_t>(tokens.size());
-  auto st = m.new_sequence();
-  std::vector<float> out(static_cast<size_t>(S * V));
-  for (int64_t b = 0; b < S; b += chunk) {
-    int64_t const e = std::min(S, b + chunk);
-    SequenceStep step{st.get(), std::span<int32_t const>(tokens.data() + b, static_cast<size_t>(e - b)), e - b,
-                      out.data() + b * V};
-    throw_if_error(m.forward({&step, 1}));
-  }
-  return out;
-}
-
 std::vector<int32_t> teacher_forced_tokens(std::string const& variant, int i) {
   auto const& g = verify::tiny_files(variant);
   std::vector<int32_t> t;
@@ -87,10 +64,6 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
   return t;
-}
-
-bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void gpu_vs_cpu(std::string const& variant, double tol) {

@@ -13,7 +13,9 @@
 /// device blocks; truncate rolls back up to ModelOptions::max_rollback tokens exactly like the CPU model.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "tessera/models/common/language_model.hpp"
@@ -43,6 +45,17 @@ class GpuDsv41Model final : public LanguageModel {
   static TieCounts const* ties(SequenceState const& s);
   static std::vector<QuantBoundary> const* quant_boundaries(SequenceState const& s);
   void set_boundary_ulps(int ulps);
+  /// Validates (check_pruning) and installs routed-expert pruning for later forwards, as
+  /// Dsv41Model::set_pruning: the same MoeRoute Desc fields, and the static masks uploaded as one
+  /// [n_routed_experts] byte row per layer.
+  Status set_pruning(ExpertPruning p);
+  ExpertPruning const& pruning() const;
+  /// Observer of the router (diagnostics, calibration): after each layer's MoeRoute, the chunk's ids
+  /// [rows, top_k] (−1 = a slot dropped by per-token pruning) and weights, copied to the host (one stream
+  /// synchronisation per layer while an observer is set). Empty = none.
+  using RouteObserver =
+      std::function<void(int64_t layer, std::span<int32_t const> ids, std::span<float const> weights)>;
+  void set_route_observer(RouteObserver observer);
   /// Device bytes held by the state pool (blocks in use and cached).
   size_t pool_bytes() const;
 

@@ -104,9 +104,9 @@ struct ExpertPruning {
   bool active() const { return top_p < 1.f || !expert_mask.empty(); }
 };
 
-/// Names the bad field of a pruning setting for this model (top_p range, min_k, mask shapes, a mask
-/// leaving fewer than num_experts_per_tok experts).
-Status check_expert_pruning(ModelSpec const& spec, ExpertPruning const& p);
+/// Names the first bad field of `p` for a model of `spec`: top_p in (0, 1], min_k ≥ 0, and a non-empty
+/// mask has one row of n_routed_experts per layer, each leaving at least num_experts_per_tok experts open.
+Status check_pruning(ExpertPruning const& p, ModelSpec const& spec);
 
 struct ModelOptions {
   Numerics numerics = Numerics::kFp32;
