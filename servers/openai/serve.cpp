@@ -175,7 +175,7 @@ int serve_main(ServeConfig cfg) {
     // the GPU model (--device cuda).
     model::dsv41::ModelOptions mo;
     mo.prune = cfg.prune;
-    auto m = model::dsv41::load_model_on(cfg.model_dir, mo, cfg.device);
+    auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.device);
     if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
     real = std::move(*m);
     stub = std::make_unique<StubBundle>();
@@ -195,17 +195,24 @@ int serve_main(ServeConfig cfg) {
     description = "DeepSeek-V4.1 from " + cfg.model_dir + (cfg.device == "cuda" ? " (GPU model)" : " (CPU reference model)") + "; tokenizer: " + stub->codec->name();
   }
   model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
-  if (Status d = configure_drafting(cfg.engine, lm, cfg.draft, cfg.draft_k); !d.ok()) {
+  bool const decode_pruning = cfg.prune.active() && cfg.prune.scope == model::dsv41::ExpertPruning::Scope::kDecode;
+  if (decode_pruning && cfg.draft != "auto" && cfg.draft != "none") {
+    std::fprintf(stderr, "tessera serve: --draft %s with decode-scope expert pruning is not exact (a verify window is "
+                         "not a one-token decode chunk, so it is not pruned); use --draft none or --prune-scope all\n",
+                 cfg.draft.c_str());
+    return 2;
+  }
+  if (Status d = configure_drafting(cfg.engine, lm, decode_pruning ? "none" : cfg.draft, cfg.draft_k); !d.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", d.message().c_str());
     return 2;
   }
-  if (cfg.engine.make_drafter && cfg.prune.active() && cfg.prune.scope == model::dsv41::ExpertPruning::Scope::kDecode) {
-    std::fprintf(stderr, "tessera serve: drafting (%s) with decode-scope expert pruning is not exact (a verify window is "
-                         "not a one-token decode chunk, so it is not pruned): use --draft none or --prune-scope all\n",
-                 cfg.engine.drafter_name.c_str());
-    return 2;
+  if (cfg.prune.active()) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; expert pruning (lossy): top_p %g, min_k %lld, %s weights, %s%s", cfg.prune.top_p,
+                  static_cast<long long>(cfg.prune.min_k), cfg.prune.renorm ? "renormalised" : "original",
+                  decode_pruning ? "decode only" : "every row", cfg.prune.expert_mask.empty() ? "" : ", static mask");
+    description += buf;
   }
-  if (cfg.prune.active()) description += "; expert pruning on";
   if (!cfg.engine.drafter_name.empty()) description += "; drafting: " + cfg.engine.drafter_name;
   std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
   Engine engine(wrapped ? *wrapped : lm, cfg.engine);

@@ -33,7 +33,9 @@ struct ServeConfig {
   /// "none". draft_k ≥ 0 fixes the depth (else the depth rule).
   std::string draft = "auto";
   int64_t draft_k = -1;
-  /// Routed-expert pruning of a DeepSeek-V4.1 model (--prune-* flags; docs/pruning.md).
+  /// Routed-expert pruning of a DeepSeek-V4.1 model (docs/pruning.md; lossy, off by default). Decode-scope
+  /// pruning and drafting do not combine exactly (a verify window is not a one-token chunk): "auto" then
+  /// serves without a drafter, an explicit drafter is refused.
   model::dsv41::ExpertPruning prune;
   HttpOptions http;
   EngineOptions engine;

@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The built `tessera calibrate / prune / verify retention / generate` on golden/v41-tiny/fp32: calibration
-counts sum to tokens·k per layer; the pruned checkpoint inspects with n_routed_experts = kept, generates,
-and scores zero KL against the base run under the equivalent pruning when pruned to everything; the
-retention JSON carries the documented fields and the PNG decodes (CRC32 per chunk, zlib stream)."""
+"""The built `tessera calibrate / prune / verify retention / generate / serve` on golden/v41-tiny/fp32:
+calibration counts sum to tokens·k per layer; the pruned checkpoint inspects with n_routed_experts = kept,
+generates, serves (greedy replies == `generate` token for token), and scores zero KL against the base run
+when pruned to everything; the retention JSON carries the documented fields and the PNG decodes (CRC32
+per chunk, zlib stream); `serve --prune-*` serves `generate --prune-*`'s tokens, which differ from the
+unpruned ones; decode-scope pruning with an explicit drafter is refused. TESSERA_PRUNE_DEVICE=cuda serves and
+generates the pruned models on the GPU model (the device run, scripts/device/prune.sh), where the tokens must
+equal the CPU model's."""
 import json, os, struct, subprocess, sys, tempfile, zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "clients"))
+from harness import Server  # noqa: E402
 
 exe, golden = sys.argv[1], sys.argv[2]
 base = os.path.join(golden, "v41-tiny", "fp32")
@@ -23,6 +30,28 @@ def run(*args, ok=True):
         print(p.stdout, p.stderr)
         raise SystemExit(f"tessera {' '.join(args)} exited {p.returncode}")
     return p
+
+
+SERVE_PROMPT, SERVE_TOKENS = [1, 5, 9, 13, 17, 21], 8
+DEVICE = os.environ.get("TESSERA_PRUNE_DEVICE", "cpu")
+
+
+def generate_ids(model, *flags, device="cpu"):
+    out = run("generate", "--model", model, "--prompt-ids", ",".join(map(str, SERVE_PROMPT)), "--max-new-tokens",
+              str(SERVE_TOKENS), "--ignore-eos", "--device", device, *flags).stdout
+    return [int(x) for x in out.strip().split(",")]
+
+
+def served_ids(model, *flags):
+    """Greedy completion of SERVE_PROMPT by `tessera serve --model model --device DEVICE flags` (reply token ids)."""
+    with Server(exe, "--model", model, "--device", DEVICE, *flags, scripts=False) as srv:
+        body = {"prompt": SERVE_PROMPT, "max_tokens": SERVE_TOKENS, "ignore_eos": True, "temperature": 0,
+                "return_token_ids": True}
+        status, _, data = srv.request("POST", "/v1/completions", body)
+        log = srv.read_log()
+    if status != 200:
+        return f"HTTP {status}: {data[:200]!r}", log
+    return json.loads(data)["choices"][0].get("token_ids"), log
 
 
 def safetensors_header(path):
@@ -65,6 +94,12 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"model.layers.0.ffn.experts.{n_kept}.w1.weight" not in insp, "dropped experts absent")
         gen = run("generate", "--model", out, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--ignore-eos").stdout
         check(len(gen.strip().split(",")) == 4, "pruned checkpoint generates 4 tokens")
+        want = generate_ids(out)
+        got, log = served_ids(out)
+        check(got == want, f"pruned checkpoint ({n_kept} experts) serves generate's tokens on {DEVICE}: {got} vs {want}")
+        if DEVICE != "cpu":
+            got = generate_ids(out, device=DEVICE)
+            check(got == want, f"pruned checkpoint generates the CPU model's tokens on {DEVICE}: {got} vs {want}")
         jf, pngf = os.path.join(tmp, f"r{n_kept}.json"), os.path.join(tmp, f"r{n_kept}.png")
         txt = run("verify", "retention", "--base", base, "--candidate", out, "--prompts", pf, "--json", jf, "--png", pngf).stdout
         r = json.load(open(jf))
@@ -93,6 +128,18 @@ with tempfile.TemporaryDirectory() as tmp:
     g = run("generate", "--model", base, "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--prune-top-p", "0.5",
             "--prune-min-k", "1", "--prune-renorm", "orig", "--prune-scope", "all")
     check(len(g.stdout.strip().split(",")) >= 1, "generate with pruning flags")
+    # serve --prune-* runs the pruned model: the replies are generate --prune-*'s, not the unpruned ones.
+    flags = ("--prune-top-p", "0.5", "--prune-min-k", "1", "--prune-scope", "all")
+    pruned_want, unpruned = generate_ids(base, *flags), generate_ids(base)
+    got, log = served_ids(base, *flags)
+    check(got == pruned_want, f"serve --prune-top-p 0.5 on {DEVICE} replies with generate's pruned tokens: {got} vs {pruned_want}")
+    if DEVICE != "cpu":
+        got = generate_ids(base, *flags, device=DEVICE)
+        check(got == pruned_want, f"generate --prune-top-p 0.5 on {DEVICE} gives the CPU model's tokens: {got} vs {pruned_want}")
+    check(pruned_want != unpruned, f"top_p 0.5 changes the greedy tokens ({pruned_want} vs {unpruned})")
+    check("expert pruning (lossy): top_p 0.5" in log, "serve names the pruning in its start line")
+    bad = run("serve", "--model", base, "--port", "0", "--prune-top-p", "0.8", "--draft", "lookup", ok=False)
+    check(bad.returncode == 2 and "not exact" in bad.stderr, "serve refuses decode-scope pruning with a drafter")
     bad = run("generate", "--model", base, "--prompt-ids", "1", "--prune-scope", "prefill", ok=False)
     check(bad.returncode != 0 and "--prune-scope" in bad.stderr, "bad --prune-scope named")
     bad = run("serve", "--model", "stub", "--prune-top-p", "0.8", ok=False)
