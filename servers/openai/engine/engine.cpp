@@ -36,6 +36,10 @@ static double seconds_since(Clock::time_point t) {
 Engine::Engine(model::LanguageModel& model, EngineOptions options)
     : model_(model), info_(model.info()), options_(options) {
   vocab_ = info_.vocab_size;
+  for (int32_t id : options_.extra_eos_token_ids)
+    if (id >= 0 && id < vocab_ &&
+        std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), id) == info_.eos_token_ids.end())
+      info_.eos_token_ids.push_back(id);
   max_context_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, info_.max_context)
                                           : info_.max_context;
   if (options_.max_batch < 1) options_.max_batch = 1;

@@ -70,7 +70,8 @@ struct ServedModel {
   TextCodec const* codec = nullptr;
   ChatFormat const* chat = nullptr;
   OutputParserFactory parser = nullptr;
-  std::shared_ptr<ConstraintFactory const> constraints;  // null = response_format / tool_choice unconstrained
+  std::shared_ptr<ConstraintFactory const> constraints;  // null: constrained requests get a 400 naming…
+  std::string constraints_off_reason;                    // … this reason
   Engine* engine = nullptr;
 };
 

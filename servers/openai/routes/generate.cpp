@@ -99,6 +99,10 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     auto c = model_.constraints->for_request(r);
     if (auto* e = std::get_if<ApiError>(&c)) return error_response(*e);
     g.constraint = std::get<std::shared_ptr<TokenConstraint>>(c);
+  } else if (wants_constraint(r)) {
+    return error_response(err(400, "this server cannot constrain decoding (" + model_.constraints_off_reason +
+                                       "): response_format json_object/json_schema and tool_choice required/named are unavailable",
+                              "invalid_request_error", {}, r.response_format == "text" ? "tool_choice" : "response_format"));
   }
   auto submitted = model_.engine->submit(std::move(g));
   if (!submitted.ok()) {
