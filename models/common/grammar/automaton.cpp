@@ -100,6 +100,7 @@ int Runner::step_object(Stack& s, uint8_t b) {
   auto start_key = [&]() -> int {
     f.ws = 0;
     if (free_keys) {
+      if (!fits(s, n.item)) return kReject;  // a key whose value could not fit would dead-end at ':'
       f.phase = 2;
       push(s, n.helpers[0]);
       return kAgain;
@@ -157,7 +158,7 @@ int Runner::step_object(Stack& s, uint8_t b) {
       int const w = gap(g, f, b);
       if (w) return w > 0 ? kConsumed : kReject;
       if (b == ',') {
-        if (!free_keys && !available_keys(s, n, f.m1)) return kReject;
+        if (free_keys ? !fits(s, n.item) : !available_keys(s, n, f.m1)) return kReject;
         f.phase = 6;
         f.ws = 0;
         return kConsumed;
@@ -222,7 +223,9 @@ int Runner::step_dsml(Stack& s, uint8_t b) {
     case 0: {
       // Free keys: one parameter at most, because a finite state cannot exclude a repeated key (the
       // reference parser rejects duplicates).
-      bool const more = free_keys ? f.count == 0 && fits(s, n.helpers[kFreeKey])
+      bool const free_value_fits = free_keys && ((n.helpers[kFreeRaw] != kNone && fits(s, n.helpers[kFreeRaw])) ||
+                                                 (n.helpers[kFreeJson] != kNone && fits(s, n.helpers[kFreeJson])));
+      bool const more = free_keys ? f.count == 0 && fits(s, n.helpers[kFreeKey]) && free_value_fits
                                   : available_keys(s, n, f.m1) != 0;
       bool const end = f.count >= 1 && (f.m1 & n.required) == n.required;
       bool const zero = f.count == 0 && n.required == 0;

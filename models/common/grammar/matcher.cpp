@@ -10,6 +10,7 @@
 ///     leaf depend only on the top frame: cache (inside mask, trie nodes where the leaf closes);
 ///     only the subtrees below the closing nodes are walked against the real stack below.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <queue>
@@ -24,6 +25,11 @@ using namespace grammar_detail;
 // ------------------------------------------------------------------------------------
 
 GrammarVocabulary::~GrammarVocabulary() = default;
+
+bool GrammarVocabulary::needs_single_byte_token(uint8_t b) {
+  return b != 0xC0 && b != 0xC1 && b < 0xF5;  // the bytes valid UTF-8 can contain
+}
+
 size_t GrammarVocabulary::trie_nodes() const { return trie_->num_nodes(); }
 
 bool GrammarVocabulary::is_eos(int32_t id) const {
@@ -52,6 +58,23 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(
                               " out of range");
     v->flags_[id] |= 2;
   }
+  // No dead state by construction (grammar.hpp): a complete sentence always has a stop token, and every
+  // byte a live state can continue with is a token of its own.
+  if (eos_ids.empty())
+    return invalid_argument(
+        "grammar vocabulary: no EOS id; a complete constrained reply would have no token to end with");
+  std::vector<uint8_t> single(256, 0);
+  for (int64_t i = 0; i < n; ++i)
+    if (token_bytes[i].size() == 1 && !(v->flags_[i] & 3))
+      single[static_cast<uint8_t>(token_bytes[i][0])] = 1;
+  for (int b = 0; b < 256; ++b)
+    if (needs_single_byte_token(static_cast<uint8_t>(b)) && !single[b]) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return invalid_argument(std::string("grammar vocabulary: no single-byte token for byte ") + hex +
+                              "; constrained decoding needs every byte of UTF-8 text as a token of its own "
+                              "(a byte-level BPE vocabulary)");
+    }
   v->bytes_ = std::move(token_bytes);
   v->eos_ = std::move(eos_ids);
   // Trie in DFS preorder from the sorted byte strings: token i adds nodes for the bytes past its
