@@ -166,10 +166,10 @@ class GrammarMatcher {
   bool is_complete() const;
   /// True after EOS was accepted.
   bool is_terminated() const;
-  /// A short byte string that completes the grammar from here (best-first search over bytes
-  /// preferring shallow stacks, at most `max_states` distinct states); nullopt if none was found
-  /// within the budget. Lets a caller close a constrained reply that runs out of tokens, and lets
-  /// tests steer walks to an end.
+  /// A short byte string that completes the grammar from here (weighted A* over bytes guided by a
+  /// lower bound on the bytes still needed: at most twice the shortest; at most `max_states`
+  /// distinct states); nullopt if none was found within the budget. Lets a caller close a
+  /// constrained reply that runs out of tokens, and lets tests steer walks to an end.
   std::optional<std::string> shortest_completion(size_t max_states = 200000) const;
   /// Speculative decoding: writes the masks of the current position and of the positions after each
   /// draft token, stopping at the first draft token the grammar rejects; the matcher is left
