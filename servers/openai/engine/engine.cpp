@@ -424,7 +424,12 @@ Status Engine::sample_row(Slot& s, TokenEvent& ev) {
   std::vector<uint32_t> mask;
   if (s.req.constraint) {
     mask.assign(static_cast<size_t>(words), 0u);
+    auto const t0 = Clock::now();
     s.req.constraint->fill_mask(mask.data());
+    double const mask_s = seconds_since(t0);
+    std::lock_guard sl(stats_mu_);
+    ++stats_.grammar_masks_total;
+    stats_.grammar_mask_seconds_total += mask_s;
   }
   int32_t const k = std::max<int32_t>(s.req.top_logprobs, 0);
   int64_t prompt_off[2] = {0, static_cast<int64_t>(s.req.prompt.size())};

@@ -73,6 +73,8 @@ struct EngineStats {
   uint64_t prefill_tokens_total = 0;    // prompt tokens actually run (the rest came from the cache)
   uint64_t cached_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
+  uint64_t grammar_masks_total = 0;        // constrained tokens: masks computed (one per sampled row)
+  double grammar_mask_seconds_total = 0;   // time spent computing them (TokenConstraint::fill_mask)
   uint64_t prefix_cache_hits = 0;
   uint64_t steps_total = 0;
   int prefix_cache_entries = 0;
