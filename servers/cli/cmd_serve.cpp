@@ -44,7 +44,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                "prefix-cache-entries", "tokenizer", "perturb-position", "draft", "draft-k"};
   for (auto const& n : prune_flag_names()) value_opts.push_back(n);
   for (auto const& n : parallel_flag_names()) value_opts.push_back(n);
-  ArgParser a(args, value_opts, {"cors", "metrics-open", "help"});
+  ArgParser a(args, value_opts, {"cors", "metrics-open", "reasoning-field", "help"});
   if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
     std::fprintf(stderr,
@@ -52,7 +52,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                  "         [--device cpu|cuda] [--max-batch 8] [--max-context N] [--max-queue 256] [--queue-timeout 60]\n"
                  "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
                  "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
-                 "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
+                 "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open] [--reasoning-field]\n"
                  "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n"
                  "         [--draft auto|dspark|lookup|none] [--draft-k K]\n"
                  "         %s\n         %s\n", prune_usage(), parallel_usage());
@@ -116,6 +116,7 @@ int cmd_serve(std::vector<std::string> const& args) {
   c.http.host = a.get_or("host", "127.0.0.1");
   c.api.cors = a.has("cors");
   c.api.metrics_open = a.has("metrics-open");
+  c.api.reasoning_alias = a.has("reasoning-field");
   double port = 8000, batch = 8, ctx = 0, queue = 256, qt = 60, chunk = 256, mem = 0, body = 8, rt = 600, drain = 20, sd = 0, td = 0,
          ka = 15, conns = 512, pce = 32, perturb = -1, draft_k = -1;
   bool ok = parse_num(a, "port", 0, 65535, port) && parse_num(a, "max-batch", 1, 1024, batch) &&

@@ -83,6 +83,7 @@ struct ApiOptions {
   double request_timeout_s = 600;             // per request, from arrival (0 = none)
   int retry_after_s = 5;                      // Retry-After on 503
   bool cors = false;                          // Access-Control-Allow-Origin: * (off unless asked)
+  bool reasoning_alias = false;               // also emit reasoning text as `reasoning` (vLLM / OpenRouter clients)
 };
 
 class Api {

@@ -218,7 +218,10 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
       json::object choice{{"index", 0}};
       if (chat) {
         json::object delta;
-        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.reasoning.empty()) {
+          delta["reasoning_content"] = d.reasoning;
+          if (options_.reasoning_alias) delta["reasoning"] = d.reasoning;
+        }
         if (!d.content.empty()) delta["content"] = d.content;
         choice["delta"] = std::move(delta);
         choice["logprobs"] = lps && !lps->empty() ? json::value(json::object{{"content", *lps}, {"refusal", nullptr}}) : json::value(nullptr);
@@ -362,7 +365,10 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   json::object choice{{"index", 0}, {"finish_reason", finish}};
   if (chat) {
     json::object msg{{"role", "assistant"}, {"content", calls.empty() || !content.empty() ? json::value(content) : json::value(nullptr)}};
-    if (thinking) msg["reasoning_content"] = reasoning;
+    if (thinking) {
+      msg["reasoning_content"] = reasoning;
+      if (options_.reasoning_alias) msg["reasoning"] = reasoning;
+    }
     if (!calls.empty()) {
       json::array tcs;
       for (auto const& c : calls)
