@@ -131,7 +131,15 @@ size_t Engine::used_bytes() const {
 
 void Engine::take_incoming() {
   std::lock_guard lk(mu_);
-  while (!incoming_.empty()) { waiting_.push_back(std::move(incoming_.front())); incoming_.pop_front(); }
+  // Waiting order: interactive requests FIFO, then background ones FIFO (admission takes the front).
+  while (!incoming_.empty()) {
+    auto& next = incoming_.front();
+    auto at = waiting_.end();
+    if (!next.second.background)
+      at = std::find_if(waiting_.begin(), waiting_.end(), [](auto const& w) { return w.second.background; });
+    waiting_.insert(at, std::move(next));
+    incoming_.pop_front();
+  }
 }
 
 void Engine::expire_waiting() {

@@ -106,6 +106,7 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   g.timeout_s = options_.request_timeout_s;
   g.draft = r.draft;
+  g.background = r.background;
   g.constraint = std::move(constraint);
   auto submitted = model_.engine->submit(std::move(g));
   if (!submitted.ok()) {
