@@ -159,20 +159,17 @@ def main():
         rf = None if a.response_format == "text" else a.response_format
         print(f"{'streams':>7} {'reqs':>5} {'err':>4} {'TTFT p50 ms':>12} {'TTFT p90 ms':>12} {'tok/s/stream':>13} "
               f"{'aggregate tok/s':>16} {'tokens':>7} {'mask us/tok':>12}")
-        out = []
         for lv in [int(x) for x in a.levels.split(",")]:
             r = run_level(host, port, lv, a.requests_per_stream, a.max_tokens, rf)
             r["label"] = a.label
-            out.append(r)
             fmt = lambda v, w: f"{v:>{w}.1f}" if v is not None else f"{'n/a':>{w}}"  # noqa: E731
             print(f"{r['streams']:>7} {r['requests']:>5} {r['errors']:>4} {fmt(r['ttft_p50_ms'], 12)} {fmt(r['ttft_p90_ms'], 12)} "
                   f"{fmt(r['per_stream_tok_s'], 13)} {fmt(r['aggregate_tok_s'], 16)} {r['tokens']:>7} {fmt(r['mask_us_per_token'], 12)}",
                   flush=True)
             if r["errors"]:
                 print("   errors:", r["error_sample"], flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                for r in out:
+            if a.json:  # per level, so a run cut short keeps the levels it finished
+                with open(a.json, "a") as f:
                     f.write(json.dumps(r) + "\n")
     finally:
         if proc:

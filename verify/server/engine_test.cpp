@@ -226,6 +226,8 @@ BOOST_AUTO_TEST_CASE(admission_queue_and_capacity) {
   BOOST_TEST((e.submit(huge).status().code() == StatusCode::kOutOfMemory));  // can never fit the budget
   std::vector<std::shared_ptr<RequestHandle>> hs;
   for (int i = 0; i < 3; ++i) hs.push_back(*e.submit(rq));
+  // Wait for the engine to admit the first (a fixed sleep flaked on a loaded host).
+  for (int i = 0; i < 500 && e.stats().slots_busy == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   auto st = e.stats();
   BOOST_TEST(st.slots_busy == 1);       // memory, not slots, limits admission
