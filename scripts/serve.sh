@@ -25,4 +25,6 @@ fi
 echo "serving the embedded smoke-test model from $model_dir"
 echo "try: curl -N http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\"
 echo "       -d '{\"model\":\"tessera-smoke-test\",\"stream\":true,\"max_tokens\":32,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'"
-exec build/tessera serve --model "$model_dir" --served-model-name tessera-smoke-test "$@"
+# `tessera serve` without --model serves this folder (named tessera-smoke-test) once it exists.
+export TESSERA_DEFAULT_MODEL_DIR="$model_dir"
+exec build/tessera serve "$@"

@@ -2,6 +2,7 @@
 /// `tessera serve`: the OpenAI-compatible server (servers/openai). Options map onto ServeConfig.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ static bool parse_num(ArgParser const& a, char const* name, double lo, double hi
   return true;
 }
 
+/// Where scripts/serve.sh puts the embedded default: $TESSERA_DEFAULT_MODEL_DIR, else
+/// ${XDG_CACHE_HOME:-$HOME/.cache}/tessera/default-v41-tiny.
+static std::string embedded_default_dir() {
+  if (char const* d = std::getenv("TESSERA_DEFAULT_MODEL_DIR"); d && *d) return d;
+  if (char const* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tessera/default-v41-tiny";
+  if (char const* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tessera/default-v41-tiny";
+  return {};
+}
+
 int cmd_serve(std::vector<std::string> const& args) {
   std::vector<std::string> value_opts{"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
                "prefill-chunk", "memory-budget-mib", "max-body-mib", "request-timeout", "drain-timeout", "served-model-name",
@@ -34,7 +44,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                "prefix-cache-entries", "tokenizer", "perturb-position", "draft", "draft-k"};
   for (auto const& n : prune_flag_names()) value_opts.push_back(n);
   for (auto const& n : parallel_flag_names()) value_opts.push_back(n);
-  ArgParser a(args, value_opts, {"cors", "metrics-open", "help"});
+  ArgParser a(args, value_opts, {"cors", "metrics-open", "reasoning-field", "help"});
   if (!a.error().empty() || a.has("help") || !a.positionals().empty()) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
     std::fprintf(stderr,
@@ -42,7 +52,7 @@ int cmd_serve(std::vector<std::string> const& args) {
                  "         [--device cpu|cuda] [--max-batch 8] [--max-context N] [--max-queue 256] [--queue-timeout 60]\n"
                  "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
                  "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
-                 "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open]\n"
+                 "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open] [--reasoning-field]\n"
                  "         [--tokenizer tokenizer.json] [--stub-scripts F] [--stub-step-delay-us N] [--stub-token-delay-us N]\n"
                  "         [--draft auto|dspark|lookup|none] [--draft-k K]\n"
                  "         %s\n         %s\n", prune_usage(), parallel_usage());
@@ -54,8 +64,23 @@ int cmd_serve(std::vector<std::string> const& args) {
     std::fprintf(stderr, "tessera serve: %s\n", prune.status().message().c_str());
     return 2;
   }
-  std::string const model_arg = a.get_or("model", "");
-  if (has_prune_flags(a) && (model_arg.empty() || model_arg == "stub")) {
+  // No --model: the embedded default (a tiny random-weight DeepSeek-V4.1 with the real tokenizer) once
+  // scripts/serve.sh has generated it into the cache, else the stub.
+  std::string model_arg = a.get_or("model", "");
+  bool embedded_default = false;
+  if (model_arg.empty()) {
+    std::string const dir = embedded_default_dir();
+    if (!dir.empty() && std::filesystem::exists(dir + "/engram_hash.safetensors") &&
+        std::filesystem::exists(dir + "/config.json")) {
+      model_arg = dir;
+      embedded_default = true;
+    } else {
+      model_arg = "stub";
+      std::fprintf(stderr, "tessera serve: no --model and no embedded default in %s (bash scripts/serve.sh generates "
+                           "it): serving the stub model\n", dir.empty() ? "the cache" : dir.c_str());
+    }
+  }
+  if (has_prune_flags(a) && model_arg == "stub") {
     std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
     return 2;
   }
@@ -66,7 +91,7 @@ int cmd_serve(std::vector<std::string> const& args) {
     return 2;
   }
   bool const sharded = par->tp > 1 || par->ep > 1;
-  if (sharded && (model_arg.empty() || model_arg == "stub")) {
+  if (sharded && model_arg == "stub") {
     std::fprintf(stderr, "tessera serve: --tp/--ep need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
     return 2;
   }
@@ -81,8 +106,8 @@ int cmd_serve(std::vector<std::string> const& args) {
     return 2;
   }
   server::ServeConfig c;
-  c.model_dir = a.get_or("model", "");
-  c.served_name = a.get_or("served-model-name", "");
+  c.model_dir = model_arg;
+  c.served_name = a.get_or("served-model-name", embedded_default ? "tessera-smoke-test" : "");
   c.tokenizer_file = a.get_or("tokenizer", "");
   c.device = a.get_or("device", "cpu");
   c.api_key_file = a.get_or("api-key-file", "");
@@ -91,6 +116,7 @@ int cmd_serve(std::vector<std::string> const& args) {
   c.http.host = a.get_or("host", "127.0.0.1");
   c.api.cors = a.has("cors");
   c.api.metrics_open = a.has("metrics-open");
+  c.api.reasoning_alias = a.has("reasoning-field");
   double port = 8000, batch = 8, ctx = 0, queue = 256, qt = 60, chunk = 256, mem = 0, body = 8, rt = 600, drain = 20, sd = 0, td = 0,
          ka = 15, conns = 512, pce = 32, perturb = -1, draft_k = -1;
   bool ok = parse_num(a, "port", 0, 65535, port) && parse_num(a, "max-batch", 1, 1024, batch) &&

@@ -215,6 +215,10 @@ int serve_main(ServeConfig cfg) {
   }
   if (!cfg.engine.drafter_name.empty()) description += "; drafting: " + cfg.engine.drafter_name;
   std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
+  // Replies end at the tokenizer's end-of-sentence token even when config.json names no eos_token_id
+  // (synthetic and golden tiny checkpoints): without it an unconstrained reply never stops early and a
+  // constrained one would reach complete JSON with no token left to sample.
+  cfg.engine.extra_eos_token_ids = tokenizer_eos_ids(*stub->codec);
   Engine engine(wrapped ? *wrapped : lm, cfg.engine);
   ServedModel served;
   served.id = !cfg.served_name.empty() ? cfg.served_name : real ? "deepseek-v4.1-" + std::string(real->info().name.empty() ? "local" : real->info().name) : lm.info().name;
@@ -223,14 +227,16 @@ int serve_main(ServeConfig cfg) {
   served.chat = stub->chat.get();
   served.parser = &make_deepseek_output_parser;
   if (served.codec->vocab_size() > lm.info().vocab_size) {
-    std::fprintf(stderr, "tessera serve: the tokenizer (%lld ids) is larger than the model's vocabulary (%lld): "
-                         "grammar-constrained decoding is off\n", static_cast<long long>(served.codec->vocab_size()),
-                 static_cast<long long>(lm.info().vocab_size));
+    served.constraints_off_reason = "the tokenizer (" + std::to_string(served.codec->vocab_size()) +
+                                    " ids) is larger than the model's vocabulary (" + std::to_string(lm.info().vocab_size) + ")";
   } else {
-    auto f = ConstraintFactory::create(*served.codec, lm.info().eos_token_ids);
-    if (!f.ok()) { std::fprintf(stderr, "tessera serve: grammar vocabulary: %s\n", f.status().message().c_str()); return 1; }
-    served.constraints = std::move(*f);
+    auto f = ConstraintFactory::create(*served.codec, engine.info().eos_token_ids);
+    if (f.ok()) served.constraints = std::move(*f);
+    else served.constraints_off_reason = f.status().message();
   }
+  if (!served.constraints)
+    std::fprintf(stderr, "tessera serve: grammar-constrained decoding is off (%s): requests with response_format "
+                         "json_object/json_schema or tool_choice required/named get a 400\n", served.constraints_off_reason.c_str());
   served.engine = &engine;
   Api api(served, cfg.api);
   HttpServer http(api, cfg.http);

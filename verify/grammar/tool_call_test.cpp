@@ -11,6 +11,7 @@
 
 #include "tessera/models/common/grammar.hpp"
 #include "verify/common/random.hpp"
+#include "verify/grammar/dsml_parse.hpp"
 #include "verify/grammar/grammar_vocab.hpp"
 #include "verify/grammar/schema_validator.hpp"
 #include "verify/grammar/walk.hpp"
@@ -47,103 +48,6 @@ char const* const kTools = R"([
   {"type":"function","function":{"name":"free","parameters":{"type":"object"}}}
 ])";
 
-struct Call {
-  std::string name;
-  std::string arguments;  // JSON text rebuilt as the reference parser does
-};
-
-/// Strict parse of a DSML completion (without EOS) per §3.1/§3.2; returns false with a reason.
-bool parse_dsml(std::string const& text, bool thinking, std::vector<Call>* calls,
-                std::string* why) {
-  size_t p = 0;
-  auto expect = [&](std::string const& s) {
-    if (text.compare(p, s.size(), s) != 0) {
-      *why = "expected '" + s + "' at " + std::to_string(p);
-      return false;
-    }
-    p += s.size();
-    return true;
-  };
-  if (thinking) {
-    size_t const e = text.find("</think>");
-    if (e == std::string::npos) {
-      *why = "missing </think>";
-      return false;
-    }
-    if (text.substr(0, e).find(kDsml) != std::string::npos) {
-      *why = "DSML inside reasoning";
-      return false;
-    }
-    p = e + 8;
-  }
-  if (!expect("\n\n<" + kDsml + " calls>\n")) return false;
-  while (text.compare(p, 1 + kDsml.size(), "<" + kDsml) == 0) {
-    if (!expect("<" + kDsml + " invoke name=\"")) return false;
-    size_t const q = text.find('"', p);
-    if (q == std::string::npos) {
-      *why = "unterminated name";
-      return false;
-    }
-    Call c{text.substr(p, q - p), "{"};
-    p = q;
-    if (!expect("\">\n")) return false;
-    std::map<std::string, int> seen;
-    bool first = true;
-    if (text.compare(p, 1, "\n") == 0) {
-      ++p;
-    } else {
-      while (text.compare(p, 1 + kDsml.size(), "<" + kDsml) == 0) {
-        if (!expect("<" + kDsml + " parameter name=\"")) return false;
-        size_t const k = text.find('"', p);
-        std::string const key = text.substr(p, k - p);
-        p = k;
-        if (seen[key]++) {
-          *why = "duplicate key " + key;
-          return false;
-        }
-        if (!expect("\" string=\"")) return false;
-        bool str;
-        if (text.compare(p, 4, "true") == 0) {
-          str = true;
-          p += 4;
-        } else if (text.compare(p, 5, "false") == 0) {
-          str = false;
-          p += 5;
-        } else {
-          *why = "bad string attribute";
-          return false;
-        }
-        if (!expect("\">")) return false;
-        std::string const end = "</" + kDsml + " parameter>";
-        size_t const e = text.find(end, p);
-        if (e == std::string::npos) {
-          *why = "unterminated parameter";
-          return false;
-        }
-        std::string const v = text.substr(p, e - p);
-        if (v.find(kDsml) != std::string::npos) {
-          *why = "DSML inside a value";
-          return false;
-        }
-        p = e + end.size();
-        if (!expect("\n")) return false;
-        c.arguments += (first ? "" : ", ") + boost::json::serialize(boost::json::value(key)) +
-                       ": " + (str ? boost::json::serialize(boost::json::value(v)) : v);
-        first = false;
-      }
-    }
-    c.arguments += "}";
-    if (!expect("</" + kDsml + " invoke>\n")) return false;
-    calls->push_back(c);
-  }
-  if (!expect("</" + kDsml + " calls>")) return false;
-  if (p != text.size()) {
-    *why = "trailing text";
-    return false;
-  }
-  return true;
-}
-
 void check_walks(boost::json::value const* choice, bool parallel, bool thinking, int walks,
                  uint64_t seed, std::string const& only_name = "", bool expect_variety = true) {
   boost::json::value const tools = boost::json::parse(kTools);
@@ -161,9 +65,9 @@ void check_walks(boost::json::value const* choice, bool parallel, bool thinking,
   for (int w = 0; w < walks; ++w) {
     auto const r = verify::random_walk((*f)(), *small_vocab(), rng, 10 + (w % 8) * 8, 900, w < 2);
     BOOST_TEST_REQUIRE(r.finished, "walk " << w << " did not finish: " << r.text);
-    std::vector<Call> calls;
+    std::vector<verify::Call> calls;
     std::string why;
-    BOOST_TEST_REQUIRE(parse_dsml(r.text, thinking, &calls, &why), why << " in: " << r.text);
+    BOOST_TEST_REQUIRE(verify::parse_dsml(r.text, thinking, &calls, &why), why << " in: " << r.text);
     BOOST_TEST(!calls.empty());
     if (!parallel) BOOST_TEST(calls.size() == 1u);
     for (auto const& c : calls) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Request constraints (servers/openai/routes/constraints.cpp) on a model with and without an
-/// end-of-sequence id: whatever allowed token is taken at each step, the engine is never handed an empty
-/// mask while the constraint is not done, and a complete text ends the reply. Without an EOS id the
-/// grammar ends by exhaustion (json_object `{}` then the whitespace bound; an object schema whose
-/// properties are all optional).
+/// Request constraints (servers/openai/routes/constraints.cpp): whatever allowed token is taken at each
+/// step, the engine is never handed an empty mask while the constraint is not done, and a complete text
+/// ends the reply (json_object `{}` then the whitespace bound; an object schema whose properties are all
+/// optional — the shape that once returned HTTP 500 "every token is masked"). A vocabulary without an
+/// end-of-sequence id is refused with a clear error.
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -56,7 +56,12 @@ BOOST_AUTO_TEST_CASE(constraint_never_hands_out_an_empty_mask) {
   std::mt19937_64 rng(verify::test_seed(611));
   char const* const schemas[] = {R"({"type":"object","properties":{"zz":{"type":"string"}}})", R"({"type":"object"})",
                                  R"({"type":"array","maxItems":2})", R"({"type":"integer","maximum":50})"};
-  for (bool with_eos : {false, true}) {
+  // A vocabulary without an end-of-sequence id is refused up front, naming the reason (the server takes
+  // the tokenizer's end-of-sentence token when config.json names no EOS).
+  auto none = ConstraintFactory::create(*codec, {});
+  BOOST_TEST(!none.ok());
+  if (!none.ok()) BOOST_TEST(none.status().message().find("EOS") != std::string::npos);
+  for (bool with_eos : {true}) {
     std::vector<int32_t> eos;
     if (with_eos) eos.push_back(static_cast<int32_t>(codec->vocab_size() - 1));
     auto f = ConstraintFactory::create(*codec, eos).value_or_throw();

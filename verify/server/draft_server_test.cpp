@@ -47,13 +47,14 @@ struct Server {
     EngineOptions eo;
     eo.max_batch = 4;
     throw_if_error(configure_drafting(eo, m, draft, k));
+    eo.extra_eos_token_ids = tokenizer_eos_ids(*codec);
     engine = std::make_unique<Engine>(m, eo);
     ServedModel sm;
     sm.id = "tiny-dspark";
     sm.codec = codec.get();
     sm.chat = chat.get();
     sm.parser = &make_deepseek_output_parser;
-    sm.constraints = ConstraintFactory::create(*codec, m.info().eos_token_ids).value_or_throw();
+    sm.constraints = ConstraintFactory::create(*codec, engine->info().eos_token_ids).value_or_throw();
     sm.engine = engine.get();
     api = std::make_unique<Api>(sm, ApiOptions{});
   }

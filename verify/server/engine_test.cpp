@@ -226,6 +226,8 @@ BOOST_AUTO_TEST_CASE(admission_queue_and_capacity) {
   BOOST_TEST((e.submit(huge).status().code() == StatusCode::kOutOfMemory));  // can never fit the budget
   std::vector<std::shared_ptr<RequestHandle>> hs;
   for (int i = 0; i < 3; ++i) hs.push_back(*e.submit(rq));
+  // Wait for the engine to admit the first (a fixed sleep flaked on a loaded host).
+  for (int i = 0; i < 500 && e.stats().slots_busy == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   auto st = e.stats();
   BOOST_TEST(st.slots_busy == 1);       // memory, not slots, limits admission
@@ -243,6 +245,43 @@ BOOST_AUTO_TEST_CASE(admission_queue_and_capacity) {
   }
   wait_idle(e);
   BOOST_TEST(e.stats().requests_refused >= 1u);
+}
+
+BOOST_AUTO_TEST_CASE(background_requests_yield_to_interactive_ones) {
+  // One slot: while A runs, background B then interactive C queue up; C is admitted first, and B's reply
+  // equals its reply alone.
+  StubModelConfig c = stub_config();
+  c.step_delay_us = 1000;
+  StubModel model(c);
+  EngineOptions o;
+  o.max_batch = 1;
+  o.prefix_cache_entries = 0;
+  Engine e(model, o);
+  std::mt19937_64 g(verify::test_seed(17));
+  GenerationRequest rq;
+  rq.sampling.temperature = 0;
+  rq.ignore_eos = true;
+  rq.max_tokens = 30;
+  GenerationRequest a = rq, b = rq, cr = rq;
+  a.prompt = random_prompt(g, 20);
+  b.prompt = random_prompt(g, 20);
+  cr.prompt = random_prompt(g, 20);
+  b.background = true;
+  Reply const b_alone = collect(*e.submit(b));
+  auto ha = *e.submit(a);
+  BOOST_REQUIRE(ha->wait_admitted(std::chrono::milliseconds(2000)));
+  auto hb = *e.submit(b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto hc = *e.submit(cr);
+  BOOST_REQUIRE(hc->wait_admitted(std::chrono::milliseconds(5000)));
+  // C took A's slot; B can only start ≥ 30 steps (30 ms) after C did.
+  BOOST_TEST(!hb->admitted(), "the background request was admitted before the interactive one");
+  Reply const rc = collect(hc);
+  BOOST_TEST(rc.tokens.size() == 30u);
+  Reply const rb = collect(hb);
+  BOOST_TEST(rb.tokens == b_alone.tokens);
+  collect(ha);
+  wait_idle(e);
 }
 
 BOOST_AUTO_TEST_CASE(queue_timeout_and_drain) {

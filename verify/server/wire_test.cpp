@@ -116,7 +116,7 @@ static std::string const kMsg = R"("messages":[{"role":"user","content":"hi"}])"
 BOOST_AUTO_TEST_CASE(valid_request_fields) {
   auto r = chat_ok("{" + kMsg + R"(,"model":"m","temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.05,"max_tokens":12,
       "seed":7,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,
-      "ignore_eos":true,"return_token_ids":true,"draft":false,"n":1})");
+      "ignore_eos":true,"return_token_ids":true,"draft":false,"n":1,"priority":"background"})");
   BOOST_TEST(r.model == "m");
   BOOST_TEST(r.sampling.temperature == 0.5f);
   BOOST_TEST(r.sampling.top_k == 40);
@@ -129,6 +129,10 @@ BOOST_AUTO_TEST_CASE(valid_request_fields) {
   BOOST_TEST(r.ignore_eos);
   BOOST_TEST(r.return_token_ids);
   BOOST_TEST(!r.draft);
+  BOOST_TEST(r.background);
+  BOOST_TEST(!chat_ok("{" + kMsg + R"(,"priority":"interactive"})").background);
+  BOOST_TEST(!chat_ok("{" + kMsg + R"(,"priority":-1})").background);
+  BOOST_TEST(chat_ok("{" + kMsg + R"(,"priority":3})").background);
   BOOST_TEST(r.render.thinking);       // thinking defaults to on
   BOOST_TEST(r.render.effort == 75);
   auto d = chat_ok(R"({"messages":[{"role":"developer","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
@@ -168,6 +172,7 @@ BOOST_AUTO_TEST_CASE(bad_requests_name_the_field) {
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})", "response_format.type"},
       {R"({"messages":[{"role":"user","content":"x"}],"seed":"abc"})", "seed"},
       {R"({"messages":[{"role":"user","content":"x"}],"model":42})", "model"},
+      {R"({"messages":[{"role":"user","content":"x"}],"priority":"urgent"})", "priority"},
   };
   for (auto const& c : cases) {
     ApiError e = chat_error(c.body);

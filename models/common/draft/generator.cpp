@@ -69,8 +69,8 @@ Result<std::vector<int32_t>> Generator::generate(SequenceState& state, std::span
     if (opts.grammar) {
       masks.assign(static_cast<size_t>((k + 1) * words), 0u);
       k = static_cast<int64_t>(opts.grammar->fill_draft_masks(d.tokens, masks.data()));
-      // A complete sentence with no EOS in the vocabulary allows nothing: the reply ends there, so the
-      // window stops before the first row that allows nothing (and the round is the last if it is row 0).
+      // A row that allows nothing ends the reply: the window stops before it (and the round is the last
+      // if it is row 0). GrammarVocabulary requires an EOS id and single-byte tokens, so this is defensive.
       auto empty_row = [&](int64_t r) {
         return std::all_of(masks.begin() + r * words, masks.begin() + (r + 1) * words, [](uint32_t w) { return w == 0; });
       };

@@ -48,6 +48,7 @@ enum DsmlHelper : int {
   kNumDsmlHelpers
 };
 inline constexpr int64_t kUnbounded = INT64_MAX;
+inline constexpr int64_t kInfBytes = int64_t{1} << 40;
 
 struct Node {
   NodeKind kind = NodeKind::kLiteral;
@@ -72,6 +73,7 @@ struct Node {
   // analysis
   int32_t min_frames = 0;  // smallest stack height this node needs to finish (∞ = INT32_MAX)
   bool nullable = false;
+  int64_t min_bytes = 0;   // fewest bytes of a complete value (ignoring max_depth; saturates at kInfBytes)
 };
 
 /// One open node. 32 bytes, no padding, compared and hashed as raw bytes.
@@ -152,6 +154,9 @@ void step_set(GrammarDef const& g, StateSet const& in, uint8_t b, StateSet& out)
 StateSet initial_state(GrammarDef const& g);
 /// True if some stack can end here.
 bool can_finish(GrammarDef const& g, StateSet const& s);
+/// A lower bound on the bytes that still have to follow before some stack of `s` can end (the
+/// heuristic of GrammarMatcher::shortest_completion's A* search); kInfBytes when none can.
+int64_t completion_bytes_lower_bound(GrammarDef const& g, StateSet const& s);
 
 /// Leaf frames (kString, kFreeText) step without looking below the top: 0 = consumed, 1 = consumed
 /// and finished, −1 = rejected.

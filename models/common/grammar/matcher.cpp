@@ -10,9 +10,11 @@
 ///     leaf depend only on the top frame: cache (inside mask, trie nodes where the leaf closes);
 ///     only the subtrees below the closing nodes are walked against the real stack below.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <queue>
+#include <tuple>
 
 #include "models/common/grammar/grammar_impl.hpp"
 
@@ -24,6 +26,11 @@ using namespace grammar_detail;
 // ------------------------------------------------------------------------------------
 
 GrammarVocabulary::~GrammarVocabulary() = default;
+
+bool GrammarVocabulary::needs_single_byte_token(uint8_t b) {
+  return b != 0xC0 && b != 0xC1 && b < 0xF5;  // the bytes valid UTF-8 can contain
+}
+
 size_t GrammarVocabulary::trie_nodes() const { return trie_->num_nodes(); }
 
 bool GrammarVocabulary::is_eos(int32_t id) const {
@@ -52,6 +59,23 @@ Result<std::shared_ptr<GrammarVocabulary const>> GrammarVocabulary::build(
                               " out of range");
     v->flags_[id] |= 2;
   }
+  // No dead state by construction (grammar.hpp): a complete sentence always has a stop token, and every
+  // byte a live state can continue with is a token of its own.
+  if (eos_ids.empty())
+    return invalid_argument(
+        "grammar vocabulary: no EOS id; a complete constrained reply would have no token to end with");
+  std::vector<uint8_t> single(256, 0);
+  for (int64_t i = 0; i < n; ++i)
+    if (token_bytes[i].size() == 1 && !(v->flags_[i] & 3))
+      single[static_cast<uint8_t>(token_bytes[i][0])] = 1;
+  for (int b = 0; b < 256; ++b)
+    if (needs_single_byte_token(static_cast<uint8_t>(b)) && !single[b]) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return invalid_argument(std::string("grammar vocabulary: no single-byte token for byte ") + hex +
+                              "; constrained decoding needs every byte of UTF-8 text as a token of its own "
+                              "(a byte-level BPE vocabulary)");
+    }
   v->bytes_ = std::move(token_bytes);
   v->eos_ = std::move(eos_ids);
   // Trie in DFS preorder from the sorted byte strings: token i adds nodes for the bytes past its
@@ -468,27 +492,24 @@ std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states
   State const& cur = *history_.back();
   if (cur.terminated) return std::nullopt;
   GrammarDef const& g = g_->def();
-  // Best-first search over byte extensions, cost = bytes so far + 16 · (frames of the shallowest
-  // stack): every open frame needs at least one more byte, so shallow states are expanded first.
+  // Weighted A* over byte extensions: cost = bytes so far + 2 · a lower bound on the bytes still
+  // needed (completion_bytes_lower_bound: open literals, closing brackets and quotes, missing required
+  // keys, parameters and items at their smallest values), ties to the longer prefix. The weight trades
+  // exactness (the result is at most twice the shortest) for few expansions where the bound is loose.
   struct Item {
     StateSet set;
     int32_t parent;
     uint8_t byte;
     int32_t len;
   };
-  auto height = [](StateSet const& st) {
-    uint32_t h = UINT32_MAX;
-    for (size_t i = 0; i < st.size(); ++i) h = std::min(h, st.off[i + 1] - st.off[i]);
-    return static_cast<int64_t>(h);
-  };
   std::vector<Item> items{{cur.set, -1, 0, 0}};
   std::unordered_map<std::string, int32_t> seen{{cur.set.key(), 0}};
-  using Entry = std::pair<int64_t, int32_t>;  // (cost, item), smallest first
+  using Entry = std::tuple<int64_t, int32_t, int32_t>;  // (cost, −length, item), smallest first
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> open;
-  open.push({16 * height(cur.set), 0});
+  open.push({2 * completion_bytes_lower_bound(g, cur.set), 0, 0});
   StateSet next;
   while (!open.empty()) {
-    int32_t const head = open.top().second;
+    int32_t const head = std::get<2>(open.top());
     open.pop();
     if (can_finish(g, items[head].set)) {
       std::string out;
@@ -502,7 +523,9 @@ std::optional<std::string> GrammarMatcher::shortest_completion(size_t max_states
       if (!seen.emplace(next.key(), static_cast<int32_t>(items.size())).second) continue;
       if (items.size() >= max_states) return std::nullopt;
       int32_t const len = items[head].len + 1;
-      open.push({len + 16 * height(next), static_cast<int32_t>(items.size())});
+      int64_t const rest = completion_bytes_lower_bound(g, next);
+      if (rest >= kInfBytes) continue;
+      open.push({len + 2 * rest, -len, static_cast<int32_t>(items.size())});
       items.push_back({next, head, static_cast<uint8_t>(b), len});
     }
   }

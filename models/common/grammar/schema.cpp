@@ -22,8 +22,12 @@
 ///   * `format`, `description`, `title`, `default`, `examples`, `$schema`, `$id`, `strict` are
 ///   ignored;
 ///     `pattern`, `patternProperties`, `multipleOf`, `prefixItems`, `not`, `if`, `uniqueItems:
-///     true`, `contains`, `minProperties`, `maxProperties`, `propertyNames`, `dependentRequired`
-///     are rejected with an error naming the keyword and its location.
+///     true`, `contains`, `minContains`, `maxContains`, `minProperties`, `maxProperties`,
+///     `propertyNames`, `dependentRequired`, `dependentSchemas`, `dependencies`,
+///     `unevaluatedProperties`, `unevaluatedItems`, `$dynamicRef`, `$recursiveRef` are rejected with
+///     an error naming the keyword and its location;
+///   * with a forbidden string (｜DSML｜ in tool arguments), const/enum values containing it are
+///     dropped (an error when none is left).
 #include <charconv>
 #include <cmath>
 #include <unordered_map>
@@ -160,6 +164,17 @@ int64_t get_count(json::object const& o, char const* key, std::string const& pat
   return static_cast<int64_t>(d);
 }
 
+void require_supported(json::object const& o, std::string const& path) {
+  for (char const* kw :
+       {"pattern", "patternProperties", "multipleOf", "prefixItems", "not", "if", "contains",
+        "minContains", "maxContains", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
+        "dependentSchemas", "dependencies", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
+    if (o.contains(kw))
+      fail(path, std::string("keyword \"") + kw + "\" is not supported by constrained decoding");
+  if (auto const* u = o.if_contains("uniqueItems"); u && u->is_bool() && u->get_bool())
+    fail(path, "keyword \"uniqueItems\": true is not supported by constrained decoding");
+}
+
 }  // namespace
 
 struct SchemaCompiler::Impl {
@@ -215,6 +230,15 @@ Result<json::value const*> SchemaCompiler::resolve(json::value const& schema,
     s = t;
   }
   return invalid_argument("schema error at " + path + ": $ref chain too long");
+}
+
+Status SchemaCompiler::check_supported(json::object const& schema, std::string const& path) {
+  try {
+    require_supported(schema, path);
+    return {};
+  } catch (CompileError const& e) {
+    return invalid_argument(e.msg);
+  }
 }
 
 int32_t SchemaCompiler::Impl::any() {
@@ -277,23 +301,26 @@ int32_t SchemaCompiler::Impl::compile(json::value const& s, std::string const& p
   }
   if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
   json::object const& o = s.get_object();
-  for (char const* kw :
-       {"pattern", "patternProperties", "multipleOf", "prefixItems", "not", "if", "contains",
-        "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas",
-        "unevaluatedProperties", "unevaluatedItems"})
-    if (o.contains(kw))
-      fail(path, std::string("keyword \"") + kw + "\" is not supported by constrained decoding");
-  if (auto const* u = o.if_contains("uniqueItems"); u && u->is_bool() && u->get_bool())
-    fail(path, "keyword \"uniqueItems\": true is not supported by constrained decoding");
+  require_supported(o, path);
   if (auto const* r = o.if_contains("$ref")) {
     if (!r->is_string()) fail(path + "/$ref", "must be a string");
     return compile_ref(std::string(r->get_string()), path);
   }
-  if (auto const* c = o.if_contains("const")) return g.literal(json_text(*c));
+  // const/enum values as compact JSON text; values containing the forbidden string (｜DSML｜ inside tool
+  // arguments) are never generated.
+  auto allowed = [&](std::string const& text) { return forbid.empty() || text.find(forbid) == std::string::npos; };
+  if (auto const* c = o.if_contains("const")) {
+    std::string text = json_text(*c);
+    if (!allowed(text)) fail(path + "/const", "the value contains \"" + forbid + "\", which DSML tool arguments cannot carry");
+    return g.literal(std::move(text));
+  }
   if (auto const* e = o.if_contains("enum")) {
     if (!e->is_array() || e->get_array().empty()) fail(path + "/enum", "must be a non-empty array");
     std::vector<std::string> values;
-    for (auto const& v : e->get_array()) values.push_back(json_text(v));
+    for (auto const& v : e->get_array())
+      if (std::string text = json_text(v); allowed(text)) values.push_back(std::move(text));
+    if (values.empty())
+      fail(path + "/enum", "every value contains \"" + forbid + "\", which DSML tool arguments cannot carry");
     return g.literal_set(std::move(values));
   }
   for (char const* kw : {"anyOf", "oneOf"}) {

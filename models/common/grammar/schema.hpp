@@ -8,6 +8,8 @@
 
 #include <boost/json/fwd.hpp>
 
+#include "tessera/core/status.hpp"
+
 #include "models/common/grammar/grammar_impl.hpp"
 
 namespace tessera::model::grammar_detail {
@@ -27,6 +29,9 @@ class SchemaCompiler {
   SchemaCompiler& operator=(SchemaCompiler const&) = delete;
   /// The node of a JSON value satisfying `schema`; `path` names it in errors (JSON pointer).
   Result<int32_t> compile(boost::json::value const& schema, std::string const& path);
+  /// Fails naming the first keyword of `schema` (itself, not its sub-schemas) that constrained
+  /// decoding does not support.
+  static Status check_supported(boost::json::object const& schema, std::string const& path);
   /// Follows $ref chains to the schema object they name.
   Result<boost::json::value const*> resolve(boost::json::value const& schema,
                                             std::string const& path);

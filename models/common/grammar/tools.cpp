@@ -97,9 +97,14 @@ Result<int32_t> raw_node(GrammarDef& g, SchemaCompiler& sc, json::value const& s
     admits = !o.contains("properties") && !o.contains("items");
   }
   if (!admits) return kNone;
+  // The counts the JSON path compiles (SchemaCompiler validated them: non-negative integral numbers).
   auto count = [&](char const* k, int64_t d) -> int64_t {
     auto const* v = o.if_contains(k);
-    return v && v->is_int64() && v->get_int64() >= 0 ? v->get_int64() : d;
+    if (!v) return d;
+    if (v->is_int64()) return v->get_int64();
+    if (v->is_uint64()) return static_cast<int64_t>(v->get_uint64());
+    if (v->is_double()) return static_cast<int64_t>(v->get_double());
+    return d;
   };
   return free_text(g, kParamEnd, count("minLength", 0), count("maxLength", kUnbounded));
 }
@@ -131,6 +136,13 @@ Result<int32_t> dsml_params(GrammarDef& g, json::value const& params, std::strin
   json::object const& o = s.get_object();
   if (auto const* t = o.if_contains("type"); t && !(t->is_string() && t->get_string() == "object"))
     return invalid_argument(path + "/type: tool parameters must be of type \"object\"");
+  // The parameter list is built from properties / required / additionalProperties alone: keywords that
+  // would constrain the object as a whole cannot be honoured here.
+  TESSERA_TRY(SchemaCompiler::check_supported(o, path));
+  for (char const* kw : {"anyOf", "oneOf", "allOf", "enum", "const"})
+    if (o.contains(kw))
+      return invalid_argument("schema error at " + path + ": keyword \"" + kw +
+                              "\" at the root of tool parameters is not supported by constrained decoding");
   auto const* props = o.if_contains("properties");
   if (props && !props->is_object())
     return invalid_argument(path + "/properties: must be an object");

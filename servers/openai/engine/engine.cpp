@@ -36,6 +36,10 @@ static double seconds_since(Clock::time_point t) {
 Engine::Engine(model::LanguageModel& model, EngineOptions options)
     : model_(model), info_(model.info()), options_(options) {
   vocab_ = info_.vocab_size;
+  for (int32_t id : options_.extra_eos_token_ids)
+    if (id >= 0 && id < vocab_ &&
+        std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), id) == info_.eos_token_ids.end())
+      info_.eos_token_ids.push_back(id);
   max_context_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, info_.max_context)
                                           : info_.max_context;
   if (options_.max_batch < 1) options_.max_batch = 1;
@@ -127,7 +131,15 @@ size_t Engine::used_bytes() const {
 
 void Engine::take_incoming() {
   std::lock_guard lk(mu_);
-  while (!incoming_.empty()) { waiting_.push_back(std::move(incoming_.front())); incoming_.pop_front(); }
+  // Waiting order: interactive requests FIFO, then background ones FIFO (admission takes the front).
+  while (!incoming_.empty()) {
+    auto& next = incoming_.front();
+    auto at = waiting_.end();
+    if (!next.second.background)
+      at = std::find_if(waiting_.begin(), waiting_.end(), [](auto const& w) { return w.second.background; });
+    waiting_.insert(at, std::move(next));
+    incoming_.pop_front();
+  }
 }
 
 void Engine::expire_waiting() {
@@ -420,7 +432,12 @@ Status Engine::sample_row(Slot& s, TokenEvent& ev) {
   std::vector<uint32_t> mask;
   if (s.req.constraint) {
     mask.assign(static_cast<size_t>(words), 0u);
+    auto const t0 = Clock::now();
     s.req.constraint->fill_mask(mask.data());
+    double const mask_s = seconds_since(t0);
+    std::lock_guard sl(stats_mu_);
+    ++stats_.grammar_masks_total;
+    stats_.grammar_mask_seconds_total += mask_s;
   }
   int32_t const k = std::max<int32_t>(s.req.top_logprobs, 0);
   int64_t prompt_off[2] = {0, static_cast<int64_t>(s.req.prompt.size())};

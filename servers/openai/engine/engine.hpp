@@ -50,6 +50,10 @@ struct EngineOptions {
   double queue_timeout_s = 60;         // waiting longer → kOverCapacity (503)
   int prefix_cache_entries = 32;       // snapshots kept (0 = no prefix cache)
   int64_t prefix_cache_min_tokens = 8; // shorter prefixes are not snapshotted
+  /// Stop tokens beyond the model's own EOS ids, merged into info().eos_token_ids: the tokenizer's
+  /// end-of-sentence token, which checkpoints whose config.json names no eos_token_id still end replies
+  /// with (spec/chat-format.md §1.4: id 1 is the only stop token). Out-of-vocabulary ids are dropped.
+  std::vector<int32_t> extra_eos_token_ids;
   /// A drafter over one slot's sequence state (null: no drafting; a null result: that slot decodes
   /// serially). Requests with draft = false never get one.
   std::function<std::unique_ptr<model::Drafter>(model::SequenceState&)> make_drafter;
@@ -69,6 +73,8 @@ struct EngineStats {
   uint64_t prefill_tokens_total = 0;    // prompt tokens actually run (the rest came from the cache)
   uint64_t cached_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
+  uint64_t grammar_masks_total = 0;        // constrained tokens: masks computed (one per sampled row)
+  double grammar_mask_seconds_total = 0;   // time spent computing them (TokenConstraint::fill_mask)
   uint64_t prefix_cache_hits = 0;
   uint64_t steps_total = 0;
   int prefix_cache_entries = 0;
@@ -103,6 +109,7 @@ class Engine {
   void stop();
 
   EngineStats stats() const;
+  /// The model's info with eos_token_ids extended by EngineOptions::extra_eos_token_ids.
   model::ModelInfo const& info() const { return info_; }
   int64_t max_context() const { return max_context_; }
   EngineOptions const& options() const { return options_; }

@@ -52,6 +52,7 @@ struct GenerationRequest {
   std::shared_ptr<TokenConstraint> constraint;
   double timeout_s = 0;                 // 0 = none; wall clock from submit
   bool draft = true;                    // accepted for speculative decoding; serial decoding either way
+  bool background = false;              // admitted after every waiting interactive request (same reply)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kTimeout, kError, kOverCapacity };

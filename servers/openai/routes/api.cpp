@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <tuple>
 
 #include <boost/json.hpp>
 
@@ -190,6 +191,15 @@ HttpResponse Api::metrics() const {
   series("prefix_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", double(s.prefix_cache_hits));
   series("cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens_total));
   series("num_requests_refused_total", "counter", "Requests refused for capacity or drain.", double(s.requests_refused));
+  // Constrained decoding: mean mask cost per constrained token = seconds_total / masks_total.
+  for (auto const& [name, help, v] : {std::tuple<char const*, char const*, double>{
+           "grammar_masks_total", "Token masks computed for constrained decoding (one per constrained token).",
+           double(s.grammar_masks_total)},
+       {"grammar_mask_seconds_total", "Time spent computing constrained-decoding token masks.", s.grammar_mask_seconds_total}}) {
+    std::snprintf(buf, sizeof buf, "# HELP tessera:%s %s\n# TYPE tessera:%s counter\ntessera:%s{%s} %.17g\n", name, help, name,
+                  name, label.c_str(), v);
+    out += buf;
+  }
   if (s.drafting) {
     // Speculative decoding, under vLLM's spec_decode names (only when a drafter is configured).
     series("spec_decode_num_drafts_total", "counter", "Decode rows that verified at least one draft token.",

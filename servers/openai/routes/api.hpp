@@ -70,7 +70,8 @@ struct ServedModel {
   TextCodec const* codec = nullptr;
   ChatFormat const* chat = nullptr;
   OutputParserFactory parser = nullptr;
-  std::shared_ptr<ConstraintFactory const> constraints;  // null = response_format / tool_choice unconstrained
+  std::shared_ptr<ConstraintFactory const> constraints;  // null: constrained requests get a 400 naming…
+  std::string constraints_off_reason;                    // … this reason
   Engine* engine = nullptr;
 };
 
@@ -82,6 +83,7 @@ struct ApiOptions {
   double request_timeout_s = 600;             // per request, from arrival (0 = none)
   int retry_after_s = 5;                      // Retry-After on 503
   bool cors = false;                          // Access-Control-Allow-Origin: * (off unless asked)
+  bool reasoning_alias = false;               // also emit reasoning text as `reasoning` (vLLM / OpenRouter clients)
 };
 
 class Api {

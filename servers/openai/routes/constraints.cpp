@@ -36,6 +36,11 @@ class GrammarConstraint final : public TokenConstraint {
 
 }  // namespace
 
+bool wants_constraint(ApiRequest const& r) {
+  return r.chat && (r.tool_choice == "required" || r.tool_choice == "function" || r.response_format == "json_schema" ||
+                    r.response_format == "json_object");
+}
+
 Result<std::shared_ptr<ConstraintFactory const>> ConstraintFactory::create(TextCodec const& codec, std::vector<int32_t> const& eos_ids) {
   std::vector<std::string> bytes(static_cast<size_t>(codec.vocab_size()));
   for (int64_t v = 0; v < codec.vocab_size(); ++v) bytes[v] = codec.token_bytes(static_cast<int32_t>(v));

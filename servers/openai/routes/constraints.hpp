@@ -15,6 +15,10 @@
 
 namespace tessera::server {
 
+/// True when the request asks for constrained decoding: a chat request with response_format json_object /
+/// json_schema or tool_choice required / named.
+bool wants_constraint(ApiRequest const& r);
+
 class ConstraintFactory {
  public:
   /// Builds the byte trie of the vocabulary once. Special tokens are never allowed in constrained text

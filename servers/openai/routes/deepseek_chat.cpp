@@ -97,4 +97,9 @@ std::unique_ptr<OutputParser> make_deepseek_output_parser(bool thinking, bool /*
   return std::make_unique<DeepseekOutputParser>(thinking);
 }
 
+std::vector<int32_t> tokenizer_eos_ids(TextCodec const& codec) {
+  if (auto id = codec.special_id("<｜end▁of▁sentence｜>")) return {*id};
+  return {};
+}
+
 }  // namespace tessera::server

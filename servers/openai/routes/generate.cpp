@@ -58,6 +58,17 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
     resp.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
     return resp;
   }
+  // The constraint first: a schema the grammar cannot compile is a 400 whatever the prompt.
+  std::shared_ptr<TokenConstraint> constraint;
+  if (model_.constraints) {
+    auto c = model_.constraints->for_request(r);
+    if (auto* e = std::get_if<ApiError>(&c)) return error_response(*e);
+    constraint = std::get<std::shared_ptr<TokenConstraint>>(c);
+  } else if (wants_constraint(r)) {
+    return error_response(err(400, "this server cannot constrain decoding (" + model_.constraints_off_reason +
+                                       "): response_format json_object/json_schema and tool_choice required/named are unavailable",
+                              "invalid_request_error", {}, r.response_format == "text" ? "tool_choice" : "response_format"));
+  }
   // Prompt ids.
   std::vector<int32_t> prompt;
   if (chat) {
@@ -95,11 +106,8 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   g.timeout_s = options_.request_timeout_s;
   g.draft = r.draft;
-  if (model_.constraints) {
-    auto c = model_.constraints->for_request(r);
-    if (auto* e = std::get_if<ApiError>(&c)) return error_response(*e);
-    g.constraint = std::get<std::shared_ptr<TokenConstraint>>(c);
-  }
+  g.background = r.background;
+  g.constraint = std::move(constraint);
   auto submitted = model_.engine->submit(std::move(g));
   if (!submitted.ok()) {
     if (submitted.status().code() == StatusCode::kOutOfMemory) {
@@ -211,7 +219,10 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
       json::object choice{{"index", 0}};
       if (chat) {
         json::object delta;
-        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.reasoning.empty()) {
+          delta["reasoning_content"] = d.reasoning;
+          if (options_.reasoning_alias) delta["reasoning"] = d.reasoning;
+        }
         if (!d.content.empty()) delta["content"] = d.content;
         choice["delta"] = std::move(delta);
         choice["logprobs"] = lps && !lps->empty() ? json::value(json::object{{"content", *lps}, {"refusal", nullptr}}) : json::value(nullptr);
@@ -355,7 +366,10 @@ std::optional<HttpResponse> Api::generate(HttpRequest const& hreq, Connection& c
   json::object choice{{"index", 0}, {"finish_reason", finish}};
   if (chat) {
     json::object msg{{"role", "assistant"}, {"content", calls.empty() || !content.empty() ? json::value(content) : json::value(nullptr)}};
-    if (thinking) msg["reasoning_content"] = reasoning;
+    if (thinking) {
+      msg["reasoning_content"] = reasoning;
+      if (options_.reasoning_alias) msg["reasoning"] = reasoning;
+    }
     if (!calls.empty()) {
       json::array tcs;
       for (auto const& c : calls)

@@ -231,6 +231,14 @@ std::optional<ApiError> read_common(json::object const& body, RequestLimits cons
   TRY_FIELD(get_bool(body, "ignore_eos", r.ignore_eos));
   TRY_FIELD(get_bool(body, "return_token_ids", r.return_token_ids));
   TRY_FIELD(get_bool(body, "draft", r.draft));
+  if (auto p = body.find("priority"); p != body.end() && !p->value().is_null()) {
+    json::value const& v = p->value();
+    if (v.is_string() && (v.get_string() == "background" || v.get_string() == "low")) r.background = true;
+    else if (v.is_string() && (v.get_string() == "interactive" || v.get_string() == "normal" || v.get_string() == "auto" ||
+                               v.get_string() == "default")) r.background = false;
+    else if (v.is_int64() || v.is_uint64()) r.background = v.is_uint64() || v.get_int64() > 0;  // vLLM: lower is earlier
+    else return bad("priority", "'priority' must be \"interactive\", \"background\" or an integer (lower runs first)");
+  }
   return std::nullopt;
 }
 

@@ -61,6 +61,7 @@ struct ApiRequest {
   bool ignore_eos = false;
   bool return_token_ids = false;
   bool draft = true;
+  bool background = false;                // priority "background" (or a vLLM-style integer > 0)
 };
 
 using ParsedBody = std::variant<boost::json::object, ApiError>;

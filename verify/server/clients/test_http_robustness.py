@@ -314,7 +314,22 @@ def test_golden_tiny_model(srv):
         assert [o["choices"][0]["token_ids"] for o in out] == [solo[k % 4] for k in range(8)]
 
 
+def test_cors_only_when_asked(srv):
+    _, h, _ = srv.request("GET", "/v1/models")
+    assert "access-control-allow-origin" not in h, h
+    s, _, _ = srv.request("OPTIONS", CHAT)
+    assert s in (404, 405), s
+    with harness.Server(EXE, "--cors") as cors:
+        s, h, _ = cors.request("GET", "/v1/models")
+        assert s == 200 and h.get("access-control-allow-origin") == "*", h
+        s, h, _ = cors.request("OPTIONS", CHAT, headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST"})
+        assert s == 204 and "POST" in h.get("access-control-allow-methods", ""), (s, h)
+
+
 def test_metrics_and_health(srv):
+    s, _, b = srv.request("POST", CHAT, {"messages": msgs("json"), "max_tokens": 8, "response_format": {"type": "json_object"},
+                                         "thinking": {"type": "disabled"}})
+    assert s == 200, b
     s, h, b = srv.request("GET", "/metrics")
     text = b.decode()
     assert s == 200 and h["content-type"].startswith("text/plain")
@@ -324,6 +339,8 @@ def test_metrics_and_health(srv):
         assert name in text, name
     gen = [l for l in text.splitlines() if l.startswith("vllm:generation_tokens_total{")]
     assert float(gen[0].split()[-1]) > 0
+    series = {l.split("{")[0]: float(l.split()[-1]) for l in text.splitlines() if l.startswith("tessera:grammar_mask")}
+    assert series["tessera:grammar_masks_total"] >= 1 and series["tessera:grammar_mask_seconds_total"] > 0, series
     hl = srv.health()
     for k in ["status", "slots_total", "slots_busy", "queue", "requests_running", "requests_total"]:
         assert k in hl, k

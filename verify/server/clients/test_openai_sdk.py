@@ -113,6 +113,23 @@ def test_reasoning_on_off(srv):
     assert off.choices[0].message.content == "Let me think about it.The answer is 391."
 
 
+def test_reasoning_field_alias(srv):
+    # --reasoning-field: the reasoning text also as `reasoning` (message and deltas); off by default.
+    plain = client(srv).chat.completions.create(model=MODEL, messages=user("[[think]] alias off"), max_tokens=100)
+    assert "reasoning" not in (plain.choices[0].message.model_extra or {})
+    with harness.Server(EXE, "--reasoning-field") as aliased:
+        c = client(aliased)
+        m = c.chat.completions.create(model=MODEL, messages=user("[[think]] alias"), max_tokens=100).choices[0].message
+        assert m.model_extra["reasoning"] == m.model_extra["reasoning_content"] == "Let me think about it.", m
+        streamed = ""
+        for ch in c.chat.completions.create(model=MODEL, messages=user("[[think]] alias stream"), max_tokens=100, stream=True):
+            for choice in ch.choices:
+                extra = choice.delta.model_extra or {}
+                assert extra.get("reasoning") == extra.get("reasoning_content"), extra
+                streamed += extra.get("reasoning") or ""
+        assert streamed == "Let me think about it."
+
+
 def test_tool_calls_non_streamed(srv):
     r = client(srv).chat.completions.create(model=MODEL, messages=user("[[tool]] weather in Beijing?"), tools=TOOLS, max_tokens=300)
     ch = r.choices[0]

@@ -44,10 +44,18 @@ struct LeafCache;
 }  // namespace grammar_detail
 
 /// Token id → raw bytes, as a byte trie. Built once per tokenizer and shared by every grammar.
+///
+/// No dead states: the automaton only keeps stacks that can still finish (and starts nested values only
+/// when they fit under max_depth), so every live state that is not complete has a next byte; `build`
+/// requires a single-byte token for every byte UTF-8 text can contain and at least one EOS id, so a
+/// mask is never empty: an incomplete state allows at least the single-byte token of some next byte,
+/// a complete one allows EOS.
 class GrammarVocabulary {
  public:
+  /// Fails (kInvalidArgument) without an EOS id or without a single-byte token for some byte that
+  /// needs_single_byte_token() names.
   /// \param token_bytes raw bytes of each id (the ByteLevel decoding); empty = never allowed
-  /// \param eos_ids     stop tokens: allowed only when the grammar is complete
+  /// \param eos_ids     stop tokens (at least one): allowed only when the grammar is complete
   /// \param excluded_ids ids never allowed as bytes (BOS, pad, role and other special tokens whose
   /// text
   ///                    must not appear inside constrained output). EOS ids are excluded
@@ -66,6 +74,9 @@ class GrammarVocabulary {
   grammar_detail::LeafCache& leaf_cache() const { return *leaf_cache_; }
   /// Nodes of the byte trie (shared prefixes of the allowed tokens).
   size_t trie_nodes() const;
+  /// Bytes that must be tokens of their own: all but 0xC0, 0xC1 and 0xF5–0xFF, which no grammar emits
+  /// (its literals, keys, strings and free text are valid UTF-8).
+  static bool needs_single_byte_token(uint8_t b);
   ~GrammarVocabulary();
 
  private:
@@ -155,10 +166,10 @@ class GrammarMatcher {
   bool is_complete() const;
   /// True after EOS was accepted.
   bool is_terminated() const;
-  /// A short byte string that completes the grammar from here (best-first search over bytes
-  /// preferring shallow stacks, at most `max_states` distinct states); nullopt if none was found
-  /// within the budget. Lets a caller close a constrained reply that runs out of tokens, and lets
-  /// tests steer walks to an end.
+  /// A short byte string that completes the grammar from here (weighted A* over bytes guided by a
+  /// lower bound on the bytes still needed: at most twice the shortest; at most `max_states`
+  /// distinct states); nullopt if none was found within the budget. Lets a caller close a
+  /// constrained reply that runs out of tokens, and lets tests steer walks to an end.
   std::optional<std::string> shortest_completion(size_t max_states = 200000) const;
   /// Speculative decoding: writes the masks of the current position and of the positions after each
   /// draft token, stopping at the first draft token the grammar rejects; the matcher is left
