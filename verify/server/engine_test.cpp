@@ -298,6 +298,9 @@ BOOST_AUTO_TEST_CASE(queue_timeout_and_drain) {
   rq.max_tokens = 40;
   rq.ignore_eos = true;
   auto a = *e.submit(rq);
+  // a must be running before b queues: on a loaded host a itself could otherwise wait out the 50 ms.
+  BOOST_REQUIRE(a->wait_admitted(std::chrono::milliseconds(5000)));
+  BOOST_REQUIRE(a->admitted());
   auto b = *e.submit(rq);
   BOOST_TEST((collect(b).finish == FinishReason::kOverCapacity));  // waited > 50 ms behind a 200 ms request
   BOOST_TEST(collect(a).tokens.size() == 40u);
