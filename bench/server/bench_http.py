@@ -20,6 +20,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -173,8 +174,13 @@ def main():
                     f.write(json.dumps(r) + "\n")
     finally:
         if proc:
-            proc.terminate()
-            proc.wait(timeout=30)
+            proc.terminate()  # drains; a server stuck in a long forward step is killed after 30 s
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

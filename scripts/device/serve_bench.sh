@@ -12,7 +12,7 @@
 # cannot load a BPE tokenizer.json, so the server runs the byte-level stand-in tokenizer (ids 0–255 bytes +
 # the DeepSeek special tokens): one token per byte, and the grammar vocabulary is that small one — the
 # 129,280-token mask cost is the CPU measurement of bench/grammar (bench/RESULTS.md).
-# Knobs: LEVELS (1,4,16,64), MAX_TOKENS (32), REQS (requests per stream, 1), BENCH_TIMEOUT (s per run, 130);
+# Knobs: LEVELS (1,4,16,64), MAX_TOKENS (32), REQS (requests per stream, 1), BENCH_TIMEOUT (s per run, 170);
 # DEVICE=cpu B=build runs the same phases on a CPU build (a dry run of this script off the device).
 cd "$(dirname "$0")/../.." || exit 1
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -24,7 +24,7 @@ DEVICE=${DEVICE:-cuda}
 LEVELS=${LEVELS:-1,4,16,64}
 MAX_TOKENS=${MAX_TOKENS:-32}
 REQS=${REQS:-1}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-130}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-170}
 G=$TESSERA_SHARED_DIR/golden/v41-tiny/fp32
 mkdir -p "$OUT"
 

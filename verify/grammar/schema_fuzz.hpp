@@ -354,7 +354,8 @@ inline FuzzWalk fuzz_walk(model::GrammarMatcher m, model::GrammarVocabulary cons
     BOOST_REQUIRE_MESSAGE(eos_allowed == complete, what << ": EOS allowed " << eos_allowed << " but complete "
                                                         << complete << " after \"" << escaped(r.text) << "\"");
     BOOST_REQUIRE_MESSAGE(complete || single_byte,
-                          what << ": no single-byte token allowed in an incomplete state after \"" << escaped(r.text) << "\"");
+                          what << ": no single-byte token allowed in an incomplete state after \""
+                               << escaped(r.text) << "\"");
     for (int k = 0; k < 6; ++k) {  // sampled mask bits against accept_token
       int32_t const id = k < 3 ? allowed[rng() % allowed.size()] : static_cast<int32_t>(rng() % v.size());
       bool const bit = (mask[id >> 5] >> (id & 31)) & 1;

@@ -155,8 +155,11 @@ StateSet initial_state(GrammarDef const& g);
 /// True if some stack can end here.
 bool can_finish(GrammarDef const& g, StateSet const& s);
 /// A lower bound on the bytes that still have to follow before some stack of `s` can end (the
-/// heuristic of GrammarMatcher::shortest_completion's A* search); kInfBytes when none can.
+/// heuristic of GrammarMatcher::shortest_completion's A* search); kInfBytes when none can
+/// (completion.cpp).
 int64_t completion_bytes_lower_bound(GrammarDef const& g, StateSet const& s);
+/// Fills Node::min_bytes of every node (a fixpoint; called by GrammarDef::finalize).
+void compute_min_bytes(GrammarDef& g);
 
 /// Leaf frames (kString, kFreeText) step without looking below the top: 0 = consumed, 1 = consumed
 /// and finished, −1 = rejected.

@@ -311,7 +311,8 @@ int32_t SchemaCompiler::Impl::compile(json::value const& s, std::string const& p
   auto allowed = [&](std::string const& text) { return forbid.empty() || text.find(forbid) == std::string::npos; };
   if (auto const* c = o.if_contains("const")) {
     std::string text = json_text(*c);
-    if (!allowed(text)) fail(path + "/const", "the value contains \"" + forbid + "\", which DSML tool arguments cannot carry");
+    if (!allowed(text))
+      fail(path + "/const", "the value contains \"" + forbid + "\", which DSML tool arguments cannot carry");
     return g.literal(std::move(text));
   }
   if (auto const* e = o.if_contains("enum")) {
