@@ -26,7 +26,7 @@ Status MhcMix<Backend::kCpu>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exec
     std::vector<float> scratch(static_cast<size_t>(n * d.dim + (2 + n) * n));
     for (int64_t r = b; r < e; ++r)
       ref::mhc_mix_row(&a.x(r, 0), a.fn.data, a.base.data, a.scale.data, n, d.dim, d.sinkhorn_iters, d.hc_eps,
-                       d.norm_eps, &a.pre(r, 0), &a.post(r, 0), &a.comb(r, 0), scratch.data());
+                       d.norm_eps, d.md, &a.pre(r, 0), &a.post(r, 0), &a.comb(r, 0), scratch.data());
   }, 4);
   return {};
 }

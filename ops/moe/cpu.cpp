@@ -35,7 +35,7 @@ Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a
     for (int64_t r = b; r < e; ++r) {
       a.cutoff_tie(r) = ref::moe_route_row(&a.x(r, 0), a.gate.data, a.bias.data, d.experts, d.dim, d.top_k, d.gate_temp,
                                            d.norm_top_k, d.routed_scale, &a.ids(r, 0), &a.weights(r, 0),
-                                           a.expert_mask.data);
+                                           a.expert_mask.data, d.md);
       if (d.prune_top_p < 1.f)
         ref::moe_prune_row(&a.ids(r, 0), &a.weights(r, 0), d.top_k, d.prune_top_p, d.prune_min_k, d.prune_renorm);
     }
