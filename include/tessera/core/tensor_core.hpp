@@ -13,9 +13,10 @@
 /// fraction bits below 2^E are kept. The truncated terms are added exactly and the sum is rounded toward zero
 /// to fp32 once. The GEMM output is then →bf16 (round to nearest even) from the final d.
 /// This is the adder model of Khattak & Mikaitis, "Accurate models of NVIDIA tensor cores" (2025; H100 = H200:
-/// fma size 16, 2 extra alignment bits, round toward zero). On golden/v41-tiny it reproduces every bf16 linear,
-/// expert, grouped-projection and attention matmul output of the golden engine's one-shot forward (prompt 4,
-/// all layers) bit for bit; blocks of 8 or 32, 23 or 24 alignment bits, or cuBLAS's fp32 order do not.
+/// fma size 16, 2 extra alignment bits, round toward zero). On golden/v41-tiny the bf16 model built on it
+/// reproduces every module output of the golden engine's prompt-4 debug forward and the full_logits of prompts
+/// 0-5 bit for bit; blocks of 8 or 32 (hundreds of differing module outputs), 24 alignment bits (full_logits
+/// differ on 25 argmaxes) or cuBLAS's fp32 order do not. 26 or more bits cannot be told apart from 25 there.
 ///
 /// Exactness: |p_i| < 4·2^(e_i) and |c| < 2·2^(e_c), so each truncated term is m·q with |m| < 2^27 and the 17
 /// terms sum to |Σ m| < 2^32 (exact in int64); bf16 × bf16 products are exact in fp64 (16 significant bits) and
