@@ -10,6 +10,7 @@ namespace tessera::ops {
 
 Status MhcMix<Backend::kCpu>::check(MhcMixDesc const& d, MhcMixArgs const& a) {
   int64_t n = d.streams, nm = (2 + n) * n;
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.sinkhorn_iters >= 1, "mhc sinkhorn_iters must be >= 1");
   TESSERA_TRY(check_shape(a.x, {d.rows, n * d.dim}, "mhc_mix x"));
   TESSERA_TRY(check_shape(a.fn, {nm, n * d.dim}, "mhc_mix fn"));

@@ -12,6 +12,7 @@
 namespace tessera::ops {
 
 Status MoeRoute<Backend::kCpu>::check(MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_route x"));
   TESSERA_TRY(check_shape(a.gate, {d.experts, d.dim}, "moe_route gate"));

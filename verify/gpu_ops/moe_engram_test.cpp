@@ -76,7 +76,7 @@ std::vector<float> sorted_biased(float const* x, std::vector<float> const& gate,
                                  ops::MoeRouteDesc const& d) {
   std::vector<float> v(d.experts);
   for (int64_t e = 0; e < d.experts; ++e)
-    v[e] = std::sqrt(ref::softplus(ref::dot(x, &gate[e * d.dim], d.dim) / d.gate_temp)) + bias[e];
+    v[e] = std::sqrt(ref::softplus(ref::dot(x, &gate[e * d.dim], d.dim) / d.gate_temp, d.md)) + bias[e];
   std::sort(v.begin(), v.end(), std::greater<>());
   return v;
 }
@@ -91,15 +91,17 @@ BOOST_AUTO_TEST_CASE(moe_route_matches_cpu) {
   auto bias = randn(experts, seed + 2, 0.05f);
   std::vector<uint8_t> mask(experts, 0);
   for (int64_t e : {3, 17, 18, 60}) mask[e] = 1;
+  for (DType const md : {DType::kF32, DType::kBf16})  // md selects softplus's arithmetic
   for (int64_t k : {1, 6})
     for (float top_p : {1.f, 0.6f})
       for (bool use_mask : {false, true})
         for (bool renorm : {true, false}) {
-          ops::MoeRouteDesc d{rows, experts, dim, k, 1.3f, 2.5f, true, top_p, 2, renorm};
+          ops::MoeRouteDesc d{rows, experts, dim, k, 1.3f, 2.5f, true, top_p, 2, renorm, md};
           auto const& m = use_mask ? mask : std::vector<uint8_t>{};
           auto cpu = route(false, d, x, gate, bias, m);
           auto gpu = route(true, d, x, gate, bias, m);
-          BOOST_TEST_INFO("k=" << k << " top_p=" << top_p << " mask=" << use_mask << " renorm=" << renorm);
+          BOOST_TEST_INFO("k=" << k << " top_p=" << top_p << " mask=" << use_mask << " renorm=" << renorm
+                                 << " md=" << dtype_name(md));
           for (int64_t r = 0; r < rows; ++r) {
             bool same = std::equal(&cpu.ids[r * k], &cpu.ids[r * k] + k, &gpu.ids[r * k]);
             if (!same) {

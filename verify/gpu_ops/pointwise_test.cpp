@@ -159,13 +159,14 @@ BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
 
 BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
   uint64_t const seed = test_seed(514);
+  for (DType const md : {DType::kF32, DType::kBf16})  // md selects exp's arithmetic (fmath::exp_rn / expf)
   for (int64_t dim : {64, 1000}) {
     int64_t const rows = 6, n = 4, nd = n * dim, nm = (2 + n) * n;
     auto x = randn(static_cast<size_t>(rows * nd), seed + dim, 1.5f);
     auto fn = randn(static_cast<size_t>(nm * nd), seed + 2, 0.05f);
     auto base = randn(static_cast<size_t>(nm), seed + 3, 0.5f);
     std::vector<float> scale = {0.7f, 1.3f, 2.1f};
-    ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f};
+    ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f, md};
     std::vector<float> pre(rows * n), post(rows * n), comb(rows * n * n);
     ExecContext cctx;
     run_ok<ops::MhcMix>(cctx, d, ops::MhcMixArgs{TensorView<float const, 2>(x.data(), {rows, nd}),
@@ -188,7 +189,7 @@ BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
     };
     mix(0, rows, dx, dpre, dpost, dcomb);
     auto gpre = dpre.get(), gpost = dpost.get(), gcomb = dcomb.get();
-    BOOST_TEST_INFO("dim=" << dim);
+    BOOST_TEST_INFO("dim=" << dim << " md=" << dtype_name(md));
     BOOST_TEST(max_rel_diff(gpre, pre) <= kMixRelTol);
     BOOST_TEST(max_rel_diff(gpost, post) <= kMixRelTol);
     BOOST_TEST(max_rel_diff(gcomb, comb) <= kMixRelTol);
