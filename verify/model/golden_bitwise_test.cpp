@@ -6,9 +6,10 @@
 ///     layer fed the golden's own input (out0/out1 of the previous layer pinned), equals the golden's debug.*
 ///     tensor: each layer's arithmetic is the golden's, independently of the others;
 ///   - one forward over prompt + gen_manual gives the golden's full_logits bit for bit on every row of prompts
-///     0-5. Prompts 6 and 7 differ after a single bf16 probability one ulp apart (prompt 6: layer 1, row 139):
-///     the golden engine lays out a one-shot forward's compressed entries after all of its tokens, so their
-///     softmax lanes depend on the forward's length, which no row-invariant layout can follow.
+///     0-5. Prompts 6 and 7 differ after a single bf16 probability one ulp apart (layer 1 row 139, layer 3
+///     row 40): the golden engine lays out a one-shot forward's compressed entries and sink after all of its
+///     tokens, so their softmax lanes depend on the forward's length, which no row-invariant layout can follow
+///     (with that layout all 8 prompts match on every row).
 #include <boost/test/unit_test.hpp>
 
 #include <bit>
