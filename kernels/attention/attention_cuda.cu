@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the CSA2 attention family (include/tessera/ops/attention.hpp, spec/deepseek-v41.md
 /// §2.5.5), the arithmetic of ref/attention_ref.hpp step for step:
-///   l_u = →md(→md(q_h·k_u)·scale)   (q_h·k_u one sequential FMA chain over the head dim)
-///   m = max(σ_h, max_u l_u);  e_u = fmath::exp_rn(l_u − m);  s = ((e_0 + e_1) + …) + fmath::exp_rn(σ_h − m)  (in key order)
-///   p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i])  (one sequential FMA chain over the row's keys).
+///   l_u = →md(→md(q_h·k_u)·scale);  m = max(σ_h, max_u l_u);  e_u = exp(l_u − m);
+///   s = Σ_u e_u + exp(σ_h − m);  p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i]).
+/// fp32: q_h·k_u and Σ_u p_u·k_u are sequential FMA chains, exp is fmath::exp_rn, s is summed in key order with
+/// the sink last. bf16: both products in ref::dot_tc's tensor-core blocks (P·V on the keys' logit-row columns,
+/// key_cols, via tc::BlockAcc::step_at), exp is the device's expf, s is ref::warp_softmax_sum over key_cols and
+/// the sink's column (device::WarpSoftmaxSum).
 /// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
 /// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
-/// is one thread walking the tile in key order, and thread t owns output channels t, t+kThreads, ….
+/// is one thread walking the tiles in key order, and thread t owns output channels t, t+kThreads, ….
 /// Rows with more than kTile keys recompute the logits per pass (the same bits each time), so a row's
 /// result never depends on the tile size, the other rows or the launch shape. No atomics.
 #include <cuda_runtime.h>
@@ -37,6 +40,8 @@ struct AttentionParams {
   float const* sinks = nullptr;        // [heads]
   float* out = nullptr;                // [rows, heads·hd], row stride out_stride
   float* probs = nullptr;              // optional [heads, nnz], row stride probs_stride
+  int32_t const* key_cols = nullptr;   // bf16: [nnz] logit-row column of each listed key (null: the listed index)
+  int32_t const* sink_cols = nullptr;  // bf16: [rows] the sink's column (null: the row's key count)
   int64_t q_stride = 0, key_stride = 0, out_stride = 0, probs_stride = 0;
   int64_t rows = 0, heads = 0, hd = 0, num_keys = 0, nnz = 0;
   float scale = 0.f;
@@ -50,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   extern __shared__ float q_s[];           // [hd]
   __shared__ float l_s[kTile];             // logits, then exps, then probabilities of the current tile
   __shared__ int32_t id_s[kTile];          // key ids of the current tile (−1 = out of range)
+  __shared__ int32_t col_s[kTile];         // bf16: their logit-row columns
   __shared__ float red_s[kThreads / 32];
   __shared__ float sum_s;
 
@@ -75,13 +81,22 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       int32_t id = p.key_ids[k0 + t0 + u];
       float l = NAN;
       if (id >= 0 && id < p.num_keys) {
-        float const d = device::fma_dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
+        float d;
+        if (p.bf16) {
+          tc::BlockAcc acc;
+          float const* k = p.keys + id * p.key_stride;
+          for (int64_t i = 0; i < p.hd; ++i) acc.step(q_s[i], k[i]);
+          d = acc.value();
+        } else {
+          d = device::fma_dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
+        }
         l = round_md(__fmul_rn(round_md(d, p.bf16), p.scale), p.bf16);
       } else {
         id = -1;
       }
       id_s[u] = id;
       l_s[u] = l;
+      if (p.bf16) col_s[u] = p.key_cols ? p.key_cols[k0 + t0 + u] : static_cast<int32_t>(t0 + u);
     }
   };
   auto tile_len = [&](int64_t t) { return static_cast<int>(nk - t * kTile < kTile ? nk - t * kTile : kTile); };
@@ -100,32 +115,47 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   mx = sink;
   for (int w = 0; w < kThreads / 32; ++w) mx = fmaxf(mx, red_s[w]);
 
-  // Pass 2: e_u = fmath::exp_rn(l_u − m) and s = Σ_u e_u + fmath::exp_rn(σ_h − m), one thread in key order.
+  // Pass 2: e_u = exp(l_u − m) and s = Σ_u e_u + exp(σ_h − m), one thread in key order (bf16: in the lanes of
+  // the keys' columns, the sink in its column last).
   float sum = 0.f;
+  device::WarpSoftmaxSum lanes;
   for (int64_t t = 0; t < ntiles; ++t) {
     int const len = tile_len(t);
     if (ntiles > 1) {
       __syncthreads();
       logits_tile(t * kTile, len);
     }
-    for (int u = tid; u < len; u += kThreads) l_s[u] = fmath::exp_rn(__fsub_rn(l_s[u], mx));
+    for (int u = tid; u < len; u += kThreads) l_s[u] = device::exp_md(__fsub_rn(l_s[u], mx), p.bf16);
     __syncthreads();
-    if (tid == 0)
-      for (int u = 0; u < len; ++u) sum = __fadd_rn(sum, l_s[u]);
+    if (tid == 0) {
+      if (p.bf16)
+        for (int u = 0; u < len; ++u) lanes.add(col_s[u], l_s[u]);
+      else
+        for (int u = 0; u < len; ++u) sum = __fadd_rn(sum, l_s[u]);
+    }
   }
-  if (tid == 0) sum_s = __fadd_rn(sum, fmath::exp_rn(__fsub_rn(sink, mx)));
+  if (tid == 0) {
+    float const es = device::exp_md(__fsub_rn(sink, mx), p.bf16);
+    if (p.bf16) {
+      lanes.add(p.sink_cols ? p.sink_cols[row] : nk, es);
+      sum_s = lanes.value();
+    } else {
+      sum_s = __fadd_rn(sum, es);
+    }
+  }
   __syncthreads();
   sum = sum_s;
 
-  // Pass 3: p_u = →md(e_u / s); o[i] = →md(Σ_u p_u·k_u[i]) in key order.
+  // Pass 3: p_u = →md(e_u / s); o[i] = →md(Σ_u p_u·k_u[i]) in key order (bf16: tensor-core blocks of columns).
   float acc[kMaxAcc];
+  tc::BlockAcc tc_acc[kMaxAcc];
   for (int a = 0; a < kMaxAcc; ++a) acc[a] = 0.f;
   for (int64_t t = 0; t < ntiles; ++t) {
     int const len = tile_len(t);
     if (ntiles > 1) {
       __syncthreads();
       logits_tile(t * kTile, len);
-      for (int u = tid; u < len; u += kThreads) l_s[u] = fmath::exp_rn(__fsub_rn(l_s[u], mx));
+      for (int u = tid; u < len; u += kThreads) l_s[u] = device::exp_md(__fsub_rn(l_s[u], mx), p.bf16);
     }
     for (int u = tid; u < len; u += kThreads) {
       float const pu = round_md(__fdiv_rn(l_s[u], sum), p.bf16);
@@ -136,6 +166,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
     for (int a = 0; a < kMaxAcc; ++a) {
       int64_t const i = tid + static_cast<int64_t>(a) * kThreads;
       if (i >= p.hd) break;
+      if (p.bf16) {
+        for (int u = 0; u < len; ++u) {
+          int32_t const id = id_s[u];
+          tc_acc[a].step_at(col_s[u], l_s[u], id >= 0 ? p.keys[id * p.key_stride + i] : NAN);
+        }
+        continue;
+      }
       float s = acc[a];
       for (int u = 0; u < len; ++u) {
         int32_t const id = id_s[u];
@@ -147,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   }
   for (int a = 0; a < kMaxAcc; ++a) {
     int64_t const i = tid + static_cast<int64_t>(a) * kThreads;
-    if (i < p.hd) oh[i] = round_md(acc[a], p.bf16);
+    if (i < p.hd) oh[i] = p.bf16 ? round_to_bf16(tc_acc[a].value()) : acc[a];
   }
 }
 
@@ -172,6 +209,13 @@ Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs co
   TESSERA_TRY(check_shape(a.key_ids, {-1}, "attention key_ids"));
   int64_t const nnz = a.key_ids.shape[0];
   if (a.probs.data) TESSERA_TRY(check_shape(a.probs, {d.heads, nnz}, "attention probs"));
+  TESSERA_CHECK(!a.key_cols.data == !a.sink_cols.data, "attention key_cols and sink_cols come together");
+  if (a.key_cols.data) {
+    TESSERA_TRY(check_shape(a.key_cols, {nnz}, "attention key_cols"));
+    TESSERA_TRY(check_shape(a.sink_cols, {d.rows}, "attention sink_cols"));
+    TESSERA_TRY(device::check_on_device(a.key_cols, "attention key_cols"));
+    TESSERA_TRY(device::check_on_device(a.sink_cols, "attention sink_cols"));
+  }
   TESSERA_TRY(device::check_on_device(a.q, "attention q"));
   TESSERA_TRY(device::check_on_device(a.keys, "attention keys"));
   TESSERA_TRY(device::check_on_device(a.row_offsets, "attention row_offsets"));
@@ -206,6 +250,8 @@ Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs cons
   p.sinks = a.sinks.data;
   p.out = a.out.data;
   p.probs = a.probs.data;
+  p.key_cols = a.key_cols.data;
+  p.sink_cols = a.sink_cols.data;
   p.q_stride = d.heads * d.head_dim;
   p.key_stride = d.head_dim;
   p.out_stride = d.heads * d.head_dim;

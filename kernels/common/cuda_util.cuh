@@ -44,16 +44,17 @@ struct Scratch {
 };
 
 /// Lane l of a warp gets, for its output o = o0 + l (o < n_out) and each of R input vectors x_r
-/// (x + r·x_stride, read by all lanes at once), acc[r] = ref::dot(x_r, W[o, :], n) in ref::dot's order
-/// (device::DotAcc over 32-wide chunks). W is row-major with leading dimension ld. The warp stages
+/// (x + r·x_stride, read by all lanes at once), acc[r] = the dot product x_r·W[o, :] of length n in the order of
+/// Acc: device::DotAcc is ref::dot's (32-wide chunks), device::TcDotAcc ref::dot_tc's (16-product tensor-core
+/// blocks; ref::gemm_dot for a bf16 output). W is row-major with leading dimension ld. The warp stages
 /// 32×32 tiles of W in `tile` (32·33 floats of shared memory owned by this warp) so global loads are
 /// coalesced along k; the per-output arithmetic is the same whatever R, the tile or the launch shape.
-template <int R, class W>
+template <int R, class W, class Acc = device::DotAcc>
 __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, int n_x, W const* w, int64_t ld,
                                               int64_t n, int64_t o0, int64_t n_out, float* tile, float (&acc)[R]) {
   int const lane = threadIdx.x & 31;
-  static_assert(device::kDotChunk == 32, "the 32-wide tiles are the chunks of the dot order");
-  device::DotAcc d[R];
+  static_assert(device::kDotChunk == 32 && 32 % tc::kBlock == 0, "the 32-wide tiles hold whole chunks and blocks");
+  Acc d[R];
   for (int64_t k0 = 0; k0 < n; k0 += 32) {
     int64_t const k = k0 + lane;
     for (int j = 0; j < 32; ++j) {
@@ -80,11 +81,11 @@ __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, 
 }
 
 /// warp_dot_rows with the R input vectors given by pointers (xr[r] for r < n_x; gathered token rows).
-template <int R, class W>
+template <int R, class W, class Acc = device::DotAcc>
 __device__ __forceinline__ void warp_dot_rows_ptr(float const* const* xr, int n_x, W const* w, int64_t ld, int64_t n,
                                                   int64_t o0, int64_t n_out, float* tile, float (&acc)[R]) {
   int const lane = threadIdx.x & 31;
-  device::DotAcc d[R];
+  Acc d[R];
   for (int64_t k0 = 0; k0 < n; k0 += 32) {
     int64_t const k = k0 + lane;
     for (int j = 0; j < 32; ++j) {

@@ -2,8 +2,9 @@
 /// CUDA backend of the compressor family (include/tessera/ops/compressor.hpp, spec/deepseek-v41.md
 /// §2.5.3): softmax-gated pooling of complete groups of r tokens, fp32, the arithmetic of
 /// ref/compressor_ref.hpp per (group j, channel c):
-///   m = max_i g_i[c];  s = Σ_i fmath::exp_rn(g_i[c] − m)  (i ascending);
-///   latent[c] = →md(Σ_i a_i[c]·(fmath::exp_rn(g_i[c] − m)/s))  (i ascending, dot_step).
+///   m = max_i g_i[c];  s = Σ_i e_i, e_i = exp(g_i[c] − m)  (i ascending);
+///   latent[c] = →md(Σ_i a_i[c]·(e_i/s))  (i ascending, dot_step),
+/// exp in the model dtype's arithmetic (device::exp_md, as ref::exp_md).
 /// One thread per (group, channel): a group's latent depends only on its r rows, never on the number of
 /// groups in the call, so pooling the groups of a chunk together or in any split gives the same bits.
 #include <cuda_runtime.h>
@@ -42,10 +43,11 @@ __global__ void __launch_bounds__(kThreads) compress_pool_kernel(PoolParams cons
   float mx = -INFINITY;
   for (int64_t i = 0; i < p.ratio; ++i) mx = fmaxf(mx, gt[i * p.gate_stride]);
   float s = 0.f;
-  for (int64_t i = 0; i < p.ratio; ++i) s = __fadd_rn(s, fmath::exp_rn(__fsub_rn(gt[i * p.gate_stride], mx)));
+  for (int64_t i = 0; i < p.ratio; ++i) s = __fadd_rn(s, device::exp_md(__fsub_rn(gt[i * p.gate_stride], mx), p.bf16));
   float acc = 0.f;
   for (int64_t i = 0; i < p.ratio; ++i)
-    acc = device::dot_step(acc, a[i * p.kv_stride], __fdiv_rn(fmath::exp_rn(__fsub_rn(gt[i * p.gate_stride], mx)), s));
+    acc = device::dot_step(acc, a[i * p.kv_stride],
+                           __fdiv_rn(device::exp_md(__fsub_rn(gt[i * p.gate_stride], mx), p.bf16), s));
   p.out[g * p.out_stride + c] = p.bf16 ? round_to_bf16(acc) : acc;
 }
 

@@ -22,6 +22,15 @@ __global__ void device_math_kernel(float const* in, float* out, int64_t n) {
   if constexpr (F == ops::DeviceMathFn::kSilu) out[i] = device::silu(x);
   if constexpr (F == ops::DeviceMathFn::kSoftplus) out[i] = device::softplus(x);
   if constexpr (F == ops::DeviceMathFn::kLog1p) out[i] = fmath::log1p(x);
+  if constexpr (F == ops::DeviceMathFn::kLog1pf) out[i] = log1pf(x);
+  if constexpr (F == ops::DeviceMathFn::kSinf) out[i] = sinf(x);
+  if constexpr (F == ops::DeviceMathFn::kCosf) out[i] = cosf(x);
+  if constexpr (F == ops::DeviceMathFn::kReplayLog1pf) out[i] = cuda_math::log1pf(x);
+  if constexpr (F == ops::DeviceMathFn::kReplaySinf) out[i] = cuda_math::sinf(x);
+  if constexpr (F == ops::DeviceMathFn::kReplayCosf) out[i] = cuda_math::cosf(x);
+  if constexpr (F == ops::DeviceMathFn::kSigmoidBf16) out[i] = device::sigmoid(x, true);
+  if constexpr (F == ops::DeviceMathFn::kSiluBf16) out[i] = device::silu(x, true);
+  if constexpr (F == ops::DeviceMathFn::kSoftplusBf16) out[i] = device::softplus(x, true);
 }
 
 }  // namespace tessera::kernels
@@ -44,13 +53,25 @@ Status eval_device_math_cuda(DeviceMathFn fn, float const* in, float* out, int64
   int const threads = 256;
   unsigned const blocks = static_cast<unsigned>((n + threads - 1) / threads);
   switch (fn) {
-    case DeviceMathFn::kExpf: kernels::device_math_kernel<DeviceMathFn::kExpf><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kSigmoid: kernels::device_math_kernel<DeviceMathFn::kSigmoid><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kSilu: kernels::device_math_kernel<DeviceMathFn::kSilu><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kSoftplus: kernels::device_math_kernel<DeviceMathFn::kSoftplus><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kLog1p: kernels::device_math_kernel<DeviceMathFn::kLog1p><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kExpRn: kernels::device_math_kernel<DeviceMathFn::kExpRn><<<blocks, threads>>>(d_in, d_out, n); break;
-    case DeviceMathFn::kLog1pRn: kernels::device_math_kernel<DeviceMathFn::kLog1pRn><<<blocks, threads>>>(d_in, d_out, n); break;
+#define TESSERA_DEVICE_MATH_CASE(F) \
+  case DeviceMathFn::F: kernels::device_math_kernel<DeviceMathFn::F><<<blocks, threads>>>(d_in, d_out, n); break;
+    TESSERA_DEVICE_MATH_CASE(kExpf)
+    TESSERA_DEVICE_MATH_CASE(kSigmoid)
+    TESSERA_DEVICE_MATH_CASE(kSilu)
+    TESSERA_DEVICE_MATH_CASE(kSoftplus)
+    TESSERA_DEVICE_MATH_CASE(kLog1p)
+    TESSERA_DEVICE_MATH_CASE(kExpRn)
+    TESSERA_DEVICE_MATH_CASE(kLog1pRn)
+    TESSERA_DEVICE_MATH_CASE(kLog1pf)
+    TESSERA_DEVICE_MATH_CASE(kSinf)
+    TESSERA_DEVICE_MATH_CASE(kCosf)
+    TESSERA_DEVICE_MATH_CASE(kReplayLog1pf)
+    TESSERA_DEVICE_MATH_CASE(kReplaySinf)
+    TESSERA_DEVICE_MATH_CASE(kReplayCosf)
+    TESSERA_DEVICE_MATH_CASE(kSigmoidBf16)
+    TESSERA_DEVICE_MATH_CASE(kSiluBf16)
+    TESSERA_DEVICE_MATH_CASE(kSoftplusBf16)
+#undef TESSERA_DEVICE_MATH_CASE
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return done(e, "kernel launch");
   if ((e = cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) return done(e, "cudaMemcpy");

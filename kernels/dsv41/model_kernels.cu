@@ -7,7 +7,8 @@
 ///                   [old window rows | chunk rows | compressed entries]: per query row at p = pos0 + r,
 ///                   the old window rows with position > p − W (rows hold positions wpos0 + i), the chunk
 ///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
-///                   ascending entry order. Exactly the lists the CPU model builds, in the same order.
+///                   ascending entry order. Exactly the lists the CPU model builds, in the same order; in bf16
+///                   also each key's logit-row column and each row's sink column (key_column / sink_column).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -75,6 +76,14 @@ __global__ void key_fill_kernel(KeyListParams p) {
   }
 }
 
+/// bf16: the column of every listed key of row r (after key_fill_kernel) and the row's sink column.
+__global__ void key_cols_kernel(KeyListParams p) {
+  int64_t const r = blockIdx.x;
+  int64_t const k0 = p.offsets[r], k1 = p.offsets[r + 1];
+  for (int64_t i = k0 + threadIdx.x; i < k1; i += blockDim.x) p.key_cols[i] = key_column(p, r, p.key_ids[i]);
+  if (threadIdx.x == 0) p.sink_cols[r] = sink_column(p, r);
+}
+
 Status status_of(cudaError_t e, char const* what) {
   if (e == cudaSuccess) return {};
   return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
@@ -100,7 +109,10 @@ Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
   key_offsets_kernel<<<1, 1, 0, stream>>>(p);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_offsets"));
   key_fill_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
-  return status_of(cudaGetLastError(), "key_fill");
+  TESSERA_TRY(status_of(cudaGetLastError(), "key_fill"));
+  if (!p.key_cols) return {};
+  key_cols_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  return status_of(cudaGetLastError(), "key_cols");
 }
 
 }  // namespace tessera::model::dsv41::gpu

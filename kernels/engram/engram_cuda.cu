@@ -6,7 +6,8 @@
 ///     writes quiet NaNs, the device-side counterpart of the CPU's check.
 ///   EngramGate: one block per (row, stream): three sequential fp32 sums (Σh², Σκ², Σ(h·w)·κ, each in
 ///     index order as the reference) on three threads, then g = σ(copysign(sqrt(max(|dot|, 1e-6)), dot))
-///     with fmath::exp_rn (bitwise as the CPU) and out = →md(h + g·v) over the row.
+///     in the model dtype's arithmetic (device::sigmoid as ref::sigmoid: bitwise as the CPU) and
+///     out = →md(h + g·v) over the row.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/engram.hpp"
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(256) engram_gate_kernel(GateParams const p) {
   if (threadIdx.x == 0) {
     float const rstd = __fmul_rn(stat[0], stat[1]);
     float const dt = __fmul_rn(__fmul_rn(stat[2], rstd), p.inv_sqrt_d);
-    s_g = device::sigmoid(copysignf(__fsqrt_rn(device::std_max(fabsf(dt), 1e-6f)), dt));
+    s_g = device::sigmoid(copysignf(__fsqrt_rn(device::std_max(fabsf(dt), 1e-6f)), dt), p.bf16);
   }
   __syncthreads();
   float const g = s_g;

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-/// CUDA backend of the linear family (include/tessera/ops/linear.hpp): y[r, o] = →md(ref::dot(x_r, W_o)).
-/// Block of 4 warps = 128 consecutive outputs × up to 8 rows; lane l of a warp owns output o0 + l and runs
-/// its dot products in ref::dot's order through device::DotAcc (warp_dot_rows), so each y[r, o] is the
-/// exact fp32 sequence of ref::dot whatever the row count or grid: bitwise equal to the CPU and row-invariant.
+/// CUDA backend of the linear family (include/tessera/ops/linear.hpp): y[r, o] = →md(ref::gemm_dot(x_r, W_o)),
+/// or ref::bmm_dot for fma_chain. The dot order follows the output dtype as on the CPU: ref::dot's 32-wide FMA
+/// chunks for fp32, the tensor-core blocks of ref::dot_tc (tc::BlockAcc) for bf16. fp32 outputs take one of
+/// three launch shapes by row count (rows ≤ 8: one warp per output, linear_chunks_kernel; rows ≥ 32: a 64×64
+/// SIMT GEMM, linear_gemm_kernel; otherwise 4 warps × 32 outputs × 8 rows over 32×32 shared tiles,
+/// linear_rows_kernel); bf16 outputs take linear_rows_kernel with device::TcDotAcc for every row count.
+/// One value per (row, output) whatever the shape: bitwise the CPU's and row-invariant. fma_chain (wo_a): one
+/// thread per (row, output), linear_fma_chain_kernel.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear.hpp"
@@ -22,7 +26,7 @@ struct LinearParams {
   bool bf16_out = false;
 };
 
-template <class W>
+template <class W, class Acc>
 __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams const p) {
   __shared__ float tiles[kWarps][32 * 33];
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -31,8 +35,8 @@ __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams c
   if (o0 >= p.out) return;
   int const n_x = static_cast<int>(p.rows - r0 < kRows ? p.rows - r0 : kRows);
   float acc[kRows];
-  warp_dot_rows<kRows>(p.x + r0 * p.x_stride, p.x_stride, n_x, static_cast<W const*>(p.w), p.in, p.in, o0, p.out,
-                       tiles[warp], acc);
+  warp_dot_rows<kRows, W, Acc>(p.x + r0 * p.x_stride, p.x_stride, n_x, static_cast<W const*>(p.w), p.in, p.in, o0,
+                               p.out, tiles[warp], acc);
   int64_t const o = o0 + lane;
   if (o >= p.out) return;
 #pragma unroll
@@ -132,9 +136,10 @@ __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams 
   }
 }
 
-/// fma_chain order: one thread per (row, output) runs ref::dot_fma_seq (small projections only: wo_a). The
-/// block's x row is staged in shared memory and each thread streams its weight row with 16-byte loads, a
-/// few vectors ahead of its FMA chain (the chain itself is sequential by definition of the order).
+/// fma_chain order (ref::bmm_dot; small projections only: wo_a): one thread per (row, output). The block's
+/// x row is staged in shared memory. fp32 output: one FMA chain (ref::dot_fma_seq), each thread streaming its
+/// weight row with 16-byte loads a few vectors ahead of the chain (the chain itself is sequential by definition
+/// of the order). bf16 output: ref::dot_tc through tc::BlockAcc.
 template <class W>
 __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams const p) {
   extern __shared__ float xs[];
@@ -145,6 +150,12 @@ __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams cons
   if (o >= p.out) return;
   W const* w = static_cast<W const*>(p.w) + o * p.in;
   constexpr int kPerVec = 16 / static_cast<int>(sizeof(W));
+  if (p.bf16_out) {
+    tc::BlockAcc tc_acc;
+    for (int64_t i = 0; i < p.in; ++i) tc_acc.step(xs[i], device::load_w(w + i));
+    p.y[r * p.y_stride + o] = device::round_md(tc_acc.value(), true);
+    return;
+  }
   float acc = 0.f;
   int64_t i = 0;
   if ((reinterpret_cast<uintptr_t>(w) & 15) == 0) {
@@ -204,35 +215,23 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
     }
     return launch_status("linear_fma_chain_kernel");
   }
-  if (d.rows <= 2 * kChunkRows && d.in <= 32 * 32 * kChunksPerLane) {
-    if (d.weight_dtype == DType::kBf16) {
-      p.w = a.w_bf16.data;
-      return launch_linear_chunks<Bf16>(p, stream_of(ctx));
-    }
-    p.w = a.w.data;
-    return launch_linear_chunks<float>(p, stream_of(ctx));
-  }
-  if (d.rows >= kGemmMinRows) {
+  bool const bf16_w = d.weight_dtype == DType::kBf16;
+  p.w = bf16_w ? static_cast<void const*>(a.w_bf16.data) : static_cast<void const*>(a.w.data);
+  if (!p.bf16_out && d.rows <= 2 * kChunkRows && d.in <= 32 * 32 * kChunksPerLane)
+    return bf16_w ? launch_linear_chunks<Bf16>(p, stream_of(ctx)) : launch_linear_chunks<float>(p, stream_of(ctx));
+  if (!p.bf16_out && d.rows >= kGemmMinRows) {
     dim3 const g(static_cast<unsigned>(ceil_div(d.out, kGemmN)), static_cast<unsigned>(ceil_div(d.rows, kGemmM)));
     if (g.y > 65535) return invalid_argument("linear: rows > 4194240 per launch");
-    if (d.weight_dtype == DType::kBf16) {
-      p.w = a.w_bf16.data;
-      linear_gemm_kernel<Bf16><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
-    } else {
-      p.w = a.w.data;
-      linear_gemm_kernel<float><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
-    }
+    if (bf16_w) linear_gemm_kernel<Bf16><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
+    else linear_gemm_kernel<float><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
     return launch_status("linear_gemm_kernel");
   }
   dim3 grid(static_cast<unsigned>(ceil_div(d.out, kWarps * 32)), static_cast<unsigned>(ceil_div(d.rows, kRows)));
   if (grid.y > 65535) return invalid_argument("linear: rows > 524280 per launch");
-  if (d.weight_dtype == DType::kBf16) {
-    p.w = a.w_bf16.data;
-    linear_rows_kernel<Bf16><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
-  } else {
-    p.w = a.w.data;
-    linear_rows_kernel<float><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
-  }
+  if (bf16_w && p.bf16_out) linear_rows_kernel<Bf16, device::TcDotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
+  else if (bf16_w) linear_rows_kernel<Bf16, device::DotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
+  else if (p.bf16_out) linear_rows_kernel<float, device::TcDotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
+  else linear_rows_kernel<float, device::DotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
   return launch_status("linear_rows_kernel");
 }
 

@@ -2,9 +2,11 @@
 /// CUDA backend of the mHC family (include/tessera/ops/mhc.hpp, ref/mhc_ref.hpp, spec §2.3).
 ///   MhcMix: one block per row. rsqrt(mean(x²)+eps) by warp 0 in ref::lane_sum's lane order; one warp per
 ///     mix output forms m_o = Σ_i (x_i·r)·fn[o, i] in ref::dot's order (f_i = x_i·r rounded as the
-///     reference's f; chunks spread over the lanes, warp_dot_chunks); thread 0
-///     then runs the sigmoids, the softmax and the Sinkhorn iterations in the reference's exact order
-///     (one column normalisation, then (iters−1)× row + column). Bitwise (fmath::exp_rn on both sides).
+///     reference's f; coalesced lanes or chunks spread over the lanes, warp_dot_row; the mix is an fp32
+///     island, so the order is ref::dot's in both model dtypes); thread 0 then runs the sigmoids, the softmax and the Sinkhorn iterations in the reference's exact order
+///     (one column normalisation, then (iters−1)× row + column; the softmax denominator in warp-softmax lanes,
+///     the row sums in lane_sum's order, the column sums sequentially). exp in the model dtype's arithmetic
+///     (device::exp_md: expf for bf16, fmath::exp_rn for fp32, as ref::exp_md): bitwise on both sides.
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
 ///     No transcendental: bitwise equal to the CPU.
 #include "kernels/common/cuda_util.cuh"
@@ -29,6 +31,7 @@ struct MhcMixParams {
   int64_t rows = 0, n = 0, d = 0;
   int iters = 1;
   float hc_eps = 0.f, norm_eps = 0.f;
+  bool bf16 = false;  // the model dtype: selects exp's arithmetic (nothing is rounded to it)
 };
 
 constexpr int kMixThreads = 256;
@@ -75,9 +78,9 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const
   float* comb = p.comb + row * n * n;
   for (int64_t k = 0; k < n; ++k) {
     float const a = __fmul_rn(m[k], p.scale[0]);
-    pre[k] = __fadd_rn(device::sigmoid(__fadd_rn(a, base[k])), p.hc_eps);
+    pre[k] = __fadd_rn(device::sigmoid(__fadd_rn(a, base[k]), p.bf16), p.hc_eps);
     float const b = __fmul_rn(m[n + k], p.scale[1]);
-    post[k] = __fmul_rn(2.f, device::sigmoid(__fadd_rn(b, base[n + k])));
+    post[k] = __fmul_rn(2.f, device::sigmoid(__fadd_rn(b, base[n + k]), p.bf16));
   }
   float c[kMaxStreams * kMaxStreams];
   for (int64_t j = 0; j < n; ++j) {
@@ -88,8 +91,12 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const
       rowc[k] = __fadd_rn(v, base[2 * n + j * n + k]);
       mx = device::std_max(mx, rowc[k]);
     }
-    float s = 0.f;
-    for (int64_t k = 0; k < n; ++k) { rowc[k] = fmath::exp_rn(__fsub_rn(rowc[k], mx)); s = __fadd_rn(s, rowc[k]); }
+    device::WarpSoftmaxSum sum;
+    for (int64_t k = 0; k < n; ++k) {
+      rowc[k] = device::exp_md(__fsub_rn(rowc[k], mx), p.bf16);
+      sum.add(k, rowc[k]);
+    }
+    float const s = sum.value();
     for (int64_t k = 0; k < n; ++k) rowc[k] = __fadd_rn(__fdiv_rn(rowc[k], s), p.hc_eps);
   }
   auto col_norm = [&] {
@@ -102,8 +109,7 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const
   };
   auto row_norm = [&] {
     for (int64_t j = 0; j < n; ++j) {
-      float s = 0.f;
-      for (int64_t k = 0; k < n; ++k) s = __fadd_rn(s, c[j * n + k]);
+      float const s = device::lane_sum_seq(n, [row = c + j * n](int64_t k) { return row[k]; });
       float const den = __fadd_rn(s, p.hc_eps);
       for (int64_t k = 0; k < n; ++k) c[j * n + k] = __fdiv_rn(c[j * n + k], den);
     }
@@ -167,6 +173,7 @@ static_assert(BackendOp<MhcExpand<Backend::kCuda>, MhcExpandDesc, MhcExpandArgs>
 
 Status MhcMix<Backend::kCuda>::check(MhcMixDesc const& d, MhcMixArgs const& a) {
   int64_t n = d.streams, nm = (2 + n) * n;
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(n >= 1 && n <= kernels::kMaxStreams, "mhc_mix CUDA supports 1..8 streams");
   TESSERA_CHECK(d.dim > 0, "mhc_mix dim must be positive");
   TESSERA_CHECK(d.sinkhorn_iters >= 1, "mhc sinkhorn_iters must be >= 1");
@@ -186,7 +193,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   p.x = a.x.data; p.fn = a.fn.data; p.base = a.base.data; p.scale = a.scale.data;
   p.pre = a.pre.data; p.post = a.post.data; p.comb = a.comb.data;
   p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.iters = d.sinkhorn_iters;
-  p.hc_eps = d.hc_eps; p.norm_eps = d.norm_eps;
+  p.hc_eps = d.hc_eps; p.norm_eps = d.norm_eps; p.bf16 = d.md == DType::kBf16;
   mhc_mix_kernel<<<static_cast<unsigned>(d.rows), kMixThreads, 0, stream_of(ctx)>>>(p);
   return launch_status("mhc_mix_kernel");
 }

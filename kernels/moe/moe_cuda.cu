@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the MoE family (include/tessera/ops/moe.hpp, ref/moe_ref.hpp, spec §2.6).
 ///   MoeRoute: one block per token. Warp w forms s_e = sqrt(softplus(x·W_e / temp)) for e ≡ w (the dot in
-///     ref::dot's order, its chunks spread over the lanes; softplus on fmath::exp_rn/log1p_rn, bitwise as the CPU), biased_e = s_e + b_e (−∞ for a
+///     ref::dot's order in both model dtypes, its chunks spread over the lanes; softplus in the model dtype's
+///     arithmetic, device::softplus as ref::softplus: bitwise as the CPU), biased_e = s_e + b_e (−∞ for a
 ///     masked expert); warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
 ///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
 ///     renormalises (sum in selection order), scales, and applies ref::moe_prune_row (stable order by weight).
@@ -10,9 +11,10 @@
 ///     expert (and tiles of 8 tokens for the shared expert), so a block reads each weight tile once for
 ///     up to 8 tokens. act = →md(w·(silu(min(g, L))·clamp(u, ±L))) with g, u = →md(W1/W3 · x); then
 ///     y = →md(W2 · act) per assignment; then per token out_o = →md(Σ_e y_e,o + y_shared,o), the routed
-///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot is sequential in k
-///     (warp_dot_rows_ptr), so a value never depends on the tile it shares and a token's result never depends
-///     on the other tokens.
+///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot runs in ref::gemm_dot's
+///     order for the output dtype (tiles: warp_dot_rows_ptr with DotAcc, or TcDotAcc for bf16; fp32
+///     decode-sized launches: warp_dot_row), so a value never depends on the tile it shares or the launch
+///     shape, and a token's result never depends on the other tokens.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/common/cuda_util.cuh"
@@ -37,6 +39,7 @@ struct RouteParams {
   float temp = 1.f, routed_scale = 1.f, prune_top_p = 1.f;
   int64_t prune_min_k = 0;
   bool norm = true, prune_renorm = true;
+  bool bf16 = false;  // the model dtype: softplus's arithmetic
 };
 
 /// (v, i) better than (w, j): larger value, then lower index. −∞ and NaN never qualify (callers filter).
@@ -53,7 +56,7 @@ __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
   int64_t const row = blockIdx.x;
   float const* x = p.x + row * p.dim;
   auto score = [&](int64_t e, float dot) {
-    float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp)));
+    float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp), p.bf16));
     s[e] = se;
     biased[e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
   };
@@ -255,8 +258,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams cons
   W const* w1 = static_cast<W const*>(e >= 0 ? p.w.w1[e] : p.w.shared_w1);
   W const* w3 = static_cast<W const*>(e >= 0 ? p.w.w3[e] : p.w.shared_w3);
   float g[kTile], u[kTile];
-  warp_dot_rows_ptr<kTile>(xr, n, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
-  warp_dot_rows_ptr<kTile>(xr, n, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
+  if (p.bf16) {
+    warp_dot_rows_ptr<kTile, W, device::TcDotAcc>(xr, n, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
+    warp_dot_rows_ptr<kTile, W, device::TcDotAcc>(xr, n, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
+  } else {
+    warp_dot_rows_ptr<kTile>(xr, n, w1, p.dim, p.dim, o0, p.inter, tiles[warp], g);
+    warp_dot_rows_ptr<kTile>(xr, n, w3, p.dim, p.dim, o0, p.inter, tiles[warp], u);
+  }
   int64_t const i = o0 + lane;
   if (i >= p.inter) return;
 #pragma unroll
@@ -264,7 +272,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams cons
     if (r >= n) break;
     float gv = device::round_md(g[r], p.bf16), uv = device::round_md(u[r], p.bf16);
     if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
-    float y = __fmul_rn(device::silu(gv), uv);
+    float y = __fmul_rn(device::silu(gv, p.bf16), uv);
     if (e >= 0) y = __fmul_rn(wt[r], y);
     p.act[static_cast<int64_t>(slot[r]) * p.inter + i] = device::round_md(y, p.bf16);
   }
@@ -294,7 +302,8 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams con
   int const e = expert_s, n = n_s;
   W const* w2 = static_cast<W const*>(e >= 0 ? p.w.w2[e] : p.w.shared_w2);
   float y[kTile];
-  warp_dot_rows_ptr<kTile>(ar, n, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
+  if (p.bf16) warp_dot_rows_ptr<kTile, W, device::TcDotAcc>(ar, n, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
+  else warp_dot_rows_ptr<kTile>(ar, n, w2, p.inter, p.inter, o0, p.dim, tiles[warp], y);
   int64_t const o = o0 + lane;
   if (o >= p.dim) return;
 #pragma unroll
@@ -304,9 +313,10 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams con
   }
 }
 
-/// Decode-sized launches (≤ kChunkTile rows, so no tile holds more than kChunkTile assignments): the
-/// same act and y values, one warp per output with ref::dot's chunks spread over the lanes
-/// (warp_dot_chunks), so every weight load of a row is in flight at once. grid (outputs/kWarps, tiles).
+/// Decode-sized launches (≤ kChunkTile rows, so no tile holds more than kChunkTile assignments), fp32
+/// outputs: the same act and y values, one warp per output with ref::dot's chunks spread over the lanes
+/// (warp_dot_row), so every weight load of a row is in flight at once. grid (outputs/kWarps, tiles).
+/// bf16 outputs take the tile kernels (TcDotAcc) for every row count.
 constexpr int kChunkTile = 4;
 constexpr int kChunksPerLane = 8;  // dim, inter ≤ 8192
 
@@ -357,7 +367,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsPara
     if (r != lane || r >= n) continue;
     float gv = device::round_md(g[r], p.bf16), uv = device::round_md(u[r], p.bf16);
     if (p.limit > 0.f) { uv = device::std_clamp(uv, -p.limit, p.limit); gv = device::std_min(gv, p.limit); }
-    float y = __fmul_rn(device::silu(gv), uv);
+    float y = __fmul_rn(device::silu(gv, p.bf16), uv);
     if (e >= 0) y = __fmul_rn(t.wt[r], y);
     p.act[static_cast<int64_t>(t.slot[r]) * p.inter + i] = device::round_md(y, p.bf16);
   }
@@ -417,6 +427,7 @@ static_assert(BackendOp<MoeRoute<Backend::kCuda>, MoeRouteDesc, MoeRouteArgs>);
 static_assert(BackendOp<MoeExperts<Backend::kCuda>, MoeExpertsDesc, MoeExpertsArgs>);
 
 Status MoeRoute<Backend::kCuda>::check(MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
   TESSERA_CHECK(d.top_k <= kernels::kMaxTopK, "moe_route CUDA supports top_k <= 16");
   TESSERA_CHECK(d.experts * 2 * sizeof(float) <= 48 * 1024, "moe_route CUDA supports up to 6144 experts");
@@ -441,6 +452,7 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
   p.rows = d.rows; p.experts = d.experts; p.dim = d.dim; p.top_k = d.top_k;
   p.temp = d.gate_temp; p.routed_scale = d.routed_scale; p.prune_top_p = d.prune_top_p;
   p.prune_min_k = d.prune_min_k; p.norm = d.norm_top_k; p.prune_renorm = d.prune_renorm;
+  p.bf16 = d.md == DType::kBf16;
   size_t const smem = static_cast<size_t>(d.experts) * 2 * sizeof(float);
   moe_route_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p);
   return launch_status("moe_route_kernel");
@@ -538,7 +550,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
   dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
   dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
   dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
-  if (d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
+  if (!p.bf16 && d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
     dim3 const ca(static_cast<unsigned>(ceil_div(d.inter, kWarps)), ny);
     dim3 const cd(static_cast<unsigned>(ceil_div(d.dim, kWarps)), ny);
     if (d.weight_dtype == DType::kBf16) {

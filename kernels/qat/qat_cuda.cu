@@ -35,7 +35,7 @@ __device__ void qat_block_apply(float* x, int b, QatKind kind, bool bf16) {
     scale = pow2_ceil_bits(__fmul_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-126)), static_cast<float>(1.0 / 6.0)));
   for (int i = 0; i < b; ++i) {
     float const q = std_clamp(__fdiv_rn(x[i], scale), -6.f, 6.f);
-    x[i] = device::round_md(__fmul_rn(float_from_fp4_e2m1(fp4_e2m1_from_float(q)), scale), bf16);
+    x[i] = device::round_md(__fmul_rn(float_from_fp4_e2m1_zero_unsigned(fp4_e2m1_from_float(q)), scale), bf16);
   }
 }
 

@@ -3,8 +3,9 @@
 /// place, main and compress (YaRN) tables alike (the table is an input), forward and inverse.
 /// One block per row: threads < R/2 form φ_p = f32(pos)·inv_freq_p (one fp32 product, as the reference)
 /// and cos/sin →md into shared memory; then every (head, pair) rotates with separately rounded products.
-/// cos/sin are evaluated in fp64 and rounded to fp32 (correctly rounded fp32 except in rare cases; the
-/// CPU uses glibc cosf/sinf): the only non-bitwise step, see verify/gpu_ops/pointwise_test.cpp.
+/// cos/sin as ref::rope_cos_sin: bf16 takes cuda_math::cosf/sinf (CUDA's own, replayed identically on the CPU);
+/// fp32 evaluates them in fp64 and rounds to fp32 (the CPU through glibc's fp64 cos/sin: equal except where
+/// the two fp64 results straddle an fp32 rounding boundary).
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/rope.hpp"
@@ -27,8 +28,13 @@ __global__ void __launch_bounds__(256) rope_kernel(RopeParams const p) {
   float const fp = static_cast<float>(p.positions[row]);
   for (int64_t j = threadIdx.x; j < p.half; j += blockDim.x) {
     float const phi = __fmul_rn(fp, p.inv_freq[j]);
-    cs[j] = device::round_md(static_cast<float>(cos(static_cast<double>(phi))), p.bf16);
-    cs[p.half + j] = device::round_md(static_cast<float>(sin(static_cast<double>(phi))), p.bf16);
+    if (p.bf16) {  // CUDA's cosf/sinf, through the libdevice replay the CPU runs too (bitwise)
+      cs[j] = round_to_bf16(cuda_math::cosf(phi));
+      cs[p.half + j] = round_to_bf16(cuda_math::sinf(phi));
+    } else {
+      cs[j] = static_cast<float>(cos(static_cast<double>(phi)));
+      cs[p.half + j] = static_cast<float>(sin(static_cast<double>(phi)));
+    }
   }
   __syncthreads();
   float* x = p.x + row * p.x_stride;

@@ -243,6 +243,23 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
     offs[r + 1] = static_cast<int64_t>(ids.size());
   }
   int64_t nk = static_cast<int64_t>(pool.size()) / hd;
+  // bf16: each listed key's column in the golden engine's logit row, laid out as in its one-shot forward of the
+  // sequence up to the query (position p): window keys at their positions, compressed entry j at p + 1 + j, the
+  // sink last, at p + 1 + T(p) with T(p) = ⌊(p + 1)/r⌋ the entries of the ratio-r source up to p. A function of
+  // (p, key) alone, so every row is laid out the same whatever the chunking (ref/attention_ref.hpp).
+  std::vector<int32_t> key_cols, sink_cols;
+  if (md == DType::kBf16) {
+    int64_t const src_ratio = ckv ? s.compress_ratios[c.ckv_src] : 0;
+    for (int64_t r = 0; r < S; ++r) {
+      int64_t const p = c.pos[r];
+      for (int64_t i = offs[r]; i < offs[r + 1]; ++i) {
+        int64_t const id = ids[i];
+        int64_t const col = id < n_old ? ls.window_pos[id] : id < n_old + S ? c.pos[id - n_old] : p + 1 + (id - n_old - S);
+        key_cols.push_back(static_cast<int32_t>(col));
+      }
+      sink_cols.push_back(static_cast<int32_t>(p + 1 + (src_ratio > 0 ? (p + 1) / src_ratio : 0)));
+    }
+  }
   std::vector<float> o(S * H * hd);
   std::vector<float> probs(tap_ ? H * ids.size() : 0);
   float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -250,7 +267,9 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
       ctx, {S, H, hd, nk, scale, md},
       {cv2(q, S, H * hd), cv2(pool, nk, hd), TensorView<int64_t const, 1>(offs.data(), {S + 1}),
        TensorView<int32_t const, 1>(ids.data(), {static_cast<int64_t>(ids.size())}), cv1(w.attn_sink),
-       v2(o, S, H * hd), tap_ ? v2(probs, H, static_cast<int64_t>(ids.size())) : F2()}));
+       v2(o, S, H * hd), tap_ ? v2(probs, H, static_cast<int64_t>(ids.size())) : F2(),
+       TensorView<int32_t const, 1>(md == DType::kBf16 ? key_cols.data() : nullptr, {static_cast<int64_t>(key_cols.size())}),
+       TensorView<int32_t const, 1>(md == DType::kBf16 ? sink_cols.data() : nullptr, {static_cast<int64_t>(sink_cols.size())})}));
   if (tap_) {
     // The golden layout: [1, H, S, n_old + S + T] over the concatenated key axis, 0 where masked.
     int64_t cols = nk;

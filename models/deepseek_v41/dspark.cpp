@@ -209,7 +209,7 @@ Result<DsparkPass> Dsv41Model::dspark_draft(Dsv41State const& st, int32_t anchor
     }
     std::vector<float> h(B * D), xa(B * D), A(B * D), F(B * D);
     std::vector<float> a_pre(B * n), a_post(B * n), a_comb(B * n * n), f_pre(B * n), f_post(B * n), f_comb(B * n * n);
-    ops::MhcMixDesc const mix_desc{0, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps};
+    ops::MhcMixDesc const mix_desc{0, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps, md};
     for (LayerWeights const& lw : w.blocks) {
       // Attention site.
       rows([&](int64_t r0, int64_t m) {
@@ -317,7 +317,7 @@ Result<DsparkPass> Dsv41Model::dspark_draft(Dsv41State const& st, int32_t anchor
       float const logit = ref::dot(z.data(), cw, D + r);  // fp32 [h ; m] · proj
       out.tokens.push_back(best);
       out.acceptance_logit.push_back(logit);
-      out.confidence.push_back(ref::sigmoid(logit));
+      out.confidence.push_back(ref::sigmoid(logit, md));
       prev = best;
     }
     return out;

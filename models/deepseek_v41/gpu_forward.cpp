@@ -345,6 +345,11 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   kp.entries = T;
   kp.offsets = sc_.get<int64_t>(S + 1);
   kp.key_ids = sc_.get<int32_t>(cap);
+  if (md == DType::kBf16) {  // the golden engine's logit-row layout (attention_block.cpp)
+    kp.key_cols = sc_.get<int32_t>(cap);
+    kp.sink_cols = sc_.get<int32_t>(S);
+    kp.src_ratio = src ? s.compress_ratios[static_cast<size_t>(c_.ckv_src)] : 0;
+  }
   throw_if_error(gpu::build_key_lists(s_, kp));
   // The list length: the CPU backend checks it exactly (host memory); the CUDA backend reads the offsets on
   // the device and takes the capacity as the bound.
@@ -355,7 +360,8 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
       ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md},
       ops::AttentionArgs{dcv2(q, S, H * hd), dcv2(pool, nk, hd), TensorView<int64_t const, 1>(kp.offsets, {S + 1}, kDev),
                          TensorView<int32_t const, 1>(kp.key_ids, {nnz}, kDev), dcv1(w.attn_sink), dv2(o, S, H * hd),
-                         F2()});
+                         F2(), TensorView<int32_t const, 1>(kp.key_cols, {kp.key_cols ? nnz : 0}, kDev),
+                         TensorView<int32_t const, 1>(kp.sink_cols, {kp.sink_cols ? S : 0}, kDev)});
 
   // Output (§2.5.6): inverse RoPE with the query's table, grouped wo_a, wo_b.
   rope(o, S, H, hd, c_.d_pos, table, true);
@@ -425,7 +431,7 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
     int64_t const K = s.top_k;
     float* rw = sc.get<float>(S * K);
     int32_t* rid = sc.get<int32_t>(S * K);
-    ops::MhcMixDesc const mix{S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps};
+    ops::MhcMixDesc const mix{S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps, md};
 
     for (int64_t l = 0; l < s.num_layers; ++l) {
       gpu::GpuLayerWeights const& lw = w.layers[static_cast<size_t>(l)];
@@ -472,6 +478,7 @@ Status GpuDsv41Model::Impl::forward_one(GpuDsv41State& st, std::span<int32_t con
                                         ops::RmsNormArgs{dcv2(h, S, D), dcv1(lw.ffn_norm), dv2(xa, S, D)});
       uint8_t* rtie = f.tie_flags(S, CutoffTie::Site::kRouter, l);
       ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
+      rd.md = md;
       ops::MoeRouteArgs ra{dcv2(xa, S, D), dcv2(lw.gate), dcv1(lw.gate_bias), dv2(rw, S, K),
                            TensorView<int32_t, 2>(rid, {S, K}, kDev), TensorView<uint8_t, 1>(rtie, {S}, kDev), {}};
       if (ExpertPruning const& pr = opts.prune; pr.active()) {  // lossy lever (seed-notes §5), as model.cpp

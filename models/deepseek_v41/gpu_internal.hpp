@@ -144,6 +144,11 @@ struct KeyListParams {
   int64_t entries = 0;     // T compressed entries in the pool (ids ≥ T are dropped)
   int64_t* offsets = nullptr;  // [S + 1] out
   int32_t* key_ids = nullptr;  // [≤ S·(W + top_k)] out
+  // bf16 only (else null): each listed key's column in the golden engine's logit row and each row's sink column
+  // (key_column / sink_column; the CPU model's layout in attention_block.cpp).
+  int32_t* key_cols = nullptr;   // [like key_ids] out
+  int32_t* sink_cols = nullptr;  // [S] out
+  int64_t src_ratio = 0;         // ratio of the compressed entries' source layer (0: none)
 };
 
 // CUDA launches (kernels/dsv41/model_kernels.cu, CUDA builds only).
@@ -166,6 +171,19 @@ TESSERA_HOST_DEVICE inline void key_list_ranges(KeyListParams const& p, int64_t 
   if (i0 > p.n_old) i0 = p.n_old;
   j0 = r - p.window + 1;              // chunk row j visible ⇔ j ≤ r and pos0 + j > pos − W
   if (j0 < 0) j0 = 0;
+}
+
+/// The logit-row column of pool key `id` listed for row r: a window key at its position, compressed entry e at
+/// p + 1 + e (p the row's position); the row's sink at p + 1 + ⌊(p + 1)/src_ratio⌋ (the CPU model's layout).
+TESSERA_HOST_DEVICE inline int32_t key_column(KeyListParams const& p, int64_t r, int64_t id) {
+  int64_t const pos = p.pos0 + r;
+  if (id < p.n_old) return static_cast<int32_t>(p.wpos0 + id);
+  if (id < p.n_old + p.rows) return static_cast<int32_t>(p.pos0 + (id - p.n_old));
+  return static_cast<int32_t>(pos + 1 + (id - p.n_old - p.rows));
+}
+TESSERA_HOST_DEVICE inline int32_t sink_column(KeyListParams const& p, int64_t r) {
+  int64_t const pos = p.pos0 + r;
+  return static_cast<int32_t>(pos + 1 + (p.src_ratio > 0 ? (pos + 1) / p.src_ratio : 0));
 }
 
 }  // namespace tessera::model::dsv41::gpu

@@ -220,6 +220,10 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
       std::sort(sel.begin(), sel.end());
       for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
     }
+    if (p.key_cols) {
+      for (int64_t i = 0; i < k; ++i) p.key_cols[acc + i] = key_column(p, r, out[i]);
+      p.sink_cols[r] = sink_column(p, r);
+    }
     acc += k;
     p.offsets[r + 1] = acc;
   }

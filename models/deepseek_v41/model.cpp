@@ -42,7 +42,7 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, flo
     for (int64_t t = b; t < e; ++t) {
       int64_t r = t / nb, c0 = (t % nb) * col_block, c1 = std::min(out_dim, c0 + col_block);
       float const* xr = x + r * in_dim;
-      for (int64_t o = c0; o < c1; ++o) out[r * out_dim + o] = ref::round_md(ref::dot(xr, wp + o * in_dim, in_dim), md);
+      for (int64_t o = c0; o < c1; ++o) out[r * out_dim + o] = ref::round_md(ref::gemm_dot(xr, wp + o * in_dim, in_dim, md), md);
     }
   }, 4);
 }
@@ -300,22 +300,22 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
         linear(ctx, rows.data(), S, lw.e_wkv, kv.data(), md);
         throw_if_error(ops::engram_gate(ctx, {S, n, D, s.rms_eps, md},
                                         {cv2(X, S, nD), cv2(kv, S, (n + 1) * D), cv1(lw.e_qk), v2(X, S, nD)}));
-        tap(pfx + "engram.out0", {1, S, n, D}, X);
+        tap_pin(pfx + "engram.out0", {1, S, n, D}, X);
       }
       if (dspark_) dspark_record(st, l, X);  // DSpark target features (dspark.hpp)
       // Attention site (§2.3): mix of the current streams, collapse with the previous site's pre.
-      throw_if_error(ops::mhc_mix(ctx, {S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps},
+      throw_if_error(ops::mhc_mix(ctx, {S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps, md},
                                   {cv2(X, S, nD), cv2(lw.hc_attn_fn), cv1(lw.hc_attn_base), cv1(lw.hc_attn_scale),
                                    v2(a_pre, S, n), v2(a_post, S, n), v2(a_comb, S, n * n)}));
       throw_if_error(ops::mhc_collapse(ctx, {S, n, D, md}, {cv2(X, S, nD), cv2(pre, S, n), v2(h, S, D)}));
       throw_if_error(ops::rms_norm(ctx, {S, D, s.rms_eps, true, md}, {cv2(h, S, D), cv1(lw.attn_norm), v2(xa, S, D)}));
       attention_block(l, st, c, xa, A);
-      tap(pfx + "attn.out0", {1, S, D}, A);
+      tap_pin(pfx + "attn.out0", {1, S, D}, A);
       throw_if_error(ops::mhc_expand(ctx, {S, n, D, md},
                                      {cv2(A, S, D), cv2(X, S, nD), cv2(a_post, S, n), cv2(a_comb, S, n * n), v2(X2, S, nD)}));
       std::swap(X, X2);
       // FFN site: collapse with the attention site's pre.
-      throw_if_error(ops::mhc_mix(ctx, {S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps},
+      throw_if_error(ops::mhc_mix(ctx, {S, n, D, static_cast<int>(s.hc_sinkhorn_iters), s.hc_eps, s.rms_eps, md},
                                   {cv2(X, S, nD), cv2(lw.hc_ffn_fn), cv1(lw.hc_ffn_base), cv1(lw.hc_ffn_scale),
                                    v2(f_pre, S, n), v2(f_post, S, n), v2(f_comb, S, n * n)}));
       throw_if_error(ops::mhc_collapse(ctx, {S, n, D, md}, {cv2(X, S, nD), cv2(a_pre, S, n), v2(h, S, D)}));
@@ -325,6 +325,7 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
       std::vector<int32_t> rid(S * K);
       std::vector<uint8_t> rtie(S);
       ops::MoeRouteDesc rd{S, s.n_experts, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
+      rd.md = md;
       ops::MoeRouteArgs ra{cv2(xa, S, D), cv2(lw.gate), cv1(lw.gate_bias), v2(rw, S, K),
                            TensorView<int32_t, 2>(rid.data(), {S, K}), TensorView<uint8_t, 1>(rtie.data(), {S})};
       if (ExpertPruning const& pr = opts_.prune; pr.active()) {  // lossy lever (seed-notes §5)
@@ -357,13 +358,13 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
                                cv2(lw.shared.w1), cv2(lw.shared.w3), cv2(lw.shared.w2), v2(F, S, D)};
         throw_if_error(ops::moe_experts(ctx, {S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md}, ma));
       }
-      tap(pfx + "ffn.out0", {1, S, D}, F);
+      tap_pin(pfx + "ffn.out0", {1, S, D}, F);
       throw_if_error(ops::mhc_expand(ctx, {S, n, D, md},
                                      {cv2(F, S, D), cv2(X, S, nD), cv2(f_post, S, n), cv2(f_comb, S, n * n), v2(X2, S, nD)}));
       std::swap(X, X2);
       std::swap(pre, f_pre);
-      tap(pfx + "out0", {1, S, n, D}, X);
-      tap(pfx + "out1", {1, S, n}, pre);
+      tap_pin(pfx + "out0", {1, S, n, D}, X);
+      tap_pin(pfx + "out1", {1, S, n}, pre);
     }
     // Final collapse with the last site's pre, norm, LM head (§2.7).
     throw_if_error(ops::mhc_collapse(ctx, {S, n, D, md}, {cv2(X, S, nD), cv2(pre, S, n), v2(h, S, D)}));

@@ -181,17 +181,17 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerW
   pool.parallel_for(S, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       for (int64_t i = 0; i < ir.size(); ++i) {
-        float g = ref::round_md(ref::dot(&xa[r * D], w1 + i * D, D), md);
-        float u = ref::round_md(ref::dot(&xa[r * D], w3 + i * D, D), md);
+        float g = ref::round_md(ref::gemm_dot(&xa[r * D], w1 + i * D, D, md), md);
+        float u = ref::round_md(ref::gemm_dot(&xa[r * D], w3 + i * D, D, md), md);
         if (L > 0.f) { u = std::clamp(u, -L, L); g = std::min(g, L); }
-        a[r * ir.size() + i] = ref::round_md(ref::silu(g) * u, md);
+        a[r * ir.size() + i] = ref::round_md(ref::silu(g, md) * u, md);
       }
   });
   if (tp) a = gather_cols(sh, a, S, widths_of(sh, [](dist::RankPlan const& r) { return r.shared_inter.size(); }));
   std::vector<float> ys(static_cast<size_t>(S * orows.size()));
   pool.parallel_for(S, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
-      for (int64_t o = 0; o < orows.size(); ++o) ys[r * orows.size() + o] = ref::round_md(ref::dot(&a[r * I], w2 + o * I, I), md);
+      for (int64_t o = 0; o < orows.size(); ++o) ys[r * orows.size() + o] = ref::round_md(ref::gemm_dot(&a[r * I], w2 + o * I, I, md), md);
   });
   if (tp) ys = gather_cols(sh, ys, S, widths_of(sh, [](dist::RankPlan const& r) { return r.shared_rows.size(); }));
 

@@ -18,6 +18,19 @@ Status Attention<Backend::kCpu>::check(AttentionDesc const& d, AttentionArgs con
   int64_t nnz = a.row_offsets(d.rows);
   TESSERA_TRY(check_shape(a.key_ids, {nnz}, "attention key_ids"));
   if (a.probs.data) TESSERA_TRY(check_shape(a.probs, {d.heads, nnz}, "attention probs"));
+  TESSERA_CHECK(!a.key_cols.data == !a.sink_cols.data, "attention key_cols and sink_cols come together");
+  if (a.key_cols.data) {
+    TESSERA_TRY(check_shape(a.key_cols, {nnz}, "attention key_cols"));
+    TESSERA_TRY(check_shape(a.sink_cols, {d.rows}, "attention sink_cols"));
+    for (int64_t r = 0; r < d.rows; ++r) {
+      int64_t last = -1;
+      for (int64_t i = a.row_offsets(r); i < a.row_offsets(r + 1); ++i) {
+        TESSERA_CHECK(a.key_cols(i) > last, "attention key_cols must increase within a row");
+        last = a.key_cols(i);
+      }
+      TESSERA_CHECK(a.sink_cols(r) > last, "attention sink column must follow the row's key columns");
+    }
+  }
   for (int64_t r = 0; r < d.rows; ++r)
     TESSERA_CHECK(a.row_offsets(r) <= a.row_offsets(r + 1), "attention row_offsets must be non-decreasing");
   for (int64_t i = 0; i < nnz; ++i)
@@ -36,7 +49,8 @@ Status Attention<Backend::kCpu>::run(AttentionDesc const& d, AttentionArgs const
       scratch.resize(keys.size() + 1);
       ref::attention_row(&a.q(r, 0), keys.data(), k1 - k0, a.sinks.data, d.heads, d.head_dim, d.scale, d.md,
                          &a.out(r, 0), scratch.data(), a.probs.data ? &a.probs(0, k0) : nullptr,
-                         a.probs.data ? a.probs.stride[0] : 0);
+                         a.probs.data ? a.probs.stride[0] : 0, a.key_cols.data ? &a.key_cols(k0) : nullptr,
+                         a.sink_cols.data ? a.sink_cols(r) : -1);
     }
   }, 2);
   return {};

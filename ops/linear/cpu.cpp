@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CPU backend of the linear family: ref::linear_row (or linear_row_fma_seq) over rows (bf16 weights widened
-/// one row at a time).
+/// one row at a time); the dot order follows md (ref::gemm_dot / bmm_dot).
 #include <vector>
 
 #include "ops/cpu_common.hpp"
@@ -52,8 +52,8 @@ Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, Exec
     for (int64_t o = b; o < e; ++o) {
       for (int64_t i = 0; i < d.in; ++i) wrow[i] = a.w_bf16(o, i).to_float();
       for (int64_t r = 0; r < d.rows; ++r)
-        a.y(r, o) = ref::round_md(d.fma_chain ? ref::dot_fma_seq(&a.x(r, 0), wrow.data(), d.in)
-                                              : ref::dot(&a.x(r, 0), wrow.data(), d.in), d.md);
+        a.y(r, o) = ref::round_md(d.fma_chain ? ref::bmm_dot(&a.x(r, 0), wrow.data(), d.in, d.md)
+                                              : ref::gemm_dot(&a.x(r, 0), wrow.data(), d.in, d.md), d.md);
     }
   }, 16);
   return {};

@@ -10,6 +10,7 @@ namespace tessera::ops {
 
 Status MhcMix<Backend::kCpu>::check(MhcMixDesc const& d, MhcMixArgs const& a) {
   int64_t n = d.streams, nm = (2 + n) * n;
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.sinkhorn_iters >= 1, "mhc sinkhorn_iters must be >= 1");
   TESSERA_TRY(check_shape(a.x, {d.rows, n * d.dim}, "mhc_mix x"));
   TESSERA_TRY(check_shape(a.fn, {nm, n * d.dim}, "mhc_mix fn"));
@@ -26,7 +27,7 @@ Status MhcMix<Backend::kCpu>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exec
     std::vector<float> scratch(static_cast<size_t>(n * d.dim + (2 + n) * n));
     for (int64_t r = b; r < e; ++r)
       ref::mhc_mix_row(&a.x(r, 0), a.fn.data, a.base.data, a.scale.data, n, d.dim, d.sinkhorn_iters, d.hc_eps,
-                       d.norm_eps, &a.pre(r, 0), &a.post(r, 0), &a.comb(r, 0), scratch.data());
+                       d.norm_eps, d.md, &a.pre(r, 0), &a.post(r, 0), &a.comb(r, 0), scratch.data());
   }, 4);
   return {};
 }

@@ -12,6 +12,7 @@
 namespace tessera::ops {
 
 Status MoeRoute<Backend::kCpu>::check(MoeRouteDesc const& d, MoeRouteArgs const& a) {
+  TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_route x"));
   TESSERA_TRY(check_shape(a.gate, {d.experts, d.dim}, "moe_route gate"));
@@ -35,7 +36,7 @@ Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a
     for (int64_t r = b; r < e; ++r) {
       a.cutoff_tie(r) = ref::moe_route_row(&a.x(r, 0), a.gate.data, a.bias.data, d.experts, d.dim, d.top_k, d.gate_temp,
                                            d.norm_top_k, d.routed_scale, &a.ids(r, 0), &a.weights(r, 0),
-                                           a.expert_mask.data);
+                                           a.expert_mask.data, d.md);
       if (d.prune_top_p < 1.f)
         ref::moe_prune_row(&a.ids(r, 0), &a.weights(r, 0), d.top_k, d.prune_top_p, d.prune_min_k, d.prune_renorm);
     }

@@ -9,9 +9,15 @@
 /// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
 /// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
 /// to a safetensors file, to localise the first divergence against the reference engine's own dumps (CPU
-/// model only).
+/// model only). `--dump-full` makes that prefill run over the prompt followed by its `gen_manual` tokens: the
+/// one-shot forward the golden's `debug.*` tensors were recorded on (prompt 4). `--pin-golden out0,out1,…` then
+/// replaces those module outputs (named after `model.layers.L.`) with the golden's `debug.*` tensors as they are
+/// produced, so each layer runs on the reference's own input and its taps show that layer's arithmetic alone.
+/// The file also holds the prefill's `logits` [tokens, vocab] and, with `--dump-steps K`, `logits.step1` … of
+/// the K single-token decode steps (the golden's `full_logits` and `step_logits` paths respectively).
 #include <cstdio>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -29,9 +35,10 @@ namespace tessera::cli {
 Result<model::dsv41::Numerics> numerics_for(std::string const& dir, std::string const& flag);
 
 int cmd_verify_golden(std::vector<std::string> const& args) {
-  std::vector<std::string> opts{"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps"};
+  std::vector<std::string> opts{"model", "golden", "dtype", "device", "dump-taps", "dump-prompt", "dump-steps",
+                                "pin-golden"};
   for (auto const& n : parallel_flag_names()) opts.push_back(n);
-  ArgParser p(args, opts);
+  ArgParser p(args, opts, {"dump-full"});
   auto par = parse_parallel_flags(p);
   if (!p.error().empty() || !p.has("model") || !p.has("golden") || !par) {
     std::fprintf(stderr, "usage: tessera verify golden --model DIR --golden DIR [--dtype fp32|bf16] [--device cpu|cuda] %s\n%s\n",
@@ -56,6 +63,10 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
     if (!golden.contains(pk)) throw Error(invalid_argument("--dump-prompt: the golden has no " + pk));
     Tensor ids = golden.load_i64(pk).value_or_throw();
     std::vector<int32_t> toks(ids.data_as<int64_t>(), ids.data_as<int64_t>() + ids.numel());
+    if (p.has("dump-full")) {
+      Tensor gen = golden.load_i64("gen_manual." + p.get_or("dump-prompt", "0")).value_or_throw();
+      toks.insert(toks.end(), gen.data_as<int64_t>(), gen.data_as<int64_t>() + gen.numel());
+    }
     io::SafetensorsWriter w;
     std::map<std::string, int> seen;
     m->set_debug_tap([&](std::string const& n, std::vector<int64_t> const& shape, std::span<float const> v) {
@@ -63,10 +74,33 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
       int const k = seen[n]++;
       throw_if_error(w.add(k ? n + "." + std::to_string(k) : n, t));
     });
+    std::set<std::string> pins;
+    std::string const pin_list = p.get_or("pin-golden", "");
+    for (size_t b = 0; b < pin_list.size();) {
+      size_t e = pin_list.find(',', b);
+      if (e == std::string::npos) e = pin_list.size();
+      if (e > b) pins.insert(pin_list.substr(b, e - b));
+      b = e + 1;
+    }
+    if (!pins.empty()) {
+      if (!p.has("dump-full")) throw Error(invalid_argument("--pin-golden needs --dump-full (the golden's debug forward)"));
+      m->set_debug_pin([&](std::string const& n, std::span<float> v) {
+        std::string const pre = "model.layers.";
+        if (n.rfind(pre, 0) != 0) return;
+        size_t const dot = n.find('.', pre.size());
+        if (dot == std::string::npos || !pins.count(n.substr(dot + 1)) || !golden.contains("debug." + n)) return;
+        Tensor g = golden.load_f32("debug." + n).value_or_throw();
+        if (static_cast<size_t>(g.numel()) != v.size())
+          throw Error(invalid_argument("--pin-golden: debug." + n + " has " + std::to_string(g.numel()) + " values, the tap " +
+                                       std::to_string(v.size())));
+        std::copy(g.data_as<float>(), g.data_as<float>() + g.numel(), v.begin());
+      });
+    }
     auto st = m->new_sequence();
     std::vector<float> lg(toks.size() * static_cast<size_t>(m->info().vocab_size));
     model::SequenceStep step{st.get(), toks, static_cast<int64_t>(toks.size()), lg.data()};
     throw_if_error(m->forward({&step, 1}));
+    throw_if_error(w.add("logits", Tensor::from_floats(lg, {static_cast<int64_t>(toks.size()), m->info().vocab_size})));
     // Then --dump-steps single-token decode steps on the golden's own greedy tokens (taps suffixed .1, .2, …).
     std::string const gk = "gen_manual." + p.get_or("dump-prompt", "0");
     int64_t const steps = std::stoll(p.get_or("dump-steps", "0"));
@@ -76,9 +110,13 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
         int32_t const t = static_cast<int32_t>(gen.data_as<int64_t>()[i]);
         model::SequenceStep one{st.get(), std::span<int32_t const>(&t, 1), 1, lg.data()};
         throw_if_error(m->forward({&one, 1}));
+        throw_if_error(w.add("logits.step" + std::to_string(i + 1),
+                             Tensor::from_floats(std::vector<float>(lg.begin(), lg.begin() + m->info().vocab_size),
+                                                 {m->info().vocab_size})));
       }
     }
     m->set_debug_tap({});
+    m->set_debug_pin({});
     throw_if_error(w.write(*p.get("dump-taps")));
     std::printf("wrote %zu taps of %s (%zu tokens) to %s\n", w.size(), pk.c_str(), toks.size(),
                 p.get("dump-taps")->c_str());

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-/// CUDA linear y = →md(x·Wᵀ) against the CPU backend and ref::linear_row: bitwise (no transcendental;
-/// both follow ref::dot's sequential order with separately rounded products and sums), fp32 and
-/// bf16-stored weights, md fp32 and bf16; row invariance (a row alone = the same row in a batch of 19 and
-/// of 70, strided outputs); odd shapes that are not multiples of the 32×32 tiles.
+/// CUDA linear y = →md(x·Wᵀ) against the CPU backend and ref::linear_row / ref::bmm_dot: bitwise (no
+/// transcendental; both follow the output dtype's order: ref::dot's chunks or one FMA chain for fp32,
+/// ref::dot_tc's tensor-core blocks for bf16), fp32 and bf16-stored weights, md fp32 and bf16; row invariance
+/// (a row alone = the same row in a batch of 19 and of 70, strided outputs); odd shapes that are not multiples
+/// of the 32×32 tiles.
 #include <boost/test/unit_test.hpp>
 
 #include <tuple>
@@ -81,7 +82,7 @@ BOOST_AUTO_TEST_CASE(linear_matches_cpu_bitwise) {
         for (int64_t r = 0; r < rows; ++r) {
           if (fma_chain)
             for (int64_t o = 0; o < out; ++o)
-              ref[r * out + o] = ref::round_md(ref::dot_fma_seq(&x[r * in], &w[o * in], in), md);
+              ref[r * out + o] = ref::round_md(ref::bmm_dot(&x[r * in], &w[o * in], in, md), md);
           else
             ref::linear_row(&x[r * in], w.data(), in, out, &ref[r * out], md);
         }

@@ -77,7 +77,7 @@ std::vector<float> sorted_biased(float const* x, std::vector<float> const& gate,
                                  ops::MoeRouteDesc const& d) {
   std::vector<float> v(d.experts);
   for (int64_t e = 0; e < d.experts; ++e)
-    v[e] = std::sqrt(ref::softplus(ref::dot(x, &gate[e * d.dim], d.dim) / d.gate_temp)) + bias[e];
+    v[e] = std::sqrt(ref::softplus(ref::dot(x, &gate[e * d.dim], d.dim) / d.gate_temp, d.md)) + bias[e];
   std::sort(v.begin(), v.end(), std::greater<>());
   return v;
 }
@@ -92,15 +92,17 @@ BOOST_AUTO_TEST_CASE(moe_route_matches_cpu) {
   auto bias = randn(experts, seed + 2, 0.05f);
   std::vector<uint8_t> mask(experts, 0);
   for (int64_t e : {3, 17, 18, 60}) mask[e] = 1;
+  for (DType const md : {DType::kF32, DType::kBf16})  // md selects softplus's arithmetic
   for (int64_t k : {1, 6})
     for (float top_p : {1.f, 0.6f})
       for (bool use_mask : {false, true})
         for (bool renorm : {true, false}) {
-          ops::MoeRouteDesc d{rows, experts, dim, k, 1.3f, 2.5f, true, top_p, 2, renorm};
+          ops::MoeRouteDesc d{rows, experts, dim, k, 1.3f, 2.5f, true, top_p, 2, renorm, md};
           auto const& m = use_mask ? mask : std::vector<uint8_t>{};
           auto cpu = route(false, d, x, gate, bias, m);
           auto gpu = route(true, d, x, gate, bias, m);
-          BOOST_TEST_INFO("k=" << k << " top_p=" << top_p << " mask=" << use_mask << " renorm=" << renorm);
+          BOOST_TEST_INFO("k=" << k << " top_p=" << top_p << " mask=" << use_mask << " renorm=" << renorm
+                                 << " md=" << dtype_name(md));
           for (int64_t r = 0; r < rows; ++r) {
             bool same = std::equal(&cpu.ids[r * k], &cpu.ids[r * k] + k, &gpu.ids[r * k]);
             if (!same) {
@@ -271,7 +273,7 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
         std::printf("moe_experts rows=%lld w=%s md=%s limit=%g: %lld/%lld outputs bitwise equal to the CPU\n",
                     static_cast<long long>(rows), std::string(dtype_name(wdt)).c_str(), std::string(dtype_name(md)).c_str(), limit,
                     static_cast<long long>(exact), static_cast<long long>(rows * dim));
-        BOOST_TEST(exact == rows * dim);  // bitwise: SiLU on fmath::exp_rn on both sides
+        BOOST_TEST(exact == rows * dim);  // bitwise: the same dot orders and SiLU (exp_md) on both sides
         int64_t const one = std::min<int64_t>(2, rows - 1), nt = std::min<int64_t>(5, rows);
         auto alone = run_gpu(one, 1);
         BOOST_TEST(count_bit_diffs(alone, row_slice(gpu, dim, one), "experts alone") == 0);

@@ -160,14 +160,16 @@ BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
 BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
   uint64_t const seed = test_seed(514);
   // One warp per mix output, coalesced (n·D % 32 == 0) or chunk per lane (4 × 1001); n·D = 20480 is the
-  // released width; 4 × 5121 > 20480 takes the one-thread path.
+  // released width; 4 × 5121 > 20480 takes the one-thread path. md selects exp's arithmetic (fmath::exp_rn /
+  // expf) and the softmax order.
+  for (DType const md : {DType::kF32, DType::kBf16})
   for (int64_t dim : {64, 1000, 1001, 5120, 5121}) {
     int64_t const rows = 6, n = 4, nd = n * dim, nm = (2 + n) * n;
     auto x = randn(static_cast<size_t>(rows * nd), seed + dim, 1.5f);
     auto fn = randn(static_cast<size_t>(nm * nd), seed + 2, 0.05f);
     auto base = randn(static_cast<size_t>(nm), seed + 3, 0.5f);
     std::vector<float> scale = {0.7f, 1.3f, 2.1f};
-    ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f};
+    ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f, md};
     std::vector<float> pre(rows * n), post(rows * n), comb(rows * n * n);
     ExecContext cctx;
     run_ok<ops::MhcMix>(cctx, d, ops::MhcMixArgs{TensorView<float const, 2>(x.data(), {rows, nd}),
@@ -190,12 +192,12 @@ BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
     };
     mix(0, rows, dx, dpre, dpost, dcomb);
     auto gpre = dpre.get(), gpost = dpost.get(), gcomb = dcomb.get();
-    BOOST_TEST_INFO("dim=" << dim);
+    BOOST_TEST_INFO("dim=" << dim << " md=" << dtype_name(md));
     BOOST_TEST(max_rel_diff(gpre, pre) <= kMixRelTol);
     BOOST_TEST(max_rel_diff(gpost, post) <= kMixRelTol);
     BOOST_TEST(max_rel_diff(gcomb, comb) <= kMixRelTol);
     BOOST_TEST(count_bit_diffs(gpre, pre, "pre") + count_bit_diffs(gpost, post, "post") +
-                   count_bit_diffs(gcomb, comb, "comb") == 0);  // bitwise: fmath::exp_rn on both sides
+                   count_bit_diffs(gcomb, comb, "comb") == 0);  // bitwise: the same exp (exp_md) and sum orders on both sides
     std::printf("mhc_mix dim=%lld: bit mismatches pre %lld post %lld comb %lld (max rel %.3g)\n",
                 static_cast<long long>(dim), static_cast<long long>(count_bit_diffs(gpre, pre, "pre")),
                 static_cast<long long>(count_bit_diffs(gpost, post, "post")),

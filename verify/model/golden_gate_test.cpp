@@ -3,12 +3,18 @@
 /// golden/v41-tiny variants, asserted per prompt: no uncertified disagreement (teacher-forced and
 /// free-running), logits within the derived tolerance, and the overall verdict.
 ///
-/// The references compute in the golden engine's own orders and with its rsqrt (docs/deepseek-v41-cpu.md
-/// "Numerics"); fp32 passes the gate: 256/256 steps exact, logits within 0.0085 (tolerance 0.0102).
-/// KNOWN FAILURES (bf16 only), declared with Boost.Test's expected_failures (an upper bound: a regression
-/// that adds a failing assertion fails the case) plus a floor on the exact-step count: 240/256 steps exact.
-/// The golden's bf16 GEMMs run on tensor cores with their own accumulation; elements a bf16 ulp apart feed
-/// the FP8/FP4 quantisers and top-k selections, which amplify them. verify golden prints the details.
+/// The references compute in the golden engine's own orders (docs/deepseek-v41-cpu.md "Numerics"). fp32 passes
+/// the gate: 256/256 steps exact, logits within 0.000603 (tolerance 0.0102), pinned below 1e-3.
+/// bf16 reproduces the golden's one-shot forward bit for bit (golden_bitwise_test.cpp) and reaches 254/256 steps
+/// exact with 1 certified near-tie (pinned: exactly 254). KNOWN FAILURES (bf16 only), declared with Boost.Test's
+/// expected_failures (an upper bound: a regression that adds a failing assertion fails the case), 3 assertions:
+///   - prompt 5 step 28: our argmax is the golden's one-shot (full_logits) argmax; its cached decode differs
+///     there (the golden's own 254/256 self-consistency) with a top-1/top-2 gap of 2 bf16 ulps, above the 1-ulp
+///     tie bound. Its decode computes the mHC mix projection (fp32, one row) in another order than its prefill
+///     (32 lanes of 8-element FMA chains, halving fold: measured); a row-invariant model follows one of them.
+///   - prompt 6: max_abs_err 0.672 against the tolerance 0.664, from one bf16 attention probability one ulp
+///     apart in the prompt prefill (layer 1, row 139): the golden's softmax lanes follow the forward's length.
+///   - the overall verdict.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -64,13 +70,15 @@ BOOST_AUTO_TEST_CASE(fp32) {
   auto rep = run("fp32");
   BOOST_TEST(rep.self_consistency_agree == 256);
   BOOST_TEST(rep.exact == 256);
+  BOOST_TEST(rep.max_abs_err < 1e-3);
   check(rep);
 }
 
-BOOST_AUTO_TEST_CASE(bf16, *boost::unit_test::expected_failures(11)) {
+BOOST_AUTO_TEST_CASE(bf16, *boost::unit_test::expected_failures(3)) {
   auto rep = run("bf16");
   BOOST_TEST(rep.self_consistency_agree == 254);
-  BOOST_TEST(rep.exact >= 240);
+  BOOST_TEST(rep.exact == 254);
+  BOOST_TEST(rep.near_ties == 1);
   BOOST_TEST(rep.exact >= rep.self_consistency_agree);
   check(rep);
 }

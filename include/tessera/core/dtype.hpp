@@ -161,6 +161,11 @@ TESSERA_HOST_DEVICE constexpr float float_from_fp4_e2m1(uint8_t code) {
   constexpr float kLut[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
   return kLut[code & 0xFu];
 }
+/// The e2m1 value of a code with −0 (code 8) read as +0: the value table of the golden engine's FP4 fake
+/// quantiser (spec Appendix B.2/B.3, `_FP4_TABLE`), whose negative inputs below the first threshold come out +0.
+TESSERA_HOST_DEVICE constexpr float float_from_fp4_e2m1_zero_unsigned(uint8_t code) {
+  return (code & 0x7u) == 0 ? 0.f : float_from_fp4_e2m1(code);
+}
 /// RNE onto the e2m1 grid: code = #{thresholds ≤ |q|} over [0.25⁺, 0.75, 1.25⁺, 1.75, 2.5⁺, 3.5, 5.0⁺];
 /// values beyond ±6 saturate to ±6; NaN gives code 0 with its sign.
 TESSERA_HOST_DEVICE constexpr uint8_t fp4_e2m1_from_float(float q) {

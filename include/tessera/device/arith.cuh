@@ -9,8 +9,10 @@
 
 #include <cstdint>
 
+#include "tessera/core/cuda_math.hpp"
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/fmath.hpp"
+#include "tessera/core/tensor_core.hpp"
 
 namespace tessera::device {
 
@@ -67,11 +69,47 @@ __device__ __forceinline__ float std_max(float a, float b) { return a < b ? b : 
 __device__ __forceinline__ float std_min(float a, float b) { return b < a ? b : a; }
 __device__ __forceinline__ float std_clamp(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
 
-/// The fp32 activations of common_ref.hpp on fmath::exp_rn / log1p_rn (fp64 evaluation, one rounding), the same
-/// operations as the CPU's, so they agree bit for bit (CUDA's own expf/log1pf are not correctly rounded).
-__device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, fmath::exp_rn(-x))); }
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.f, fmath::exp_rn(-x))); }
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : fmath::log1p_rn(fmath::exp_rn(x)); }
+/// ref::exp_md / log1p_md: bf16 takes the device's own expf (bitwise equal to ref::cuda_expf on sm_90) and the
+/// libdevice log1pf replay (cuda_math::log1pf, the same IEEE operations as on the CPU); fp32 takes
+/// fmath::exp_rn / log1p_rn (fp64 evaluation, one rounding), the same operations as the CPU's.
+__device__ __forceinline__ float exp_md(float x, bool bf16) { return bf16 ? expf(x) : fmath::exp_rn(x); }
+__device__ __forceinline__ float log1p_md(float x, bool bf16) { return bf16 ? cuda_math::log1pf(x) : fmath::log1p_rn(x); }
+
+/// The activations of common_ref.hpp (sigmoid, SiLU, softplus) in the model dtype's arithmetic.
+__device__ __forceinline__ float sigmoid(float x, bool bf16) { return __fdiv_rn(1.f, __fadd_rn(1.f, exp_md(-x, bf16))); }
+__device__ __forceinline__ float silu(float x, bool bf16) { return __fdiv_rn(x, __fadd_rn(1.f, exp_md(-x, bf16))); }
+__device__ __forceinline__ float softplus(float x, bool bf16) {
+  return x > 20.f ? x : log1p_md(exp_md(x, bf16), bf16);
+}
+/// The fp32 forms (ref::sigmoid / silu / softplus of one argument).
+__device__ __forceinline__ float sigmoid(float x) { return sigmoid(x, false); }
+__device__ __forceinline__ float silu(float x) { return silu(x, false); }
+__device__ __forceinline__ float softplus(float x) { return softplus(x, false); }
+
+/// ref::warp_softmax_sum on one thread: add(col, v) in increasing column order, value() folds the 32 lanes by
+/// halving.
+struct WarpSoftmaxSum {
+  float lane[32];
+  __device__ __forceinline__ WarpSoftmaxSum() {
+    for (int t = 0; t < 32; ++t) lane[t] = 0.f;
+  }
+  __device__ __forceinline__ void add(int64_t col, float v) { lane[col & 31] = __fadd_rn(lane[col & 31], v); }
+  __device__ __forceinline__ float value() {
+    for (int h = 16; h > 0; h /= 2)
+      for (int t = 0; t < h; ++t) lane[t] = __fadd_rn(lane[t], lane[t + h]);
+    return lane[0];
+  }
+};
+
+/// The dot order of ref::gemm_dot for a bf16 output (ref::dot_tc, tc::BlockAcc) with DotAcc's interface, so the
+/// 32-wide tile walkers (warp_dot_rows) run it unchanged: the 16-product blocks end inside step().
+struct TcDotAcc {
+  tc::BlockAcc acc;
+  __device__ __forceinline__ void begin() {}
+  __device__ __forceinline__ void step(float a, float b) { acc.step(a, b); }
+  __device__ __forceinline__ void end() {}
+  __device__ __forceinline__ float value() { return acc.value(); }
+};
 /// ref::rsqrt is CUDA's rsqrtf (the golden engine's torch.rsqrt; the CPU replays the table measured on an
 /// H200), so the device takes the hardware instruction itself: bitwise equal to ref::rsqrt on sm_90.
 __device__ __forceinline__ float rsqrt_ref(float x) { return rsqrtf(x); }

@@ -3,7 +3,9 @@
 /// with the logits, probabilities and output rounded to md. Each query row attends the key rows listed
 /// for it (CSR: key_ids[row_offsets[r] .. row_offsets[r+1])): its visible window entries in position
 /// order, then its selected compressed entries in entry order. Masked keys are simply absent (they
-/// contribute exactly 0 in the reference). Reference: ref/attention_ref.hpp.
+/// contribute exactly 0 in the reference). In bf16 the optional key_cols / sink_cols place each listed key and
+/// each row's sink in the golden engine's logit row (its softmax sums by column lanes, its P·V walks columns in
+/// 16-wide tensor-core blocks); fp32 ignores them. Reference: ref/attention_ref.hpp.
 #pragma once
 
 #include <ostream>
@@ -37,6 +39,9 @@ struct AttentionArgs {
   TensorView<float const, 1> sinks;         // [heads] fp32
   TensorView<float, 2> out;                 // [rows, heads·head_dim]
   TensorView<float, 2> probs;               // optional [heads, row_offsets[rows]]: p per listed key
+  TensorView<int32_t const, 1> key_cols;    // optional [row_offsets[rows]]: column of each listed key, increasing
+                                            //   within a row (with sink_cols; absent: the listed order)
+  TensorView<int32_t const, 1> sink_cols;   // optional [rows]: column of the row's sink, after its keys' columns
 };
 
 template <Backend B> struct Attention;

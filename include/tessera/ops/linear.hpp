@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Dense bias-free linear family: y[r, o] = →md(Σ_i x[r, i]·W[o, i]) with W row-major [out, in] stored in
-/// fp32 or bf16 (widened exactly), the sum in fp32 sequentially in index order (ref::dot), so every
+/// fp32 or bf16 (widened exactly), the sum in fp32 in the golden engine's GEMM order for the output dtype
+/// (ref::gemm_dot: cuBLAS SGEMM's chunked FMA order for fp32, the tensor-core block order for bf16), so every
 /// backend is bitwise equal to ref::linear_row over rows and every row is independent of the others.
 /// Used for every projection and the LM head. Reference: ref/common_ref.hpp (linear_row).
 #pragma once
@@ -15,8 +16,8 @@ struct LinearDesc {
   int64_t rows = 0, in = 0, out = 0;
   DType weight_dtype = DType::kF32;  // kF32 (LinearArgs::w) or kBf16 (LinearArgs::w_bf16)
   DType md = DType::kF32;            // rounding of y: kF32 = none, kBf16 = →bf16
-  /// false: ref::dot's GEMM order (nn.Linear in the golden engine); true: one FMA chain per output,
-  /// ref::dot_fma_seq (a torch.bmm in the golden engine: the grouped output projection wo_a).
+  /// false: ref::gemm_dot's order (nn.Linear in the golden engine); true: ref::bmm_dot's (a torch.bmm in the
+  /// golden engine: the grouped output projection wo_a; one FMA chain per output in fp32).
   bool fma_chain = false;
   friend bool operator==(LinearDesc const&, LinearDesc const&) = default;
 };

@@ -14,6 +14,8 @@ struct MhcMixDesc {
   int64_t rows = 0, streams = 4, dim = 0;
   int sinkhorn_iters = 20;
   float hc_eps = 1e-6f, norm_eps = 1e-20f;
+  /// The model dtype: nothing is rounded to it (the mix is fp32), it selects exp's arithmetic (ref::exp_md).
+  DType md = DType::kF32;
   friend bool operator==(MhcMixDesc const&, MhcMixDesc const&) = default;
 };
 
@@ -24,7 +26,8 @@ inline std::ostream& operator<<(std::ostream& os, MhcMixDesc const& d) {
             << " dim=" << d.dim
             << " sinkhorn_iters=" << d.sinkhorn_iters
             << " hc_eps=" << d.hc_eps
-            << " norm_eps=" << d.norm_eps << " }";
+            << " norm_eps=" << d.norm_eps
+            << " md=" << dtype_name(d.md) << " }";
 }
 
 struct MhcMixArgs {

@@ -27,6 +27,8 @@ struct MoeRouteDesc {
   float prune_top_p = 1.f;     // in (0, 1]; 1 = off
   int64_t prune_min_k = 0;     // keep at least max(1, prune_min_k) experts
   bool prune_renorm = true;    // kept weights ·= (selected sum / kept sum); false = original weights
+  /// The model dtype: the router is fp32 either way; md selects softplus's exp and ln(1 + ·) (ref::softplus).
+  DType md = DType::kF32;
   friend bool operator==(MoeRouteDesc const&, MoeRouteDesc const&) = default;
 };
 
@@ -38,7 +40,8 @@ inline std::ostream& operator<<(std::ostream& os, MoeRouteDesc const& d) {
             << " top_k=" << d.top_k
             << " gate_temp=" << d.gate_temp
             << " routed_scale=" << d.routed_scale
-            << " norm_top_k=" << d.norm_top_k << " }";
+            << " norm_top_k=" << d.norm_top_k
+            << " md=" << dtype_name(d.md) << " }";
 }
 
 struct MoeRouteArgs {

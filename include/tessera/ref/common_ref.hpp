@@ -9,7 +9,9 @@
 #include <cstdint>
 
 #include "tessera/core/dtype.hpp"
+#include "tessera/core/cuda_math.hpp"
 #include "tessera/core/fmath.hpp"
+#include "tessera/core/tensor_core.hpp"
 
 namespace tessera::ref {
 
@@ -44,15 +46,36 @@ inline float dot_fma_seq(float const* a, float const* b, int64_t n, int64_t stri
   return acc;
 }
 
-/// linear_row in the batched-GEMM order (one FMA chain per output): the grouped output projection, a bmm
-/// in the golden engine.
-inline void linear_row_fma_seq(float const* x, float const* w, int64_t in, int64_t out, float* y, DType md) {
-  for (int64_t o = 0; o < out; ++o) y[o] = round_md(dot_fma_seq(x, w + o * in, in), md);
+/// Σ_i a[i]·b[i·stride_b] of bf16 values in the order of the golden engine's bf16 GEMMs, which run on tensor
+/// cores: K in blocks of 16 products, each block added exactly to the aligned fp32 accumulator and the sum
+/// truncated toward zero (tc::BlockAcc, core/tensor_core.hpp).
+inline float dot_tc(float const* a, float const* b, int64_t n, int64_t stride_b = 1) {
+  tc::BlockAcc acc;
+  for (int64_t i = 0; i < n; ++i) acc.step(a[i], b[i * stride_b]);
+  return acc.value();
 }
 
-/// y[o] = →md(Σ_i x[i]·W[o, i]) for o < out: one row of a bias-free linear layer, W row-major [out, in].
+/// The dot product behind one output of a GEMM whose result is →md (nn.Linear, F.linear): the tensor-core order
+/// when md is bf16 (both operands bf16), cuBLAS SGEMM's chunked order when it is fp32.
+inline float gemm_dot(float const* a, float const* b, int64_t n, DType md) {
+  return md == DType::kBf16 ? dot_tc(a, b, n) : dot(a, b, n);
+}
+
+/// The same for a batched product (torch.bmm, torch.matmul of batched operands, einsum): the tensor-core order
+/// for bf16, one FMA chain for fp32.
+inline float bmm_dot(float const* a, float const* b, int64_t n, DType md, int64_t stride_b = 1) {
+  return md == DType::kBf16 ? dot_tc(a, b, n, stride_b) : dot_fma_seq(a, b, n, stride_b);
+}
+
+/// linear_row in the batched-GEMM order (bmm_dot): the grouped output projection, a bmm in the golden engine.
+inline void linear_row_fma_seq(float const* x, float const* w, int64_t in, int64_t out, float* y, DType md) {
+  for (int64_t o = 0; o < out; ++o) y[o] = round_md(bmm_dot(x, w + o * in, in, md), md);
+}
+
+/// y[o] = →md(Σ_i x[i]·W[o, i]) for o < out in gemm_dot's order: one row of a bias-free linear layer, W
+/// row-major [out, in].
 inline void linear_row(float const* x, float const* w, int64_t in, int64_t out, float* y, DType md) {
-  for (int64_t o = 0; o < out; ++o) y[o] = round_md(dot(x, w + o * in, in), md);
+  for (int64_t o = 0; o < out; ++o) y[o] = round_md(gemm_dot(x, w + o * in, in, md), md);
 }
 
 /// exp(x) as the golden engine evaluates it on the GPU: CUDA's expf (behind torch.exp, softmax, sigmoid, SiLU and
@@ -66,10 +89,39 @@ float cuda_ex2(float r);
 uint64_t cuda_ex2_table_digest();
 uint64_t cuda_ex2_grid_digest();
 
-inline float sigmoid(float x) { return 1.f / (1.f + fmath::exp_rn(-x)); }
-inline float silu(float x) { return x / (1.f + fmath::exp_rn(-x)); }
-/// torch softplus with β = 1 and threshold 20: x itself above the threshold.
-inline float softplus(float x) { return x > 20.f ? x : fmath::log1p_rn(fmath::exp_rn(x)); }
+/// e^x and ln(1 + x) of the model dtype's arithmetic. bf16: the golden engine's own CUDA math library
+/// (cuda_expf, cuda_math::log1pf), with which the bf16 model reproduces the golden's one-shot forward bit for bit.
+/// fp32: correctly rounded (fmath::exp_rn / log1p_rn): the golden's fp32 GEMM orders change with the row count,
+/// so the fp32 model cannot be bitwise, and CUDA's expf measurably moves it further from the golden logits
+/// (docs/deepseek-v41-cpu.md "Numerics").
+inline float exp_md(float x, DType md) { return md == DType::kBf16 ? cuda_expf(x) : fmath::exp_rn(x); }
+inline float log1p_md(float x, DType md) { return md == DType::kBf16 ? cuda_math::log1pf(x) : fmath::log1p_rn(x); }
+
+/// torch's sigmoid, SiLU and softplus (β = 1, threshold 20: x itself above it) on exp_md / log1p_md.
+inline float sigmoid(float x, DType md) { return 1.f / (1.f + exp_md(-x, md)); }
+inline float silu(float x, DType md) { return x / (1.f + exp_md(-x, md)); }
+inline float softplus(float x, DType md) { return x > 20.f ? x : log1p_md(exp_md(x, md), md); }
+/// The fp32 forms (correctly rounded exp and ln(1 + ·)).
+inline float sigmoid(float x) { return sigmoid(x, DType::kF32); }
+inline float silu(float x) { return silu(x, DType::kF32); }
+inline float softplus(float x) { return softplus(x, DType::kF32); }
+
+/// Σ_i v[i] in the order of torch's warp-per-row softmax (softmax_warp_forward, rows of at most 1024 columns; the
+/// golden engine's F.softmax over the last dimension): the value in column c joins lane c mod 32, each lane adds
+/// its values in increasing column order starting from 0, and the 32 lane sums are folded by halving (lane t +=
+/// lane t + h for h = 16, 8, 4, 2, 1). Masked columns hold exp(−∞) = 0 there and change nothing, so only the
+/// listed values are needed; col(i) is the column of v(i), increasing in i.
+template <class Val, class Col>
+inline float warp_softmax_sum(int64_t n, Val&& v, Col&& col) {
+  float lane[32] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    float& l = lane[col(i) & 31];
+    l = l + v(i);
+  }
+  for (int h = 16; h > 0; h /= 2)
+    for (int t = 0; t < h; ++t) lane[t] = lane[t] + lane[t + h];
+  return lane[0];
+}
 /// rsqrt(x) as the golden engine evaluates it: CUDA's rsqrtf (torch.rsqrt on the GPU), which is not
 /// correctly rounded (on an H200 it differs from 1/√x rounded once on 21.7% of inputs, by −2…+1 ulp). The
 /// measured per-input offsets for [1, 4) ship with the library (ops/core/cuda_rsqrtf.cpp); rsqrtf(x·4^k) =

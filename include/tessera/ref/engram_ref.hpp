@@ -53,7 +53,7 @@ inline void engram_gate_row(float const* x, float const* key, float const* value
     float const* wk = w + k * d;
     float const s = lane_sum(d, [&](int64_t i) { return (h[i] * wk[i]) * kk[i]; });
     float dt = s * rstd * inv_sqrt_d;
-    float g = sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dt), 1e-6f)), dt));
+    float g = sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dt), 1e-6f)), dt), md);
     for (int64_t i = 0; i < d; ++i) out[k * d + i] = round_md(h[i] + g * value[i], md);
   }
 }

@@ -5,6 +5,10 @@
 ///   C⁰[j,k] = m_{2n+jn+k}·s2 + b_{2n+jn+k}; C = softmax_k(C⁰) + hc_eps; C /= (Σ_j C + hc_eps); then
 ///   (iters−1)× { C /= (Σ_k C + hc_eps); C /= (Σ_j C + hc_eps) }: one softmax, iters−1 row and iters
 ///   column normalisations, ending on a column normalisation.
+///   Sums in the golden engine's torch orders: the softmax denominator as torch's warp softmax
+///   (warp_softmax_sum: lane k, halving fold), the row sums Σ_k as its innermost-dimension reduction (lane_sum),
+///   the column sums Σ_j sequentially in j (a strided reduction, one thread per output). exp and sigmoid in the
+///   model dtype's arithmetic (exp_md); md never rounds anything here (the mix is an fp32 island).
 ///   collapse(X, p) = →md(Σ_k p_k·X_k); expand_k = →md(post_k·y + Σ_j C[j,k]·X_j) (the Σ_j formed first,
 ///   as a sequential FMA chain over j: the golden engine's einsum → batched GEMM order).
 #pragma once
@@ -21,8 +25,8 @@ namespace tessera::ref {
 /// x [n·D] fp32 (stream-major), fn [(2+n)n, n·D], base [(2+n)n], scale [3] → pre [n], post [n], comb [n·n]
 /// (row j = input stream, column k = output stream). `scratch` holds n·D + (2+n)n floats.
 inline void mhc_mix_row(float const* x, float const* fn, float const* base, float const* scale, int64_t n,
-                        int64_t d, int iters, float hc_eps, float norm_eps, float* pre, float* post, float* comb,
-                        float* scratch) {
+                        int64_t d, int iters, float hc_eps, float norm_eps, DType md, float* pre, float* post,
+                        float* comb, float* scratch) {
   int64_t nd = n * d, nm = (2 + n) * n;
   float* f = scratch;
   float* m = scratch + nd;
@@ -30,9 +34,9 @@ inline void mhc_mix_row(float const* x, float const* fn, float const* base, floa
   for (int64_t o = 0; o < nm; ++o) m[o] = dot(f, fn + o * nd, nd);
   for (int64_t k = 0; k < n; ++k) {
     float a = m[k] * scale[0];
-    pre[k] = sigmoid(a + base[k]) + hc_eps;
+    pre[k] = sigmoid(a + base[k], md) + hc_eps;
     float b = m[n + k] * scale[1];
-    post[k] = 2.f * sigmoid(b + base[n + k]);
+    post[k] = 2.f * sigmoid(b + base[n + k], md);
   }
   for (int64_t j = 0; j < n; ++j) {
     float* row = comb + j * n;
@@ -42,8 +46,8 @@ inline void mhc_mix_row(float const* x, float const* fn, float const* base, floa
       row[k] = c + base[2 * n + j * n + k];
       mx = std::max(mx, row[k]);
     }
-    float s = 0.f;
-    for (int64_t k = 0; k < n; ++k) { row[k] = fmath::exp_rn(row[k] - mx); s += row[k]; }
+    for (int64_t k = 0; k < n; ++k) row[k] = exp_md(row[k] - mx, md);
+    float const s = warp_softmax_sum(n, [row](int64_t k) { return row[k]; }, [](int64_t k) { return k; });
     for (int64_t k = 0; k < n; ++k) row[k] = row[k] / s + hc_eps;
   }
   auto col_norm = [&] {
@@ -56,8 +60,7 @@ inline void mhc_mix_row(float const* x, float const* fn, float const* base, floa
   };
   auto row_norm = [&] {
     for (int64_t j = 0; j < n; ++j) {
-      float s = 0.f;
-      for (int64_t k = 0; k < n; ++k) s += comb[j * n + k];
+      float const s = lane_sum(n, [row = comb + j * n](int64_t k) { return row[k]; });
       float den = s + hc_eps;
       for (int64_t k = 0; k < n; ++k) comb[j * n + k] /= den;
     }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /// MoE routing and experts (spec/deepseek-v41.md §2.6).
-/// Router (fp32): s_e = sqrt(softplus(x·W_eᵀ / temp)); sel = top-k of s + b (descending, ties → lower id);
+/// Router (fp32): s_e = sqrt(softplus(x·W_eᵀ / temp)) (x·W_eᵀ in ref::dot's SGEMM order, softplus on exp_md /
+///   log1p_md); sel = top-k of s + b (descending, ties → lower id);
 ///   w_i = s[sel_i]; if norm and k > 1: w_i /= (Σ_i w_i + 1e-20) (sum in sel order); w_i ·= routed_scale.
-/// Expert (clamped SwiGLU): g = f32(→md(w1·x)), u = f32(→md(w3·x)); u = clamp(u, ±L), g = min(g, L) (L > 0);
+/// Expert (clamped SwiGLU; w1·x, w3·x, w2·a in ref::gemm_dot's order, silu on exp_md):
+///   g = f32(→md(w1·x)), u = f32(→md(w3·x)); u = clamp(u, ±L), g = min(g, L) (L > 0);
 ///   a = →md(w·(silu(g)·u)); y = f32(→md(w2·a)).
 /// Static mask: experts with mask_e ≠ 0 get biased score −∞ before top-k (never selected).
 /// Per-token prune (seed-notes §5): order the k slots by weight descending (ties → lower slot), keep the
@@ -23,10 +25,10 @@ namespace tessera::ref {
 /// x [D], gate [E, D], bias [E] → ids [k] (descending biased score), weights [k]; returns the cutoff tie.
 inline bool moe_route_row(float const* x, float const* gate, float const* bias, int64_t experts, int64_t d,
                           int64_t k, float temp, bool norm, float routed_scale, int32_t* ids, float* weights,
-                          uint8_t const* mask = nullptr) {
+                          uint8_t const* mask = nullptr, DType md = DType::kF32) {
   std::vector<float> s(static_cast<size_t>(experts)), biased(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
-    s[e] = std::sqrt(softplus(dot(x, gate + e * d, d) / temp));
+    s[e] = std::sqrt(softplus(dot(x, gate + e * d, d) / temp, md));
     biased[e] = (mask && mask[e]) ? -INFINITY : s[e] + (bias ? bias[e] : 0.f);
   }
   std::vector<int32_t> sel;
@@ -68,14 +70,14 @@ inline void moe_expert_row_accumulate(float const* x, float const* w1, float con
                                       float* scratch) {
   float* a = scratch;
   for (int64_t i = 0; i < inter; ++i) {
-    float g = round_md(dot(x, w1 + i * d, d), md);
-    float u = round_md(dot(x, w3 + i * d, d), md);
+    float g = round_md(gemm_dot(x, w1 + i * d, d, md), md);
+    float u = round_md(gemm_dot(x, w3 + i * d, d, md), md);
     if (limit > 0.f) { u = std::clamp(u, -limit, limit); g = std::min(g, limit); }
-    float y = silu(g) * u;
+    float y = silu(g, md) * u;
     if (weighted) y = weight * y;
     a[i] = round_md(y, md);
   }
-  for (int64_t o = 0; o < d; ++o) acc[o] += round_md(dot(a, w2 + o * inter, inter), md);
+  for (int64_t o = 0; o < d; ++o) acc[o] += round_md(gemm_dot(a, w2 + o * inter, inter, md), md);
 }
 
 }  // namespace tessera::ref

@@ -3,7 +3,7 @@
 ///   FP8 (B.1, block 32): amax = max(max|x|, 1e-4); scale = 2^ceil-bits(amax·fp32(1/448));
 ///       q = clamp(x/scale, ±448); out = →md(f32(e4m3_RNE(q))·scale).
 ///   FP4 e4m3 scale (B.2, block 16): scale = f32(e4m3_RNE(max(amax, 6·2⁻⁹)/6)); q = clamp(x/scale, ±6)
-///       (true fp32 division); out = →md(LUT[e2m1(q)]·scale).
+///       (true fp32 division); out = →md(LUT[e2m1(q)]·scale), LUT the golden's e2m1 table (code 8, −0, reads +0).
 ///   FP4 ue8m0 scale (B.3, block 32): scale = 2^ceil-bits(max(amax, 6·2⁻¹²⁶)·fp32(1/6)); rest as B.2.
 /// A row whose length is not a multiple of the block passes through unchanged (as the reference does).
 #pragma once
@@ -39,7 +39,7 @@ inline void qat_block_apply(float* x, int64_t b, QatKind kind, DType md) {
     scale = pow2_ceil_bits(std::max(amax, static_cast<float>(6.0 * 0x1p-126)) * static_cast<float>(1.0 / 6.0));
   for (int64_t i = 0; i < b; ++i) {
     float q = std::clamp(x[i] / scale, -6.f, 6.f);
-    x[i] = round_md(float_from_fp4_e2m1(fp4_e2m1_from_float(q)) * scale, md);
+    x[i] = round_md(float_from_fp4_e2m1_zero_unsigned(fp4_e2m1_from_float(q)) * scale, md);
   }
 }
 

@@ -2,8 +2,9 @@
 /// Partial interleaved RoPE (spec/deepseek-v41.md §2.5.1). Only the trailing R channels of a head rotate;
 /// pair p is channels (hd−R+2p, hd−R+2p+1) = (a, b): a' = a·cos_p − b·sin_p, b' = a·sin_p + b·cos_p, each
 /// product rounded to fp32, the result →md. The inverse rotation uses −sin. Angles φ_p = f32(pos)·inv_freq_p
-/// (one fp32 product); cos/sin are the fp64 cos/sin of φ rounded once to fp32 (the CUDA op computes them the
-/// same way), →md before use. Also the inverse-frequency tables: `main` (plain) and
+/// (one fp32 product). cos/sin, →md before use: in bf16, CUDA's cosf/sinf of φ (cuda_math, the golden engine's
+/// torch.cos/sin); in fp32, the fp64 cos/sin of φ rounded once (CUDA's cosf/sinf move the fp32 model further
+/// from the golden, whose fp32 GEMM orders it cannot follow anyway). The CUDA op computes both the same way. Also the inverse-frequency tables: `main` (plain) and
 /// `compress` (YaRN, transformers' _compute_yarn_parameters with truncation, attention factor 1).
 #pragma once
 
@@ -21,8 +22,13 @@ inline void rope_cos_sin(int64_t pos, float const* inv_freq, int64_t half, DType
   float fp = static_cast<float>(pos);
   for (int64_t p = 0; p < half; ++p) {
     float phi = fp * inv_freq[p];
-    cos_out[p] = round_md(static_cast<float>(std::cos(static_cast<double>(phi))), md);
-    sin_out[p] = round_md(static_cast<float>(std::sin(static_cast<double>(phi))), md);
+    if (md == DType::kBf16) {  // the golden engine's own torch.cos / torch.sin: CUDA's cosf / sinf
+      cos_out[p] = round_md(cuda_math::cosf(phi), md);
+      sin_out[p] = round_md(cuda_math::sinf(phi), md);
+    } else {
+      cos_out[p] = static_cast<float>(std::cos(static_cast<double>(phi)));
+      sin_out[p] = static_cast<float>(std::sin(static_cast<double>(phi)));
+    }
   }
 }
 

@@ -91,6 +91,11 @@ struct DsparkPass;
 /// prefix (e.g. "model.layers.3.attn.out0"); rows are the chunk's rows. For tests and bisection.
 using DebugTap = std::function<void(std::string const& name, std::vector<int64_t> const& shape,
                                     std::span<float const> values)>;
+/// Optional override of a module output after it was tapped, by name as DebugTap: the callee may overwrite
+/// `values` (e.g. with the golden's own tensor) so that later modules see them. Offered at the layer outputs
+/// (`…out0`, `…out1`) and the sub-block outputs (`…attn.out0`, `…ffn.out0`, `…engram.out0`); for bisection:
+/// pinning every layer's input to the reference's isolates each layer's own arithmetic.
+using DebugPin = std::function<void(std::string const& name, std::span<float> values)>;
 
 /// Routed-expert pruning (spec/seed-notes.md §5; lossy, labelled, off by default; ops/moe.hpp). The
 /// shared expert is never pruned. The defaults compute the unpruned model bit for bit.
@@ -140,6 +145,7 @@ class Dsv41Model final : public LanguageModel {
   std::vector<float> const& main_inv_freq() const { return main_inv_freq_; }
   std::vector<float> const& compress_inv_freq() const { return compress_inv_freq_; }
   void set_debug_tap(DebugTap tap) { tap_ = std::move(tap); }
+  void set_debug_pin(DebugPin pin) { pin_ = std::move(pin); }
   /// DSpark (dspark.hpp): loaded when the checkpoint has `mtp.*` weights.
   bool has_dspark() const { return dspark_ != nullptr; }
   DsparkWeights const* dspark_weights() const { return dspark_.get(); }
@@ -161,6 +167,10 @@ class Dsv41Model final : public LanguageModel {
   void tap(std::string const& name, std::vector<int64_t> shape, std::span<float const> v) const {
     if (tap_) tap_(name, shape, v);
   }
+  void tap_pin(std::string const& name, std::vector<int64_t> shape, std::vector<float>& v) const {
+    tap(name, std::move(shape), v);
+    if (pin_) pin_(name, v);
+  }
 
   ModelSpec spec_;
   ModelOptions opts_;
@@ -169,6 +179,7 @@ class Dsv41Model final : public LanguageModel {
   EngramTables engram_;
   std::vector<float> main_inv_freq_, compress_inv_freq_;
   DebugTap tap_;
+  DebugPin pin_;
   std::shared_ptr<DsparkWeights const> dspark_;
   /// This model's rank of a tensor/expert-parallel group (its weights hold the rank's slices);
   /// null = the whole model on one rank.
