@@ -4,9 +4,12 @@
 /// 2^(E − 25) of the block's largest exponent sum, summed in 128-bit integers, the result cut to 24 bits and
 /// assembled into fp32 bits by hand), on random bf16 vectors with wide exponent spreads, zeros, subnormals and
 /// both signs; and hand-derived cases for each rule: truncation of the aligned terms (not exact addition), the
-/// exponent sum (not the product's own exponent) setting the alignment, rounding toward zero, blocks of 16.
+/// exponent sum (not the product's own exponent) setting the alignment, rounding toward zero, blocks of 16. Also
+/// the two shapes in which the CUDA kernels evaluate the same steps (two passes per block, tc::block_step; one
+/// product per lane with an int32 shuffle-tree sum, as warp_dot_row_tc), against ref::dot_tc.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -116,6 +119,72 @@ std::vector<float> random_bf16(size_t n, std::mt19937& g, int spread) {
   return v;
 }
 
+/// Equal bits, or both NaN (the NaN a fp64 → fp32 conversion produces is the platform's, not the model's).
+bool same(float x, float y) { return bits(x) == bits(y) || (std::isnan(x) && std::isnan(y)); }
+
+/// ref::dot_tc as the two-pass form the CUDA tile kernels use: tc::block_step on each 16-wide block, the last
+/// one padded with zero operands to 16 when `pad`.
+float dot_two_pass(std::vector<float> const& a, std::vector<float> const& b, bool pad) {
+  float acc = 0.f;
+  int64_t const n = static_cast<int64_t>(a.size());
+  for (int64_t k0 = 0; k0 < n; k0 += tc::kBlock) {
+    int const len = static_cast<int>(std::min<int64_t>(tc::kBlock, n - k0));
+    acc = tc::block_step(acc, pad ? tc::kBlock : len, [&](int i) { return i < len ? a[k0 + i] : 0.f; },
+                         [&](int i) { return i < len ? b[k0 + i] : 0.f; });
+  }
+  return acc;
+}
+
+/// ref::dot_tc as the warp-per-output CUDA kernels split it (warp_dot_row_tc / warp_tc_block_pair): 32-wide
+/// steps, lane l holding the product of index k0 + l (zero past n), each half-warp's block run in turn with its
+/// 16 aligned terms summed as int32 in the xor-shuffle tree's order; a step whose second half holds no index
+/// runs one block only. Records the largest |Σ| of a block's terms in max_sum.
+float dot_lane_split(std::vector<float> const& a, std::vector<float> const& b, int64_t& max_sum) {
+  int64_t const n = static_cast<int64_t>(a.size());
+  float acc = 0.f;
+  for (int64_t kb = 0; kb < n; kb += 32) {
+    double p[32];
+    int e[32];
+    bool nf[32];
+    for (int l = 0; l < 32; ++l) {
+      float const x = kb + l < n ? a[kb + l] : 0.f, y = kb + l < n ? b[kb + l] : 0.f;
+      p[l] = tc::product_term(x, y);
+      e[l] = tc::product_exponent(x, y);
+      nf[l] = tc::term_nonfinite(p[l]);
+    }
+    int const halves = n - kb > 16 ? 2 : 1;
+    for (int half = 0; half < halves; ++half) {
+      bool any_nf = false;
+      int emax = tc::kNoExponent;
+      for (int l = 16 * half; l < 16 * half + 16; ++l) {
+        any_nf = any_nf || nf[l];
+        emax = std::max(emax, e[l]);
+      }
+      if (tc::block_nonfinite(acc, any_nf)) {
+        double s = acc;
+        for (int l = 16 * half; l < 16 * half + 16; ++l) s += p[l];
+        acc = static_cast<float>(s);
+        continue;
+      }
+      int const E = tc::block_exponent(acc, emax);
+      if (E == tc::kNoExponent) continue;
+      int32_t t[32];
+      for (int l = 0; l < 32; ++l) t[l] = l / 16 == half ? static_cast<int32_t>(tc::aligned_term(p[l], E)) : 0;
+      for (int h = 16; h > 0; h /= 2) {  // __shfl_xor_sync: every lane adds its partner's value
+        int32_t u[32];
+        for (int l = 0; l < 32; ++l) u[l] = t[l] + t[l ^ h];
+        std::copy(u, u + 32, t);
+      }
+      int64_t exact = 0;
+      for (int l = 16 * half; l < 16 * half + 16; ++l) exact += tc::aligned_term(p[l], E);
+      BOOST_TEST(t[0] == exact);  // the int32 tree loses nothing
+      max_sum = std::max<int64_t>(max_sum, exact < 0 ? -exact : exact);
+      acc = tc::block_finish(acc, t[0], E);
+    }
+  }
+  return acc;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(tensor_core_order)
@@ -199,6 +268,70 @@ BOOST_AUTO_TEST_CASE(gemm_order_follows_the_output_dtype) {
   BOOST_TEST(bits(ref::bmm_dot(a.data(), b.data(), 64, DType::kBf16)) == bits(ref::dot_tc(a.data(), b.data(), 64)));
   BOOST_TEST(bits(ref::bmm_dot(a.data(), b.data(), 64, DType::kF32)) ==
              bits(ref::dot_fma_seq(a.data(), b.data(), 64)));
+}
+
+BOOST_AUTO_TEST_CASE(the_kernel_formulations_equal_block_acc) {
+  // The CUDA kernels evaluate each block step from tc's pieces in two other shapes: two passes over operands
+  // read twice (tc::block_step: tile kernels, the SIMT GEMM, q·k, fma_chain) and one product per lane with the
+  // block's terms summed as int32 by shuffles (warp_dot_row_tc). Both must be ref::dot_tc bit for bit,
+  // including partial last blocks, steps with an empty second half, zeros, subnormals and wide exponent spreads.
+  std::mt19937 g(29);
+  int64_t compared = 0, max_sum = 0;
+  for (int spread : {0, 3, 12, 40, 120})
+    for (size_t n : {1, 15, 16, 17, 31, 32, 33, 40, 48, 64, 100, 255, 256, 1000})
+      for (int rep = 0; rep < 25; ++rep) {
+        auto a = random_bf16(n, g, spread), b = random_bf16(n, g, spread);
+        float const want = ref::dot_tc(a.data(), b.data(), static_cast<int64_t>(n));
+        BOOST_TEST(bits(dot_two_pass(a, b, false)) == bits(want), "two-pass n " << n << " spread " << spread);
+        BOOST_TEST(bits(dot_two_pass(a, b, true)) == bits(want), "padded two-pass n " << n << " spread " << spread);
+        BOOST_TEST(bits(dot_lane_split(a, b, max_sum)) == bits(want), "lane split n " << n << " spread " << spread);
+        ++compared;
+      }
+  BOOST_TEST(compared == 5 * 14 * 25);
+  BOOST_TEST(max_sum < (int64_t{1} << 31));  // the bound that lets the shuffle tree run in int32
+  BOOST_TEST_MESSAGE("largest |sum of a block's aligned terms|: " << max_sum);
+}
+
+BOOST_AUTO_TEST_CASE(a_block_of_zero_products_leaves_the_accumulator) {
+  // Padding a partial block (or running a block with no K index) with zero products changes nothing: acc is a
+  // whole number of grid steps on its own grid 2^(ex(acc) − 25) (24 significant bits), and the cut to 24 bits
+  // keeps it. Normal and subnormal accumulators of both signs.
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> m(1.f, 2.f);
+  std::uniform_int_distribution<int> e(-149, 127);
+  float const zeros[16] = {};
+  for (int rep = 0; rep < 20000; ++rep) {
+    float acc = std::ldexp(m(g), e(g));
+    if (rep % 2) acc = -acc;
+    if (!std::isfinite(acc) || acc == 0.f) continue;
+    float const got = tc::block_step(acc, tc::kBlock, [&](int i) { return zeros[i]; }, [&](int i) { return zeros[i]; });
+    BOOST_TEST(bits(got) == bits(acc), acc);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_operands_propagate_alike) {
+  // ±inf and NaN operands: BlockAcc leaves the finite model from that block on (fp64 sum in K order); the
+  // two-pass and lane-split forms must give the same class of result (the same ±inf, or NaN), and a zero factor
+  // against ±inf or NaN still takes no part.
+  std::mt19937 g(13);
+  float const specials[] = {INFINITY, -INFINITY, NAN};
+  std::uniform_int_distribution<int> pick(0, 2);
+  for (size_t n : {5, 16, 40, 100})
+    for (int rep = 0; rep < 60; ++rep) {
+      auto a = random_bf16(n, g, 8), b = random_bf16(n, g, 8);
+      std::uniform_int_distribution<size_t> at(0, n - 1);
+      int const count = 1 + rep % 3;
+      for (int c = 0; c < count; ++c) (rep % 2 ? a : b)[at(g)] = specials[pick(g)];
+      if (rep % 5 == 0) { size_t const k = at(g); a[k] = INFINITY; b[k] = 0.f; }  // 0·inf: no part
+      int64_t max_sum = 0;
+      float const want = ref::dot_tc(a.data(), b.data(), static_cast<int64_t>(n));
+      BOOST_TEST(same(dot_two_pass(a, b, false), want));
+      BOOST_TEST(same(dot_two_pass(a, b, true), want));
+      BOOST_TEST(same(dot_lane_split(a, b, max_sum), want));
+    }
+  std::vector<float> a{1.f, INFINITY, 2.f}, b{1.f, 0.f, 3.f};  // the zero factor hides the inf
+  BOOST_TEST(ref::dot_tc(a.data(), b.data(), 3) == 7.f);
+  BOOST_TEST(dot_two_pass(a, b, true) == 7.f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
