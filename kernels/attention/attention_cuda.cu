@@ -4,9 +4,10 @@
 ///   l_u = →md(→md(q_h·k_u)·scale);  m = max(σ_h, max_u l_u);  e_u = exp(l_u − m);
 ///   s = Σ_u e_u + exp(σ_h − m);  p_u = →md(e_u / s);  o_h[i] = →md(Σ_u p_u·k_u[i]).
 /// fp32: q_h·k_u and Σ_u p_u·k_u are sequential FMA chains, exp is fmath::exp_rn, s is summed in key order with
-/// the sink last. bf16: both products in ref::dot_tc's tensor-core blocks (P·V on the keys' logit-row columns,
-/// key_cols, via tc::BlockAcc::step_at), exp is the device's expf, s is ref::warp_softmax_sum over key_cols and
-/// the sink's column (device::WarpSoftmaxSum).
+/// the sink last. bf16: both products in ref::dot_tc's tensor-core blocks (q·k as tc::block_step over 16
+/// channels at a time; P·V on the keys' logit-row columns, key_cols, via tc::BlockAcc::step_at, whose buffered
+/// block may span two key tiles), exp is the device's expf, s is ref::warp_softmax_sum over key_cols and the
+/// sink's column (device::WarpSoftmaxSum).
 /// One block of kThreads per (query row, head): thread t computes the logits of keys t, t+kThreads, … of a
 /// tile of kTile keys (shared memory), the max is a block reduction (exact: max has no rounding), the sum
 /// is one thread walking the tiles in key order, and thread t owns output channels t, t+kThreads, ….
@@ -82,11 +83,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       float l = NAN;
       if (id >= 0 && id < p.num_keys) {
         float d;
-        if (p.bf16) {
-          tc::BlockAcc acc;
+        if (p.bf16) {  // ref::dot_tc: tc::block_step per 16 channels (the key's channels read twice, from L1)
           float const* k = p.keys + id * p.key_stride;
-          for (int64_t i = 0; i < p.hd; ++i) acc.step(q_s[i], k[i]);
-          d = acc.value();
+          d = 0.f;
+          for (int64_t b0 = 0; b0 < p.hd; b0 += tc::kBlock) {
+            int const bl = static_cast<int>(p.hd - b0 < tc::kBlock ? p.hd - b0 : tc::kBlock);
+            d = tc::block_step(d, bl, [&](int i) { return q_s[b0 + i]; }, [&](int i) { return k[b0 + i]; });
+          }
         } else {
           d = device::fma_dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
         }

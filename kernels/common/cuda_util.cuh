@@ -48,7 +48,9 @@ struct Scratch {
 /// Acc: device::DotAcc is ref::dot's (32-wide chunks), device::TcDotAcc ref::dot_tc's (16-product tensor-core
 /// blocks; ref::gemm_dot for a bf16 output). W is row-major with leading dimension ld. The warp stages
 /// 32×32 tiles of W in `tile` (32·33 floats of shared memory owned by this warp) so global loads are
-/// coalesced along k; the per-output arithmetic is the same whatever R, the tile or the launch shape.
+/// coalesced along k; the per-output arithmetic is the same whatever R, the tile or the launch shape. A tile
+/// column starts at a multiple of 32, so it holds whole DotAcc chunks and whole 16-product TcDotAcc blocks
+/// (TcDotAcc reads the column twice per block: tc::block_step).
 template <int R, class W, class Acc = device::DotAcc>
 __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, int n_x, W const* w, int64_t ld,
                                               int64_t n, int64_t o0, int64_t n_out, float* tile, float (&acc)[R]) {
@@ -64,16 +66,23 @@ __device__ __forceinline__ void warp_dot_rows(float const* x, int64_t x_stride, 
     __syncwarp();
     int const kk = static_cast<int>(n - k0 < 32 ? n - k0 : 32);
     float const* trow = tile + lane * 33;
-#pragma unroll
-    for (int r = 0; r < R; ++r) d[r].begin();
-    for (int t = 0; t < kk; ++t) {
-      float const wv = trow[t];
+    if constexpr (Acc::kWholeChunk) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < n_x) d[r].step(x[r * x_stride + k0 + t], wv);
-    }
+        if (r < n_x)
+          d[r].chunk(kk, [&](int t) { return x[r * x_stride + k0 + t]; }, [trow](int t) { return trow[t]; });
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) d[r].end();
+      for (int r = 0; r < R; ++r) d[r].begin();
+      for (int t = 0; t < kk; ++t) {
+        float const wv = trow[t];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (r < n_x) d[r].step(x[r * x_stride + k0 + t], wv);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) d[r].end();
+    }
     __syncwarp();
   }
 #pragma unroll
@@ -95,16 +104,22 @@ __device__ __forceinline__ void warp_dot_rows_ptr(float const* const* xr, int n_
     __syncwarp();
     int const kk = static_cast<int>(n - k0 < 32 ? n - k0 : 32);
     float const* trow = tile + lane * 33;
-#pragma unroll
-    for (int r = 0; r < R; ++r) d[r].begin();
-    for (int t = 0; t < kk; ++t) {
-      float const wv = trow[t];
+    if constexpr (Acc::kWholeChunk) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < n_x) d[r].step(xr[r][k0 + t], wv);
-    }
+        if (r < n_x) d[r].chunk(kk, [&](int t) { return xr[r][k0 + t]; }, [trow](int t) { return trow[t]; });
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) d[r].end();
+      for (int r = 0; r < R; ++r) d[r].begin();
+      for (int t = 0; t < kk; ++t) {
+        float const wv = trow[t];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (r < n_x) d[r].step(xr[r][k0 + t], wv);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) d[r].end();
+    }
     __syncwarp();
   }
 #pragma unroll

@@ -31,6 +31,7 @@ inline constexpr bool kDotFma = true;
 inline constexpr bool kDotCarry = false;
 
 struct DotAcc {
+  static constexpr bool kWholeChunk = false;  // fed one product at a time (begin/step/end)
   float total = 0.f, chunk = 0.f;
   bool first = true;
   __device__ __forceinline__ void begin() { chunk = kDotCarry ? total : 0.f; }
@@ -101,14 +102,21 @@ struct WarpSoftmaxSum {
   }
 };
 
-/// The dot order of ref::gemm_dot for a bf16 output (ref::dot_tc, tc::BlockAcc) with DotAcc's interface, so the
-/// 32-wide tile walkers (warp_dot_rows) run it unchanged: the 16-product blocks end inside step().
+/// The dot order of ref::gemm_dot for a bf16 output (ref::dot_tc, tc::BlockAcc) for the 32-wide tile walkers
+/// (warp_dot_rows): chunk() takes one 32-wide tile column (len ≤ 32 operands starting at a multiple of 32, so
+/// at a block boundary) and runs its two 16-product blocks as tc::block_step, two passes over the operands in
+/// shared memory instead of BlockAcc's 16 buffered fp64 products per output. kWholeChunk tells the walkers to
+/// call chunk() instead of begin()/step()/end().
 struct TcDotAcc {
-  tc::BlockAcc acc;
-  __device__ __forceinline__ void begin() {}
-  __device__ __forceinline__ void step(float a, float b) { acc.step(a, b); }
-  __device__ __forceinline__ void end() {}
-  __device__ __forceinline__ float value() { return acc.value(); }
+  static constexpr bool kWholeChunk = true;
+  float acc = 0.f;
+  template <class A, class B>
+  __device__ __forceinline__ void chunk(int len, A const& a, B const& b) {
+    for (int b0 = 0; b0 < len; b0 += tc::kBlock)
+      acc = tc::block_step(acc, len - b0 < tc::kBlock ? len - b0 : tc::kBlock, [&](int i) { return a(b0 + i); },
+                           [&](int i) { return b(b0 + i); });
+  }
+  __device__ __forceinline__ float value() const { return acc; }
 };
 /// ref::rsqrt is CUDA's rsqrtf (the golden engine's torch.rsqrt; the CPU replays the table measured on an
 /// H200), so the device takes the hardware instruction itself: bitwise equal to ref::rsqrt on sm_90.
