@@ -296,6 +296,80 @@ __device__ __forceinline__ void warp_dot_row(X const& x, int n_x, W const* w, in
   else warp_dot_chunks<R, kChunksPerLane>(x, n_x, w, n, out);
 }
 
+/// The two tc::BlockAcc steps of one 32-wide warp step, by the whole warp: lane l holds the product a·b of
+/// K index k0 + l, so lanes 0–15 hold block 2j and lanes 16–31 block 2j + 1. A block step is one multi-term
+/// addition: given its grid E = max(ex(acc), the block's largest product exponent), its aligned terms are
+/// exact integers, which the 16 lanes add in any order (xor-shuffle tree; |Σ| < 16·2^27 fits int32) before
+/// tc::block_finish rounds once, on every lane alike. What stays sequential is the chain across blocks: block
+/// 2j + 1's E depends on the accumulator after block 2j, so the two steps run one after the other (each: one
+/// broadcast of the block's largest exponent, five shuffles of the sum). halves = 1 runs block 2j only (the
+/// other holds no K index). acc must be the same on every lane (then so is the result, and every branch here
+/// is warp-uniform). The same function of the operands as BlockAcc: block_exponent / aligned_term /
+/// block_finish, and the ±inf / NaN path in K order.
+__device__ __forceinline__ float warp_tc_block_pair(float acc, float a, float b, int halves) {
+  int const lane = threadIdx.x & 31;
+  double const p = tc::product_term(a, b);
+  int e = tc::product_exponent(a, b);
+#pragma unroll
+  for (int h = 8; h > 0; h /= 2) {  // the largest exponent of each half
+    int const o = __shfl_xor_sync(0xffffffffu, e, h);
+    e = o > e ? o : e;
+  }
+  unsigned const nonfinite = __ballot_sync(0xffffffffu, tc::term_nonfinite(p));
+  for (int half = 0; half < halves; ++half) {
+    if (tc::block_nonfinite(acc, ((nonfinite >> (16 * half)) & 0xFFFFu) != 0)) {
+      double s = acc;  // BlockAcc's ±inf / NaN path: fp64 in K order
+      for (int i = 0; i < 16; ++i) s += __shfl_sync(0xffffffffu, p, 16 * half + i);
+      acc = static_cast<float>(s);
+      continue;
+    }
+    int const E = tc::block_exponent(acc, __shfl_sync(0xffffffffu, e, 16 * half));
+    if (E == tc::kNoExponent) continue;  // acc and the block's products all zero
+    int t = (lane >> 4) == half ? static_cast<int>(tc::aligned_term(p, E)) : 0;
+#pragma unroll
+    for (int h = 16; h > 0; h /= 2) t += __shfl_xor_sync(0xffffffffu, t, h);
+    acc = tc::block_finish(acc, t, E);
+  }
+  return acc;
+}
+
+/// ref::dot_tc(x_r, w, n) (tc::BlockAcc's order: ref::gemm_dot for a bf16 output) for R input vectors and one
+/// weight row by one warp: warp_dot_row's role for bf16 outputs. Lane l takes K index k0 + l of each 32-wide
+/// step (coalesced: 64 contiguous bytes of bf16 weights per warp load, G steps of loads in flight), and the
+/// warp runs the step's two blocks with warp_tc_block_pair, rows interleaved. Cost against ref::dot's
+/// chunk-parallel walk: no FMA chains but, per row and 16 K, one fp64 product per lane, a handful of integer
+/// operations, one exponent broadcast and five shuffles, and the chain across blocks is sequential (the
+/// accumulator's exponent sets the next block's grid and is not known in advance), so a row's latency grows
+/// with K/16 steps instead of K/1024 chunk rounds; parallelism is across rows of the tile and across outputs
+/// (warps). The R results are returned on every lane.
+template <int R, class W, class X>
+__device__ __forceinline__ void warp_dot_row_tc(X const& x, int n_x, W const* w, int64_t n, float (&out)[R]) {
+  static_assert(tc::kBlock == 16, "a warp step is two blocks of 16");
+  constexpr int G = 8;  // warp steps of weight loads in flight
+  int const lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  for (int64_t k0 = 0; k0 < n; k0 += 32 * G) {
+    float wv[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      int64_t const k = k0 + 32 * g + lane;
+      wv[g] = k < n ? device::load_w(w + k) : 0.f;
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      int64_t const kb = k0 + 32 * g, k = kb + lane;
+      if (kb >= n) break;  // warp-uniform
+      int const halves = n - kb > 16 ? 2 : 1;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= n_x) break;
+        out[r] = warp_tc_block_pair(out[r], k < n ? x(r, k) : 0.f, wv[g], halves);
+      }
+    }
+  }
+}
+
 /// ref::lane_sum of v(0..n) by one warp (all lanes call it; the result is valid on lane 0): ref::lane_sum's
 /// 32 lanes are the warp's lanes, each summing its strided elements in order (4-wide when n % 128 == 0),
 /// then the halving fold lane[t] += lane[t + h] as shuffles. Bitwise equal to device::lane_sum_seq.

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the linear family (include/tessera/ops/linear.hpp): y[r, o] = →md(ref::gemm_dot(x_r, W_o)),
 /// or ref::bmm_dot for fma_chain. The dot order follows the output dtype as on the CPU: ref::dot's 32-wide FMA
-/// chunks for fp32, the tensor-core blocks of ref::dot_tc (tc::BlockAcc) for bf16. fp32 outputs take one of
-/// three launch shapes by row count (rows ≤ 8: one warp per output, linear_chunks_kernel; rows ≥ 32: a 64×64
-/// SIMT GEMM, linear_gemm_kernel; otherwise 4 warps × 32 outputs × 8 rows over 32×32 shared tiles,
-/// linear_rows_kernel); bf16 outputs take linear_rows_kernel with device::TcDotAcc for every row count.
-/// One value per (row, output) whatever the shape: bitwise the CPU's and row-invariant. fma_chain (wo_a): one
-/// thread per (row, output), linear_fma_chain_kernel.
+/// chunks for fp32, the tensor-core blocks of ref::dot_tc (tc::BlockAcc) for bf16. Launch shapes by row count:
+/// rows ≤ 8 (decode, verify windows): one warp per output, linear_chunks_kernel; rows ≥ 32 (prefill, fp32
+/// outputs): a 64×64 SIMT GEMM, linear_gemm_kernel; otherwise (and bf16 prefill) 4 warps × 32 outputs × 8 rows
+/// over 32×32 shared tiles, linear_rows_kernel. One value per (row, output) whatever the shape: bitwise the
+/// CPU's and row-invariant. fma_chain (wo_a): one thread per (row, output), linear_fma_chain_kernel.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear.hpp"
@@ -44,13 +43,14 @@ __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams c
     if (r < n_x) p.y[(r0 + r) * p.y_stride + o] = device::round_md(acc[r], p.bf16_out);
 }
 
-/// Few rows (decode, verify windows): one warp per output o, ref::dot's chunks spread over the lanes
-/// (warp_dot_chunks), R rows per block row; the same values as linear_rows_kernel, with every weight load
-/// of a row in flight at once instead of one 32×32 tile per step.
+/// Few rows (decode, verify windows): one warp per output o, R rows per block row. fp32 output: ref::dot's
+/// chunks spread over the lanes (warp_dot_row), every weight load of a row in flight at once instead of one
+/// 32×32 tile per step. bf16 output (kTc): the tensor-core blocks with a lane per K index and the block chain
+/// run by the whole warp (warp_dot_row_tc). The same values as linear_rows_kernel.
 constexpr int kChunkRows = 4;
 constexpr int kChunksPerLane = 8;  // in ≤ 8192
 
-template <class W, int R>
+template <class W, int R, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) linear_chunks_kernel(LinearParams const p) {
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const o = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
@@ -59,9 +59,11 @@ __global__ void __launch_bounds__(kWarps * 32) linear_chunks_kernel(LinearParams
   int const n_x = static_cast<int>(p.rows - r0 < R ? p.rows - r0 : R);
   float const* x = p.x + r0 * p.x_stride;
   int64_t const xs = p.x_stride;
+  auto xv = [x, xs](int r, int64_t k) { return __ldg(x + r * xs + k); };
+  W const* w = static_cast<W const*>(p.w) + o * p.in;
   float acc[R];
-  warp_dot_row<R, kChunksPerLane>([x, xs](int r, int64_t k) { return __ldg(x + r * xs + k); }, n_x,
-                                     static_cast<W const*>(p.w) + o * p.in, p.in, acc);
+  if constexpr (kTc) warp_dot_row_tc<R>(xv, n_x, w, p.in, acc);
+  else warp_dot_row<R, kChunksPerLane>(xv, n_x, w, p.in, acc);
   if (lane < R && lane < n_x) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -69,13 +71,13 @@ __global__ void __launch_bounds__(kWarps * 32) linear_chunks_kernel(LinearParams
   }
 }
 
-template <class W>
+template <class W, bool kTc>
 Status launch_linear_chunks(LinearParams const& p, cudaStream_t st) {
   dim3 const grid(static_cast<unsigned>(ceil_div(p.out, kWarps)), static_cast<unsigned>(ceil_div(p.rows, kChunkRows)));
   if (p.rows == 1)
-    linear_chunks_kernel<W, 1><<<dim3(grid.x, 1), kWarps * 32, 0, st>>>(p);
+    linear_chunks_kernel<W, 1, kTc><<<dim3(grid.x, 1), kWarps * 32, 0, st>>>(p);
   else
-    linear_chunks_kernel<W, kChunkRows><<<grid, kWarps * 32, 0, st>>>(p);
+    linear_chunks_kernel<W, kChunkRows, kTc><<<grid, kWarps * 32, 0, st>>>(p);
   return launch_status("linear_chunks_kernel");
 }
 
@@ -217,8 +219,11 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   }
   bool const bf16_w = d.weight_dtype == DType::kBf16;
   p.w = bf16_w ? static_cast<void const*>(a.w_bf16.data) : static_cast<void const*>(a.w.data);
-  if (!p.bf16_out && d.rows <= 2 * kChunkRows && d.in <= 32 * 32 * kChunksPerLane)
-    return bf16_w ? launch_linear_chunks<Bf16>(p, stream_of(ctx)) : launch_linear_chunks<float>(p, stream_of(ctx));
+  if (d.rows <= 2 * kChunkRows && d.in <= 32 * 32 * kChunksPerLane) {
+    cudaStream_t const st = stream_of(ctx);
+    if (bf16_w) return p.bf16_out ? launch_linear_chunks<Bf16, true>(p, st) : launch_linear_chunks<Bf16, false>(p, st);
+    return p.bf16_out ? launch_linear_chunks<float, true>(p, st) : launch_linear_chunks<float, false>(p, st);
+  }
   if (!p.bf16_out && d.rows >= kGemmMinRows) {
     dim3 const g(static_cast<unsigned>(ceil_div(d.out, kGemmN)), static_cast<unsigned>(ceil_div(d.rows, kGemmM)));
     if (g.y > 65535) return invalid_argument("linear: rows > 4194240 per launch");

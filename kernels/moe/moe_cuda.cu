@@ -12,8 +12,8 @@
 ///     up to 8 tokens. act = →md(w·(silu(min(g, L))·clamp(u, ±L))) with g, u = →md(W1/W3 · x); then
 ///     y = →md(W2 · act) per assignment; then per token out_o = →md(Σ_e y_e,o + y_shared,o), the routed
 ///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot runs in ref::gemm_dot's
-///     order for the output dtype (tiles: warp_dot_rows_ptr with DotAcc, or TcDotAcc for bf16; fp32
-///     decode-sized launches: warp_dot_row), so a value never depends on the tile it shares or the launch
+///     order for the output dtype (tiles: warp_dot_rows_ptr with DotAcc, or TcDotAcc for bf16; decode-sized
+///     launches: warp_dot_row / warp_dot_row_tc), so a value never depends on the tile it shares or the launch
 ///     shape, and a token's result never depends on the other tokens.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -313,10 +313,11 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams con
   }
 }
 
-/// Decode-sized launches (≤ kChunkTile rows, so no tile holds more than kChunkTile assignments), fp32
-/// outputs: the same act and y values, one warp per output with ref::dot's chunks spread over the lanes
-/// (warp_dot_row), so every weight load of a row is in flight at once. grid (outputs/kWarps, tiles).
-/// bf16 outputs take the tile kernels (TcDotAcc) for every row count.
+/// Decode-sized launches (≤ kChunkTile rows, so no tile holds more than kChunkTile assignments): the
+/// same act and y values, one warp per output: fp32 with ref::dot's chunks spread over the lanes
+/// (warp_dot_row), so every weight load of a row is in flight at once; bf16 in the tensor-core block order
+/// with a lane per K index and the block chain run by the whole warp (warp_dot_row_tc).
+/// grid (outputs/kWarps, tiles).
 constexpr int kChunkTile = 4;
 constexpr int kChunksPerLane = 8;  // dim, inter ≤ 8192
 
@@ -346,7 +347,7 @@ __device__ void load_tile(ExpertsParams const& p, float const* rows_base, int64_
   __syncthreads();
 }
 
-template <class W>
+template <class W, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsParams const p) {
   __shared__ TileShared t;
   load_tile(p, p.x, p.dim, true, t);
@@ -360,8 +361,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsPara
   float const* const* xr = t.xr;
   auto x = [xr](int r, int64_t k) { return xr[r][k]; };
   float g[kChunkTile], u[kChunkTile];
-  warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w1 + i * p.dim, p.dim, g);
-  warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w3 + i * p.dim, p.dim, u);
+  if constexpr (kTc) {
+    warp_dot_row_tc<kChunkTile>(x, n, w1 + i * p.dim, p.dim, g);
+    warp_dot_row_tc<kChunkTile>(x, n, w3 + i * p.dim, p.dim, u);
+  } else {
+    warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w1 + i * p.dim, p.dim, g);
+    warp_dot_row<kChunkTile, kChunksPerLane>(x, n, w3 + i * p.dim, p.dim, u);
+  }
 #pragma unroll
   for (int r = 0; r < kChunkTile; ++r) {
     if (r != lane || r >= n) continue;
@@ -373,7 +379,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsPara
   }
 }
 
-template <class W>
+template <class W, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) moe_down_chunks_kernel(ExpertsParams const p) {
   __shared__ TileShared t;
   load_tile(p, p.act, p.inter, false, t);
@@ -385,11 +391,22 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_chunks_kernel(ExpertsPar
   W const* w2 = static_cast<W const*>(e >= 0 ? p.w.w2[e] : p.w.shared_w2);
   float const* const* ar = t.xr;
   float y[kChunkTile];
-  warp_dot_row<kChunkTile, kChunksPerLane>([ar](int r, int64_t k) { return ar[r][k]; }, n, w2 + o * p.inter,
-                                              p.inter, y);
+  auto a = [ar](int r, int64_t k) { return ar[r][k]; };
+  if constexpr (kTc) warp_dot_row_tc<kChunkTile>(a, n, w2 + o * p.inter, p.inter, y);
+  else warp_dot_row<kChunkTile, kChunksPerLane>(a, n, w2 + o * p.inter, p.inter, y);
 #pragma unroll
   for (int r = 0; r < kChunkTile; ++r)
     if (r == lane && r < n) p.ybuf[static_cast<int64_t>(t.slot[r]) * p.dim + o] = device::round_md(y[r], p.bf16);
+}
+
+/// The decode-sized act and down launches; kTc: the bf16 (tensor-core) dot order, a separate instantiation so
+/// neither order's registers weigh on the other.
+template <class W, bool kTc>
+Status launch_moe_chunks(ExpertsParams const& p, dim3 ca, dim3 cd, cudaStream_t st) {
+  moe_act_chunks_kernel<W, kTc><<<ca, kWarps * 32, 0, st>>>(p);
+  TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
+  moe_down_chunks_kernel<W, kTc><<<cd, kWarps * 32, 0, st>>>(p);
+  return launch_status("moe_down_chunks_kernel");
 }
 
 /// out = →md(Σ_{slots by ascending expert id} ybuf + ybuf[shared]) from +0; grid (dim/256, rows).
@@ -550,19 +567,14 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
   dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
   dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
   dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
-  if (!p.bf16 && d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
+  if (d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
     dim3 const ca(static_cast<unsigned>(ceil_div(d.inter, kWarps)), ny);
     dim3 const cd(static_cast<unsigned>(ceil_div(d.dim, kWarps)), ny);
-    if (d.weight_dtype == DType::kBf16) {
-      moe_act_chunks_kernel<Bf16><<<ca, kWarps * 32, 0, st>>>(p);
-      TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
-      moe_down_chunks_kernel<Bf16><<<cd, kWarps * 32, 0, st>>>(p);
-    } else {
-      moe_act_chunks_kernel<float><<<ca, kWarps * 32, 0, st>>>(p);
-      TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
-      moe_down_chunks_kernel<float><<<cd, kWarps * 32, 0, st>>>(p);
-    }
-    TESSERA_TRY(launch_status("moe_down_chunks_kernel"));
+    bool const bf16_w = d.weight_dtype == DType::kBf16;
+    if (bf16_w && p.bf16) TESSERA_TRY((launch_moe_chunks<Bf16, true>(p, ca, cd, st)));
+    else if (bf16_w) TESSERA_TRY((launch_moe_chunks<Bf16, false>(p, ca, cd, st)));
+    else if (p.bf16) TESSERA_TRY((launch_moe_chunks<float, true>(p, ca, cd, st)));
+    else TESSERA_TRY((launch_moe_chunks<float, false>(p, ca, cd, st)));
   } else if (d.weight_dtype == DType::kBf16) {
     moe_act_kernel<Bf16><<<ga, kWarps * 32, 0, st>>>(p);
     TESSERA_TRY(launch_status("moe_act_kernel"));

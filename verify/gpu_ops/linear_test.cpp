@@ -51,8 +51,9 @@ std::vector<float> run_cuda(Case const& c, std::vector<float> const& x, std::vec
 }  // namespace
 
 /// Shapes cover every kernel of each order: decode-sized launches (rows ≤ 8, in ≤ 8192: one warp per
-/// output, chunks over the lanes), 8-row tiles (9–31 rows, or in > 8192), the 64 × 64 register-tiled GEMM
-/// (≥ 32 rows) with partial row, output and K tiles, full and partial 32-chunks,
+/// output, chunks over the lanes in fp32, a lane per K index in bf16), 8-row tiles (9–31 rows, or in > 8192),
+/// the 64 × 64 register-tiled GEMM (≥ 32 rows) with partial row, output and K tiles, full and partial
+/// 32-chunks and 16-blocks (in = 1031, 8200, 1030: a last block of 7, 8 or 6; 300: a 32-step with one block),
 /// aligned and unaligned weight rows (16-byte vector loads or scalar), the released in = 5120 / 8192.
 BOOST_AUTO_TEST_CASE(linear_matches_cpu_bitwise) {
   uint64_t const seed = test_seed(501);

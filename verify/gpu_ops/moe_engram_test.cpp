@@ -162,9 +162,10 @@ BOOST_AUTO_TEST_CASE(moe_route_exact_ties_lower_id_wins) {
 
 BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
   uint64_t const seed = test_seed(523);
-  // 1-3 rows: the decode-sized kernels (one warp per output; coalesced when the row length is a multiple
-  // of 32, e.g. 96 and 1024/512, else chunk per lane); 9 rows: experts get 0-8 assignments (one
-  // tile each); 41 rows: several tiles per expert; dim 1030: partial chunks and unaligned weight rows.
+  // 1-3 rows: the decode-sized kernels (one warp per output; fp32 coalesced when the row length is a
+  // multiple of 32, e.g. 96 and 1024/512, else chunk per lane; bf16 a lane per K index); 9 rows: experts get
+  // 0-8 assignments (one tile each); 41 rows: several tiles per expert; dim 1030: partial chunks and blocks
+  // and unaligned weight rows; inter 80 and 520: a last 32-step with one 16-block or part of one.
   for (auto const& [rows, dim, inter] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 80}, {3, 96, 80}, {9, 96, 80},
                                         {41, 96, 80}, {2, 1030, 520}, {2, 1024, 512}}) {
   int64_t const experts = 8, k = 3;
