@@ -127,17 +127,19 @@ __device__ __forceinline__ void warp_dot_rows_ptr(float const* const* xr, int n_
 }
 
 
-/// The 32 weights w[0, len) of one ref::dot chunk, widened to fp32: 16-byte vector loads when the chunk is
-/// full and aligned (2 KB contiguous per warp when lanes take consecutive chunks), scalar loads otherwise.
-template <class W>
-__device__ __forceinline__ void load_chunk(W const* w, int len, float (&v)[32]) {
+/// The N weights w[0, len) of one ref::dot chunk (N = 32) or one tensor-core block (N = 16), widened to fp32,
+/// zeros from len on: 16-byte vector loads when the span is full and aligned (2 KB contiguous per warp when
+/// lanes take consecutive chunks), scalar loads otherwise.
+template <int N = 32, class W>
+__device__ __forceinline__ void load_chunk(W const* w, int len, float (&v)[N]) {
   constexpr int kPerVec = 16 / static_cast<int>(sizeof(W));
-  if (len == 32 && (reinterpret_cast<uintptr_t>(w) & 15) == 0) {
-    uint4 q[32 / kPerVec];
+  static_assert(N % kPerVec == 0, "whole vectors");
+  if (len == N && (reinterpret_cast<uintptr_t>(w) & 15) == 0) {
+    uint4 q[N / kPerVec];
 #pragma unroll
-    for (int i = 0; i < 32 / kPerVec; ++i) q[i] = __ldg(reinterpret_cast<uint4 const*>(w) + i);
+    for (int i = 0; i < N / kPerVec; ++i) q[i] = __ldg(reinterpret_cast<uint4 const*>(w) + i);
 #pragma unroll
-    for (int i = 0; i < 32 / kPerVec; ++i) {
+    for (int i = 0; i < N / kPerVec; ++i) {
       uint32_t const u[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -152,7 +154,7 @@ __device__ __forceinline__ void load_chunk(W const* w, int len, float (&v)[32]) 
     return;
   }
 #pragma unroll
-  for (int t = 0; t < 32; ++t) v[t] = t < len ? device::load_w(w + t) : 0.f;
+  for (int t = 0; t < N; ++t) v[t] = t < len ? device::load_w(w + t) : 0.f;
 }
 
 /// ref::dot(x_r, w, n) for R input vectors (x(r, k) gives element k of vector r; r < n_x) and one weight

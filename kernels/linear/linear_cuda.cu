@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the linear family (include/tessera/ops/linear.hpp): y[r, o] = →md(ref::gemm_dot(x_r, W_o)),
 /// or ref::bmm_dot for fma_chain. The dot order follows the output dtype as on the CPU: ref::dot's 32-wide FMA
-/// chunks for fp32, the tensor-core blocks of ref::dot_tc (tc::BlockAcc) for bf16. Launch shapes by row count:
-/// rows ≤ 8 (decode, verify windows): one warp per output, linear_chunks_kernel; rows ≥ 32 (prefill, fp32
-/// outputs): a 64×64 SIMT GEMM, linear_gemm_kernel; otherwise (and bf16 prefill) 4 warps × 32 outputs × 8 rows
-/// over 32×32 shared tiles, linear_rows_kernel. One value per (row, output) whatever the shape: bitwise the
-/// CPU's and row-invariant. fma_chain (wo_a): one thread per (row, output), linear_fma_chain_kernel.
+/// chunks for fp32, the tensor-core blocks of ref::dot_tc (tc::BlockAcc: 16 products per multi-term addition,
+/// truncated alignment, round toward zero) for bf16. Four launch shapes, one value per (row, output) whatever
+/// the shape, so the result is bitwise the CPU's and row-invariant:
+///   rows ≤ 8 (decode, verify windows): one warp per output (linear_chunks_kernel);
+///   rows ≥ 32 (prefill): a 64×64 register-tiled SIMT GEMM (linear_gemm_kernel);
+///   otherwise: 4 warps × 32 outputs × 8 rows over 32×32 shared tiles (linear_rows_kernel);
+///   fma_chain (wo_a): one thread per (row, output) (linear_fma_chain_kernel).
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear.hpp"
@@ -82,21 +84,35 @@ Status launch_linear_chunks(LinearParams const& p, cudaStream_t st) {
 }
 
 /// Many rows (prefill): a register-tiled SIMT GEMM. A block computes 64 rows × 64 outputs; each K step
-/// stages one 32-wide chunk of x and W in shared memory (k-major, widened to fp32) and every thread runs
-/// the chunk's FMA chains of its 4 × 4 outputs from +0, then adds the chunk sums to its totals in chunk
-/// order: ref::dot's order exactly (kDotFma, !kDotCarry), so the values equal linear_rows_kernel's.
+/// stages one 32-wide chunk of x and W in shared memory (k-major, widened to fp32), and every thread carries
+/// 4 × 4 outputs through it.
+///   fp32 output: the chunk's FMA chains of the thread's outputs from +0, then the chunk sums added to the
+///     totals in chunk order: ref::dot's order exactly (kDotFma, !kDotCarry), the values of linear_rows_kernel.
+///   bf16 output (kTc): the K step is two 16-product blocks (a step starts at a multiple of 32, so at a block
+///     boundary). Per block, pass 1 takes each output's largest product exponent and notes ±inf/NaN products,
+///     pass 2 adds the aligned terms on the grid E = tc::block_exponent(total, that exponent) into an int32 per
+///     output (exact: 16 terms below 2^27), and tc::block_finish rounds once: tc::block_step's arithmetic (so
+///     ref::dot_tc's) with one exponent and one integer sum per output in registers and the operands read twice
+///     from shared memory. The chain over blocks is sequential per output, as the order demands; parallelism
+///     is the 64×64 outputs of the block. Cost against fp32: each product is taken apart twice (exponents,
+///     then an fp64 product scaled and truncated to an integer) instead of one FMA.
 constexpr int kGemmM = 64, kGemmN = 64, kGemmK = 32, kGemmThreads = 256;
 constexpr int64_t kGemmMinRows = 32;  // below: linear_rows_kernel (8-row tiles) or the decode kernels
 
-template <class W>
+template <class W, bool kTc>
 __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams const p) {
   static_assert(device::kDotChunk == kGemmK && device::kDotFma && !device::kDotCarry, "one K step = one chunk");
+  static_assert(kGemmK % tc::kBlock == 0, "one K step = whole tensor-core blocks");
   __shared__ __align__(16) float xs[kGemmK][kGemmM + 4];
   __shared__ __align__(16) float ws[kGemmK][kGemmN + 4];
   int const tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   int64_t const r0 = static_cast<int64_t>(blockIdx.y) * kGemmM, o0 = static_cast<int64_t>(blockIdx.x) * kGemmN;
   W const* w = static_cast<W const*>(p.w);
   float total[4][4], chunk[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) total[i][j] = 0.f;
   for (int64_t k0 = 0; k0 < p.in; k0 += kGemmK) {
     int const len = static_cast<int>(p.in - k0 < kGemmK ? p.in - k0 : kGemmK);
 #pragma unroll
@@ -107,23 +123,75 @@ __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams 
       ws[c][r] = (o < p.out && c < len) ? device::load_w(w + o * p.in + k0 + c) : 0.f;
     }
     __syncthreads();
+    if constexpr (kTc) {
+      for (int b0 = 0; b0 < len; b0 += tc::kBlock) {
+        int const b1 = b0 + tc::kBlock < len ? b0 + tc::kBlock : len;
+        int emax[4][4], sum[4][4];
+        unsigned nonfinite = 0;  // bit 4i + j: output (i, j) meets an ±inf/NaN product in this block
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) chunk[i][j] = 0.f;
-    for (int kk = 0; kk < len; ++kk) {
-      float4 const a = *reinterpret_cast<float4 const*>(&xs[kk][ty * 4]);
-      float4 const b = *reinterpret_cast<float4 const*>(&ws[kk][tx * 4]);
-      float const av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+          for (int j = 0; j < 4; ++j) emax[i][j] = tc::kNoExponent, sum[i][j] = 0;
+        for (int kk = b0; kk < b1; ++kk) {  // pass 1: the block's largest product exponent per output
+          float4 const a = *reinterpret_cast<float4 const*>(&xs[kk][ty * 4]);
+          float4 const b = *reinterpret_cast<float4 const*>(&ws[kk][tx * 4]);
+          float const av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              int const e = tc::product_exponent(av[i], bv[j]);
+              emax[i][j] = e > emax[i][j] ? e : emax[i][j];
+              if (tc::product_nonfinite(av[i], bv[j])) nonfinite |= 1u << (4 * i + j);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) emax[i][j] = tc::block_exponent(total[i][j], emax[i][j]);  // E
+        for (int kk = b0; kk < b1; ++kk) {  // pass 2: the aligned terms (a nonzero product implies E is set)
+          float4 const a = *reinterpret_cast<float4 const*>(&xs[kk][ty * 4]);
+          float4 const b = *reinterpret_cast<float4 const*>(&ws[kk][tx * 4]);
+          float const av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (av[i] != 0.f && bv[j] != 0.f && !((nonfinite >> (4 * i + j)) & 1u))
+                sum[i][j] += static_cast<int>(tc::aligned_term(tc::product_term(av[i], bv[j]), emax[i][j]));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (tc::block_nonfinite(total[i][j], (nonfinite >> (4 * i + j)) & 1u)) {
+              double s = total[i][j];  // ±inf / NaN: fp64 in K order (tc::block_step)
+              for (int kk = b0; kk < b1; ++kk) s += tc::product_term(xs[kk][ty * 4 + i], ws[kk][tx * 4 + j]);
+              total[i][j] = static_cast<float>(s);
+            } else {
+              total[i][j] = tc::block_finish(total[i][j], sum[i][j], emax[i][j]);
+            }
+          }
+      }
+    } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) chunk[i][j] = __fmaf_rn(av[i], bv[j], chunk[i][j]);
+        for (int j = 0; j < 4; ++j) chunk[i][j] = 0.f;
+      for (int kk = 0; kk < len; ++kk) {
+        float4 const a = *reinterpret_cast<float4 const*>(&xs[kk][ty * 4]);
+        float4 const b = *reinterpret_cast<float4 const*>(&ws[kk][tx * 4]);
+        float const av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) chunk[i][j] = __fmaf_rn(av[i], bv[j], chunk[i][j]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) total[i][j] = k0 == 0 ? chunk[i][j] : __fadd_rn(total[i][j], chunk[i][j]);
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) total[i][j] = k0 == 0 ? chunk[i][j] : __fadd_rn(total[i][j], chunk[i][j]);
     __syncthreads();
   }
 #pragma unroll
@@ -139,9 +207,10 @@ __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams 
 }
 
 /// fma_chain order (ref::bmm_dot; small projections only: wo_a): one thread per (row, output). The block's
-/// x row is staged in shared memory. fp32 output: one FMA chain (ref::dot_fma_seq), each thread streaming its
-/// weight row with 16-byte loads a few vectors ahead of the chain (the chain itself is sequential by definition
-/// of the order). bf16 output: ref::dot_tc through tc::BlockAcc.
+/// x row is staged in shared memory and each thread streams its weight row with 16-byte loads. fp32 output:
+/// one FMA chain (ref::dot_fma_seq), the vectors a few ahead of the chain (the chain itself is sequential by
+/// definition of the order). bf16 output: ref::dot_tc, one 16-weight block in registers at a time (two or
+/// four vectors) run as tc::block_step (sequential across blocks by definition of the order).
 template <class W>
 __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams const p) {
   extern __shared__ float xs[];
@@ -152,13 +221,18 @@ __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams cons
   if (o >= p.out) return;
   W const* w = static_cast<W const*>(p.w) + o * p.in;
   constexpr int kPerVec = 16 / static_cast<int>(sizeof(W));
+  float acc = 0.f;
   if (p.bf16_out) {
-    tc::BlockAcc tc_acc;
-    for (int64_t i = 0; i < p.in; ++i) tc_acc.step(xs[i], device::load_w(w + i));
-    p.y[r * p.y_stride + o] = device::round_md(tc_acc.value(), true);
+    for (int64_t k0 = 0; k0 < p.in; k0 += tc::kBlock) {
+      int const len = static_cast<int>(p.in - k0 < tc::kBlock ? p.in - k0 : tc::kBlock);
+      float wv[tc::kBlock];
+      load_chunk<tc::kBlock>(w + k0, len, wv);  // zeros past len: zero products take no part
+      acc = tc::block_step(acc, tc::kBlock, [&](int i) { return i < len ? xs[k0 + i] : 0.f; },
+                           [&](int i) { return wv[i]; });
+    }
+    p.y[r * p.y_stride + o] = device::round_md(acc, true);
     return;
   }
-  float acc = 0.f;
   int64_t i = 0;
   if ((reinterpret_cast<uintptr_t>(w) & 15) == 0) {
     uint4 const* wv = reinterpret_cast<uint4 const*>(w);
@@ -224,11 +298,14 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
     if (bf16_w) return p.bf16_out ? launch_linear_chunks<Bf16, true>(p, st) : launch_linear_chunks<Bf16, false>(p, st);
     return p.bf16_out ? launch_linear_chunks<float, true>(p, st) : launch_linear_chunks<float, false>(p, st);
   }
-  if (!p.bf16_out && d.rows >= kGemmMinRows) {
+  if (d.rows >= kGemmMinRows) {
     dim3 const g(static_cast<unsigned>(ceil_div(d.out, kGemmN)), static_cast<unsigned>(ceil_div(d.rows, kGemmM)));
     if (g.y > 65535) return invalid_argument("linear: rows > 4194240 per launch");
-    if (bf16_w) linear_gemm_kernel<Bf16><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
-    else linear_gemm_kernel<float><<<g, kGemmThreads, 0, stream_of(ctx)>>>(p);
+    cudaStream_t const st = stream_of(ctx);
+    if (bf16_w && p.bf16_out) linear_gemm_kernel<Bf16, true><<<g, kGemmThreads, 0, st>>>(p);
+    else if (bf16_w) linear_gemm_kernel<Bf16, false><<<g, kGemmThreads, 0, st>>>(p);
+    else if (p.bf16_out) linear_gemm_kernel<float, true><<<g, kGemmThreads, 0, st>>>(p);
+    else linear_gemm_kernel<float, false><<<g, kGemmThreads, 0, st>>>(p);
     return launch_status("linear_gemm_kernel");
   }
   dim3 grid(static_cast<unsigned>(ceil_div(d.out, kWarps * 32)), static_cast<unsigned>(ceil_div(d.rows, kRows)));
