@@ -275,7 +275,9 @@ Result<DsparkPass> Dsv41Model::dspark_draft(Dsv41State const& st, int32_t anchor
         std::vector<float> rw(m * K);
         std::vector<int32_t> rid(m * K);
         std::vector<uint8_t> tie(m);
-        throw_if_error(ops::moe_route(ctx, {m, E, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob},
+        ops::MoeRouteDesc rd{m, E, D, K, s.gate_temp, s.routed_scale, s.norm_topk_prob};
+        rd.md = md;  // softplus in the model dtype's arithmetic, as the target model's router
+        throw_if_error(ops::moe_route(ctx, rd,
                                       {CF2(&xa[r0 * D], {m, D}), cv2(lw.gate), cv1(lw.gate_bias), F2(rw.data(), {m, K}),
                                        TensorView<int32_t, 2>(rid.data(), {m, K}), TensorView<uint8_t, 1>(tie.data(), {m})}));
         ops::MoeExpertsArgs ma{CF2(&xa[r0 * D], {m, D}), TensorView<int32_t const, 2>(rid.data(), {m, K}), CF2(rw.data(), {m, K}), w1, w3, w2,
