@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <string>
 
 #include "tessera/ops/mhc.hpp"
 #include "tessera/ops/norm.hpp"
@@ -198,8 +199,9 @@ BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
     BOOST_TEST(max_rel_diff(gcomb, comb) <= kMixRelTol);
     BOOST_TEST(count_bit_diffs(gpre, pre, "pre") + count_bit_diffs(gpost, post, "post") +
                    count_bit_diffs(gcomb, comb, "comb") == 0);  // bitwise: the same exp (exp_md) and sum orders on both sides
-    std::printf("mhc_mix dim=%lld: bit mismatches pre %lld post %lld comb %lld (max rel %.3g)\n",
-                static_cast<long long>(dim), static_cast<long long>(count_bit_diffs(gpre, pre, "pre")),
+    std::printf("mhc_mix dim=%lld md=%s: bit mismatches pre %lld post %lld comb %lld (max rel %.3g)\n",
+                static_cast<long long>(dim), std::string(dtype_name(md)).c_str(),
+                static_cast<long long>(count_bit_diffs(gpre, pre, "pre")),
                 static_cast<long long>(count_bit_diffs(gpost, post, "post")),
                 static_cast<long long>(count_bit_diffs(gcomb, comb, "comb")), max_rel_diff(gcomb, comb));
     DeviceBuffer<float> a1{static_cast<size_t>(n)}, a2{static_cast<size_t>(n)}, a3{static_cast<size_t>(n * n)};
