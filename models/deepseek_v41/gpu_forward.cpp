@@ -9,6 +9,7 @@
 /// the CI check of the composition).
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "models/deepseek_v41/gpu_forward.hpp"
@@ -161,6 +162,17 @@ void run_row_copies(gpu::Mem const& mem, Scratch& sc, std::vector<gpu::RowCopy> 
   auto* d = sc.get<gpu::RowCopy>(static_cast<int64_t>(t.size()));
   throw_if_error(mem.copy(d, t.data(), t.size() * sizeof(gpu::RowCopy), Copy::kHostToDev));
   throw_if_error(gpu::copy_rows(mem, d, static_cast<int64_t>(t.size()), cols));
+}
+
+/// Undoes what a pass did to its states before its commit: the compressed-KV / index-key entry counts (the
+/// appended rows lie past them) and the Engram look-back. The rings and every other count are only written
+/// after the commit point.
+void rollback_pass(gpu::Mem const& mem, Pass const& b) {
+  (void)mem.sync();
+  for (SeqRun const& sq : b.seqs) {
+    sq.st->history_.resize(sq.history_before);
+    for (size_t l = 0; l < sq.entries_before.size(); ++l) sq.st->layers_[l].entries = sq.entries_before[l];
+  }
 }
 
 }  // namespace
@@ -443,9 +455,9 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
     std::vector<uint8_t> host_flags(b.flag_used);
     throw_if_error(cs.copy(host_flags.data(), b.flag_arena, b.flag_used, Copy::kDevToHost));
 
-    // Commit: each sequence's last min(S, ring) rows of every layer's window kv (and the raw compressor
-    // projections of ratio > 1 KV sources) into its rings, one launch. Everything before can fail and leave
-    // the states as they were; nothing after does but the final synchronisation.
+    // The commit table: each sequence's last min(S, ring) rows of every layer's window kv (and of the raw
+    // compressor projections of ratio > 1 KV sources) to the ring rows of their positions; uploaded now,
+    // launched at the commit point.
     int64_t const hd = s.head_dim, w_cap = s.sliding_window - 1 + opts.max_rollback;
     std::vector<gpu::RowCopy> commit;
     for (RingWrite const& rwt : b.ring_writes) {
@@ -459,46 +471,63 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           commit.push_back({rwt.rows + (sq.row0 + j) * hd, ring.as<float>() + ((sq.pos0 + j) % cap) * hd});
       }
     }
-    run_row_copies(cs, keep, commit, hd);
-    throw_if_error(cs.sync());
+    auto* d_commit = keep.get<gpu::RowCopy>(static_cast<int64_t>(commit.size()));
+    throw_if_error(cs.copy(d_commit, commit.data(), commit.size() * sizeof(gpu::RowCopy), Copy::kHostToDev));
+    throw_if_error(cs.sync());  // logits and flags are on the host, every kernel before the commit has run
 
-    // Host bookkeeping of the committed pass: ring counts, flags in each state's own order, lengths.
-    for (SeqRun const& sq : b.seqs)
-      for (int64_t l = 0; l < L; ++l) {
-        gpu::GpuLayerState& ls = sq.st->layers_[static_cast<size_t>(l)];
-        ls.n_window = std::min(w_cap, ls.n_window + sq.S);
-        int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
-        if (s.is_kv_source(l) && ratio > 1) ls.n_raw = std::min(opts.max_rollback + ratio, ls.n_raw + sq.S);
-      }
+    // Each state's new tie / boundary records, sorted by (layer, stage): the order the sequence alone
+    // records them. Staged and room reserved before the commit, so nothing after it allocates.
     std::vector<size_t> order(b.flags.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
       FlagRec const &a = b.flags[x], &c = b.flags[y];
       return a.layer != c.layer ? a.layer < c.layer : a.stage < c.stage;
     });
+    std::vector<std::vector<CutoffTie>> ties(b.seqs.size());
+    std::vector<std::vector<QuantBoundary>> bounds(b.seqs.size());
     for (size_t i : order) {
       FlagRec const& fr = b.flags[i];
       for (size_t r = 0; r < fr.positions.size(); ++r) {
         if (!host_flags[fr.offset + r] || fr.seq[r] < 0) continue;
-        GpuDsv41State& st = *b.seqs[static_cast<size_t>(fr.seq[r])].st;
-        if (fr.tie) {
-          auto site = static_cast<CutoffTie::Site>(fr.site);
-          ++(site == CutoffTie::Site::kIndexer ? st.ties_.indexer : site == CutoffTie::Site::kRouter ? st.ties_.router
-                                                                                                      : st.ties_.candidate);
-          st.ties_.events.push_back({site, fr.layer, fr.positions[r]});
-        } else {
-          st.boundaries_.push_back({static_cast<QuantBoundary::Site>(fr.site), fr.layer, fr.positions[r]});
-        }
+        auto const k = static_cast<size_t>(fr.seq[r]);
+        if (fr.tie) ties[k].push_back({static_cast<CutoffTie::Site>(fr.site), fr.layer, fr.positions[r]});
+        else bounds[k].push_back({static_cast<QuantBoundary::Site>(fr.site), fr.layer, fr.positions[r]});
       }
     }
-    for (SeqRun const& sq : b.seqs) sq.st->length_ += sq.S;
-  } catch (Error const& e) {
-    (void)cs.sync();
-    for (SeqRun const& sq : b.seqs) {
-      sq.st->history_.resize(sq.history_before);
-      for (size_t l = 0; l < sq.entries_before.size(); ++l) sq.st->layers_[l].entries = sq.entries_before[l];
+    for (size_t k = 0; k < b.seqs.size(); ++k) {
+      GpuDsv41State& st = *b.seqs[k].st;
+      st.ties_.events.reserve(st.ties_.events.size() + ties[k].size());
+      st.boundaries_.reserve(st.boundaries_.size() + bounds[k].size());
     }
+
+    // Commit point: one launch writes the rings. Everything before it can fail and leave the states as they
+    // were (rollback_pass); after it only host bookkeeping that cannot fail. A device fault in the commit
+    // itself surfaces at a later synchronisation.
+    throw_if_error(gpu::copy_rows(cs, d_commit, static_cast<int64_t>(commit.size()), hd));
+    for (size_t k = 0; k < b.seqs.size(); ++k) {
+      SeqRun const& sq = b.seqs[k];
+      GpuDsv41State& st = *sq.st;
+      for (int64_t l = 0; l < L; ++l) {
+        gpu::GpuLayerState& ls = st.layers_[static_cast<size_t>(l)];
+        ls.n_window = std::min(w_cap, ls.n_window + sq.S);
+        int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
+        if (s.is_kv_source(l) && ratio > 1) ls.n_raw = std::min(opts.max_rollback + ratio, ls.n_raw + sq.S);
+      }
+      for (CutoffTie const& t : ties[k]) {
+        ++(t.site == CutoffTie::Site::kIndexer ? st.ties_.indexer
+           : t.site == CutoffTie::Site::kRouter ? st.ties_.router
+                                                : st.ties_.candidate);
+        st.ties_.events.push_back(t);
+      }
+      st.boundaries_.insert(st.boundaries_.end(), bounds[k].begin(), bounds[k].end());
+      st.length_ += sq.S;
+    }
+  } catch (Error const& e) {
+    rollback_pass(cs, b);
     return e.status();
+  } catch (std::bad_alloc const&) {
+    rollback_pass(cs, b);
+    return Status(StatusCode::kOutOfMemory, "forward: host allocation failed");
   }
   return {};
 }

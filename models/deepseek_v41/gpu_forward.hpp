@@ -12,8 +12,9 @@
 ///
 /// Failure atomicity: the window and raw rings are written only at the commit, after every fallible step;
 /// the compressed-KV / index-key appends land beyond the state's entry count, which a failure restores;
-/// the Engram history is cut back to its old length. So a pass that fails before its commit leaves every
-/// state exactly as it was.
+/// the Engram history is cut back to its old length. So a pass that fails before its commit (one launch
+/// after the pass's synchronisation, then host bookkeeping that cannot fail) leaves every state exactly as
+/// it was.
 #pragma once
 
 #include <algorithm>
