@@ -10,8 +10,8 @@
 ///    batched decode steps == each sequence alone on the model under test == each alone on the CPU model,
 ///    bit for bit (every logits row, the tie and quantiser-boundary records, lengths), on golden/v41-tiny
 ///    fp32 and bf16 and on a wider synthetic variant (8 heads, 12 experts, ratio 4, W 24);
-///  * a batch naming one state twice == its steps one after another; a batch that cannot run leaves every
-///    state as it was;
+///  * a batch naming one state twice == its steps one after another; a batch that cannot run, or fails
+///    midway (a throwing route observer after layer 3), leaves every state as it was;
 ///  * chunked prefill (chunks of 1, 7, 64) == one-shot over 300 tokens (the window and raw rings wrap);
 ///  * clone then continue == continue; truncate 1..63 back (inside compressor groups, across the window)
 ///    then re-feed == never truncated, bit for bit, on tiny and the wide variant.
@@ -277,6 +277,54 @@ BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_bf16) {
 
 BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_wide) {
   mixed_batch_check("wide", *wide().gpu, *wide().cpu);
+}
+
+// A pass that fails midway leaves every state as it was: the route observer throws after layer 3's router,
+// when layer 1 has appended compressed entries and index keys and layers 0-3 have their window rows; the
+// failed states then continue (with other tokens than the failed chunk, so nothing it left behind can be
+// rewritten to the same values) exactly like states that never saw the batch (logits, records, lengths).
+BOOST_AUTO_TEST_CASE(failed_pass_leaves_states_unchanged) {
+  auto& gpu = dynamic_cast<GpuDsv41Model&>(tiny_gpu("fp32"));
+  int64_t const V = gpu.info().vocab_size;
+  gpu.set_boundary_ulps(2);
+  std::vector<std::vector<int32_t>> hist = {random_tokens(90, V, 81), random_tokens(41, V, 82)};
+  std::vector<std::vector<int32_t>> chunk = {random_tokens(7, V, 83), random_tokens(1, V, 84)};
+  std::vector<std::vector<int32_t>> more = {random_tokens(5, V, 85), random_tokens(3, V, 86)};
+  std::vector<std::unique_ptr<SequenceState>> failed, clean;
+  std::vector<float> row(static_cast<size_t>(V));
+  for (size_t i = 0; i < 2; ++i) {
+    for (auto* v : {&failed, &clean}) {
+      v->push_back(gpu.new_sequence());
+      SequenceStep h{v->back().get(), hist[i], 1, row.data()};
+      throw_if_error(gpu.forward({&h, 1}));
+    }
+  }
+  gpu.set_route_observer([](int64_t layer, std::span<int32_t const>, std::span<float const>) {
+    if (layer == 3) throw Error(Status(StatusCode::kInternal, "injected failure"));
+  });
+  std::vector<std::vector<float>> lg(2, std::vector<float>(static_cast<size_t>(7 * V)));
+  std::vector<SequenceStep> bad = {{failed[0].get(), chunk[0], 7, lg[0].data()}, {failed[1].get(), chunk[1], 1, lg[1].data()}};
+  Status const st = gpu.forward(bad);
+  gpu.set_route_observer({});
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.message().find("injected failure") != std::string::npos);
+  for (size_t i = 0; i < 2; ++i) {
+    BOOST_TEST(failed[i]->length() == static_cast<int64_t>(hist[i].size()));
+    std::vector<std::vector<float>> out(2);
+    std::vector<SequenceState*> pair = {failed[i].get(), clean[i].get()};
+    for (size_t k = 0; k < 2; ++k) {
+      for (auto const* part : {&more[i], &chunk[i]}) {
+        std::vector<float> l(part->size() * static_cast<size_t>(V));
+        SequenceStep x{pair[k], *part, static_cast<int64_t>(part->size()), l.data()};
+        throw_if_error(gpu.forward({&x, 1}));
+        out[k].insert(out[k].end(), l.begin(), l.end());
+      }
+    }
+    BOOST_TEST(bitwise_equal(out[0], out[1]), "sequence " << i << " after the failed pass");
+    BOOST_TEST(failed[i]->length() == clean[i]->length());
+    BOOST_TEST(records_of(*failed[i]) == records_of(*clean[i]), "sequence " << i);
+  }
+  gpu.set_boundary_ulps(0);
 }
 
 // Chunks of 1, 7 and 64 give the one-shot logits of every row over 300 tokens: the window ring
