@@ -9,6 +9,8 @@
 ///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
 ///                   ascending entry order. Exactly the lists the CPU model builds, in the same order; in bf16
 ///                   also each key's logit-row column and each row's sink column (key_column / sink_column).
+///   copy_rows       dst_i[c] = src_i[c] for a table of row copies (the batched pass's ring commits and
+///                   its gather of logit rows): one block per row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -84,6 +86,11 @@ __global__ void key_cols_kernel(KeyListParams p) {
   if (threadIdx.x == 0) p.sink_cols[r] = sink_column(p, r);
 }
 
+__global__ void copy_rows_kernel(RowCopy const* table, int64_t cols) {
+  RowCopy const c = table[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) c.dst[i] = c.src[i];
+}
+
 Status status_of(cudaError_t e, char const* what) {
   if (e == cudaSuccess) return {};
   return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
@@ -113,6 +120,13 @@ Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
   if (!p.key_cols) return {};
   key_cols_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
   return status_of(cudaGetLastError(), "key_cols");
+}
+
+Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols) {
+  if (count == 0) return {};
+  if (count > 0x7FFFFFFF) return invalid_argument("copy_rows: more than 2^31 − 1 rows");
+  copy_rows_kernel<<<static_cast<unsigned>(count), 128, 0, stream>>>(table, cols);
+  return status_of(cudaGetLastError(), "copy_rows");
 }
 
 }  // namespace tessera::model::dsv41::gpu

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The GPU model's private state (gpu_model.hpp): the sequence state class and the model's Impl, shared
-/// by gpu_model.cpp (weights, LanguageModel face, clone / truncate) and gpu_forward.cpp (the forward).
+/// by gpu_model.cpp (weights, LanguageModel face, clone / truncate) and the forward (gpu_forward.hpp,
+/// gpu_forward.cpp, gpu_attention.cpp).
 #pragma once
 
 #include <memory>
@@ -43,6 +44,11 @@ struct GpuDsv41Model::Impl {
   ~Impl();
   void free_expert_masks();
   Status upload(Weights const& host);
+  /// One forward over the steps of a pass (gpu_forward.hpp): their states are distinct GPU states, tokens
+  /// in the vocabulary, num_logit_rows in [0, tokens.size()] (GpuDsv41Model::forward checks); steps without
+  /// tokens are skipped. On failure every state of the pass is left as it was.
+  Status forward_pass(std::span<SequenceStep const> steps);
+  /// A pass of one step.
   Status forward_one(GpuDsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits);
   /// Host compressed-id history → Engram hash ids [S, L_e, C] of the chunk (as the CPU model's hash_ids).
   std::vector<int64_t> hash_ids(GpuDsv41State const& st, std::span<int32_t const> tokens) const;

@@ -10,12 +10,16 @@
 ///
 /// Per-sequence state of layer ℓ (rows of hd fp32 unless said otherwise; positions are implicit because
 /// every buffer holds the tail of the sequence):
-///   window   [W−1+max_rollback, hd]  FP8-fake-quantised post-RoPE K=V of positions [len−n_window, len)
-///   raw kv/gate [max_rollback+r, hd] (ratio r > 1 KV sources) the fp32 compressor projections of
-///            positions [len−n_raw, len); the partial group is their last len − r·entries rows
+///   window   ring of W−1+max_rollback rows: FP8-fake-quantised post-RoPE K=V of positions
+///            [len−n_window, len), position p in row p mod (W−1+max_rollback)
+///   raw kv/gate ring of max_rollback+r rows (ratio r > 1 KV sources): the fp32 compressor projections of
+///            positions [len−n_raw, len), position p in row p mod (max_rollback+r); the partial group is
+///            positions [r·entries, len)
 ///   ckv      [capacity, hd]          compressed KV entries 0..entries−1 (post-RoPE, FP4)
 ///   index_k  [capacity, di]          index keys of the same groups (index sources)
-/// Capacities of ckv / index_k double when full (a copy into a bigger block).
+/// Capacities of ckv / index_k double when full (a copy into a bigger block). The rings are written only
+/// when a forward commits (its new rows overwrite the oldest positions), so a failed forward leaves them
+/// as they were; truncate only lowers n_window / n_raw.
 #pragma once
 
 #include <cstdint>
@@ -151,17 +155,26 @@ struct KeyListParams {
   int64_t src_ratio = 0;         // ratio of the compressed entries' source layer (0: none)
 };
 
+/// One row of copy_rows: `cols` floats from src to dst (rows of distinct dst do not overlap any src).
+struct RowCopy {
+  float const* src = nullptr;
+  float* dst = nullptr;
+};
+
 // CUDA launches (kernels/dsv41/model_kernels.cu, CUDA builds only).
 Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
                             int64_t D, float* X, float* pre);
 Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s);
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
+Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols);
 
 // On the model's backend: the CUDA launch, or its host twin (gpu_mem.cpp) with the same arithmetic.
 Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,
                      float* pre);
 Status scale_inplace(Mem const& m, float* x, int64_t count, float s);
 Status build_key_lists(Mem const& m, KeyListParams const& p);
+/// Row copies described by `table` ([count] RowCopy in the backend's memory) in one launch.
+Status copy_rows(Mem const& m, RowCopy const* table, int64_t count, int64_t cols);
 
 /// Row r's first visible old-window row i0 and first visible chunk row j0 (shared by both twins).
 TESSERA_HOST_DEVICE inline void key_list_ranges(KeyListParams const& p, int64_t r, int64_t& i0, int64_t& j0) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Backend memory of the GPU model (gpu_internal.hpp): Mem (cudaMalloc / stream-ordered copies, or host
 /// memory), the size-class DevicePool and DevBlock, and the glue operations on either backend: the CUDA
-/// launch, or a host twin computing the same values (embedding broadcast, rn(x·s), and the CSR key lists
-/// in the same order as the kernel and as the CPU model's attention block).
+/// launch, or a host twin computing the same values (embedding broadcast, rn(x·s), the CSR key lists
+/// in the same order as the kernel and as the CPU model's attention block, and row copies).
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
@@ -227,6 +227,18 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
     acc += k;
     p.offsets[r + 1] = acc;
   }
+  return {};
+}
+
+Status copy_rows(Mem const& m, RowCopy const* table, int64_t count, int64_t cols) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_copy_rows(m.stream, table, count, cols);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (int64_t i = 0; i < count; ++i) std::memcpy(table[i].dst, table[i].src, static_cast<size_t>(cols) * 4);
   return {};
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The DeepSeek-V4.1 GPU model (gpu_model.hpp): the weight upload and the LanguageModel face (sequences,
 /// batches, clone, truncate, state sizes) on the backend's memory (gpu_mem.cpp). The forward is
-/// gpu_forward.cpp.
+/// gpu_forward.cpp and gpu_attention.cpp (gpu_forward.hpp).
 #include <algorithm>
 #include <cstring>
 
@@ -14,6 +14,10 @@ namespace tessera::model::dsv41 {
 namespace {
 
 using Copy = gpu::Mem::Copy;
+
+/// Rows of one pass at most: the per-launch row bound of several CUDA families (MoeExperts, mHC collapse /
+/// expand, EngramGate, the fma-chain linear).
+constexpr int64_t kMaxPassRows = 65535;
 
 /// Uploads `t` (fp32 host values) as `as` (kF32, or kBf16 for values that are bf16 already).
 Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, DType as, gpu::DevTensor* out) {
@@ -211,8 +215,24 @@ Status GpuDsv41Model::forward(std::span<SequenceStep> batch) {
       if (t < 0 || t >= impl_->spec.vocab_size)
         return invalid_argument("forward: token id " + std::to_string(t) + " outside the vocabulary");
   }
-  for (auto& step : batch)
-    TESSERA_TRY(impl_->forward_one(*static_cast<GpuDsv41State*>(step.state), step.tokens, step.num_logit_rows, step.logits));
+  // Passes: maximal runs of consecutive steps with distinct states and at most kMaxPassRows rows (one step
+  // with more runs alone). A batch of distinct states within the bound is one pass: one forward over the
+  // layers, and a failure leaves every state as it was; a later pass runs after the earlier ones committed.
+  std::vector<SequenceStep> pass;
+  int64_t rows = 0;
+  for (auto const& step : batch) {
+    int64_t const S = static_cast<int64_t>(step.tokens.size());
+    if (S == 0) continue;
+    bool const repeat = std::any_of(pass.begin(), pass.end(), [&](SequenceStep const& p) { return p.state == step.state; });
+    if (!pass.empty() && (repeat || rows + S > kMaxPassRows)) {
+      TESSERA_TRY(impl_->forward_pass(pass));
+      pass.clear();
+      rows = 0;
+    }
+    pass.push_back(step);
+    rows += S;
+  }
+  if (!pass.empty()) TESSERA_TRY(impl_->forward_pass(pass));
   return {};
 }
 

@@ -4,6 +4,8 @@
 # replies equal: the GPU model equals the CPU model bit for bit), drafted == serial over HTTP on the GPU
 # server (lookup drafts at depth 3; the same server with "draft": false), and a short soak of the GPU server.
 # Usage on a GPU machine: TESSERA_SHARED_DIR=/path/to/shared bash scripts/device/gates.sh
+# Knobs: REQUESTS (request file for verify engines; default verify/harness/requests/default.jsonl, the 106-request
+# verify/harness/requests/drafting.jsonl for the drafting gate), INVARIANCE (dtypes, "" skips), SOAK_MINUTES (0 skips).
 cd "$(dirname "$0")/../.." || exit 1
 export PATH=/usr/local/cuda/bin:$PATH
 export TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
@@ -13,7 +15,7 @@ test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -
   -Dshared_dir=$TESSERA_SHARED_DIR > $R/setup.log 2>&1 || { tail -30 $R/setup.log; exit 1; }
 ninja -C $B tessera > $R/build.log 2>&1 || { grep -B2 -A8 "error" $R/build.log | head -60; exit 1; }
 G=$TESSERA_SHARED_DIR/golden/v41-tiny
-for v in fp32 bf16; do
+for v in ${INVARIANCE-fp32 bf16}; do
   SECONDS=0
   timeout 150 $B/tessera verify invariance --model $G/$v --numerics $v --device $GD > $R/invariance_$v.log 2>&1
   echo "verify invariance --device $GD $v rc=$? ${SECONDS}s: $(tail -1 $R/invariance_$v.log)"
@@ -41,15 +43,17 @@ serve() {  # name device extra...
 }
 CPU=$(serve cpu cpu --draft none); GPU=$(serve gpu $GD --draft lookup --draft-k 3)
 echo "servers: cpu $CPU gpu $GPU"
-Q=verify/harness/requests/default.jsonl
+Q=${REQUESTS:-verify/harness/requests/default.jsonl}
 SECONDS=0
-timeout 200 $B/tessera verify engines --a $CPU --b $GPU --requests $Q --b-extra '{"draft": false}' > $R/engines_cpu_gpu.log 2>&1
+timeout ${ENGINES_TIMEOUT:-200} $B/tessera verify engines --a $CPU --b $GPU --requests $Q --b-extra '{"draft": false}' > $R/engines_cpu_gpu.log 2>&1
 echo "verify engines CPU vs GPU rc=$? ${SECONDS}s: $(grep -E 'replies equal' $R/engines_cpu_gpu.log | tail -1)"
 SECONDS=0
-timeout 200 $B/tessera verify engines --a $GPU --b $GPU --requests $Q --b-extra '{"draft": false}' > $R/engines_drafted.log 2>&1
+timeout ${ENGINES_TIMEOUT:-200} $B/tessera verify engines --a $GPU --b $GPU --requests $Q --b-extra '{"draft": false}' > $R/engines_drafted.log 2>&1
 echo "verify engines GPU drafted vs serial rc=$? ${SECONDS}s: $(grep -E 'replies equal' $R/engines_drafted.log | tail -1)"
 curl -s $GPU/metrics | grep -E "^(vllm:)?spec_decode_num_(draft|accepted)_tokens_total" | head -4
+[ "${SOAK_MINUTES:-1}" = 0 ] || {
 SECONDS=0
 timeout 150 $B/tessera verify soak --url $GPU --minutes ${SOAK_MINUTES:-1} > $R/soak.log 2>&1
 echo "verify soak (GPU server) rc=$? ${SECONDS}s"; tail -12 $R/soak.log
+}
 kill %1 %2 2>/dev/null; wait 2>/dev/null

@@ -5,6 +5,9 @@
 ///    (alone and with top-p) give the CPU model's logits, one-shot and token by token; the settings do
 ///    change the logits (the check is not vacuous);
 ///  * keep-everything settings (top_p < 1 with min_k = k, an all-open mask) equal the unpruned GPU model;
+///  * a batch of mixed chunk kinds (first tokens, one-token decode steps, prefill chunks) under each setting
+///    equals each sequence alone and the pruned CPU model alone; at decode scope its prefill chunks equal
+///    the unpruned model and its decode steps do not (the scope is decided per sequence of the batch);
 ///  * the route observer reports the CPU model's router ids and weights (−1 for a dropped slot);
 ///  * a checkpoint pruned to the mask's kept experts runs on the GPU model with the masked CPU model's logits;
 ///  * bad options are refused with the field named, at create and at set_pruning.
@@ -75,9 +78,85 @@ std::vector<Setting> lossy_settings() {
           {"mask 6/8 + top_p 0.55 decode", {0.55f, 1, true, Scope::kDecode, mask}}};
 }
 
+/// A batch of mixed chunk kinds: sequence i takes the first hist tokens of golden prompt 5 + i mod 3 in one step,
+/// then its next `chunk` tokens, then 2 one-token steps; every logits row of the last two parts.
+struct Mixed {
+  size_t hist, chunk;
+};
+std::vector<Mixed> const kMixed = {{0, 1}, {20, 1}, {30, 7}, {40, 1}, {10, 5}, {0, 3}};
+
+/// Per sequence: the logits rows of its chunk, then of its decode steps; `batched` runs each part as one
+/// batch, otherwise every step alone.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> run_mixed(model::LanguageModel& m, bool batched) {
+  int64_t const V = m.info().vocab_size;
+  size_t const B = kMixed.size();
+  std::vector<std::vector<int32_t>> toks(B);
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  for (size_t i = 0; i < B; ++i) {
+    toks[i] = golden_prompt(5 + static_cast<int>(i % 3), kMixed[i].hist + kMixed[i].chunk);
+    BOOST_REQUIRE(toks[i].size() == kMixed[i].hist + kMixed[i].chunk);
+    st.push_back(m.new_sequence());
+  }
+  auto forward = [&](std::vector<model::SequenceStep>& steps) {
+    if (batched) return throw_if_error(m.forward(steps));
+    for (auto& x : steps) throw_if_error(m.forward({&x, 1}));
+  };
+  std::vector<std::pair<std::vector<float>, std::vector<float>>> out(B);
+  std::vector<std::vector<float>> row(B, std::vector<float>(static_cast<size_t>(V)));
+  std::vector<model::SequenceStep> steps;
+  for (size_t i = 0; i < B; ++i)
+    steps.push_back({st[i].get(), std::span<int32_t const>(toks[i].data(), kMixed[i].hist), kMixed[i].hist ? 1 : 0,
+                     row[i].data()});
+  forward(steps);
+  steps.clear();
+  for (size_t i = 0; i < B; ++i) {
+    out[i].first.resize(kMixed[i].chunk * static_cast<size_t>(V));
+    steps.push_back({st[i].get(), std::span<int32_t const>(toks[i].data() + kMixed[i].hist, kMixed[i].chunk),
+                     static_cast<int64_t>(kMixed[i].chunk), out[i].first.data()});
+  }
+  forward(steps);
+  std::vector<int32_t> next(B);
+  for (int d = 0; d < 2; ++d) {
+    steps.clear();
+    for (size_t i = 0; i < B; ++i) {
+      next[i] = static_cast<int32_t>((i * 13 + static_cast<size_t>(d) * 5 + 1) % static_cast<size_t>(V));
+      steps.push_back({st[i].get(), std::span<int32_t const>(&next[i], 1), 1, row[i].data()});
+    }
+    forward(steps);
+    for (size_t i = 0; i < B; ++i) out[i].second.insert(out[i].second.end(), row[i].begin(), row[i].end());
+  }
+  return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_model_prune)
+
+BOOST_AUTO_TEST_CASE(mixed_batch_pruning_equals_alone) {
+  GpuDsv41Model& gpu = gpu_model();
+  auto unpruned = run_mixed(verify::tiny_model("fp32"), false);
+  for (auto const& [name, prune] : lossy_settings()) {
+    auto cpu = cpu_model(prune);
+    throw_if_error(gpu.set_pruning(prune));
+    auto together = run_mixed(gpu, true), alone = run_mixed(gpu, false), ref = run_mixed(*cpu, false);
+    bool decode_differs = false;
+    for (size_t i = 0; i < kMixed.size(); ++i) {
+      BOOST_TEST(bitwise_equal(together[i].first, alone[i].first), name << ", sequence " << i << " chunk: batched != alone");
+      BOOST_TEST(bitwise_equal(together[i].second, alone[i].second), name << ", sequence " << i << " decode: batched != alone");
+      BOOST_TEST(bitwise_equal(alone[i].first, ref[i].first), name << ", sequence " << i << " chunk: != CPU model");
+      BOOST_TEST(bitwise_equal(alone[i].second, ref[i].second), name << ", sequence " << i << " decode: != CPU model");
+      if (prune.scope == Scope::kDecode && prune.expert_mask.empty()) {
+        // Decode scope prunes one-token steps past position 0 only: a first token or a longer chunk (on a
+        // history fed in one step) routes like the unpruned model.
+        bool const pruned_chunk = kMixed[i].chunk == 1 && kMixed[i].hist > 0;
+        BOOST_TEST(bitwise_equal(together[i].first, unpruned[i].first) == !pruned_chunk, name << ", sequence " << i);
+        decode_differs = decode_differs || !bitwise_equal(together[i].second, unpruned[i].second);
+      }
+    }
+    if (prune.scope == Scope::kDecode && prune.expert_mask.empty()) BOOST_TEST(decode_differs, name << ": pruning changed nothing");
+  }
+  throw_if_error(gpu.set_pruning({}));
+}
 
 BOOST_AUTO_TEST_CASE(pruned_gpu_model_equals_pruned_cpu_model) {
   GpuDsv41Model& gpu = gpu_model();

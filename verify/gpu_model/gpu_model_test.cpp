@@ -5,9 +5,16 @@
 ///    CUDA's expf/log1pf, ≤ 2 ulp), so the logits agree to 1e-4 in fp32 and the argmax is equal wherever
 ///    the CPU's own top-1/top-2 gap exceeds twice the measured difference;
 ///  * greedy decoding (one-shot prefill, then 31 single-token steps) gives the CPU model's tokens (fp32);
-///  * chunked prefill (chunks of 1, 7, 64, all) == one-shot, bit for bit, on the GPU;
-///  * a batch of mixed-length sequences == each alone, bit for bit (prefill and a decode step);
-///  * clone then continue == continue; truncate k back then re-feed == never truncated, bit for bit.
+///  * a batch of 8 sequences with histories of 0..300 tokens (past the window and its rollback margin,
+///    inside and at the end of compressor groups) and chunks of 1, 1, 7, 64, 3, 1, 19, 2 tokens, then 3
+///    batched decode steps == each sequence alone on the model under test == each alone on the CPU model,
+///    bit for bit (every logits row, the tie and quantiser-boundary records, lengths), on golden/v41-tiny
+///    fp32 and bf16 and on a wider synthetic variant (8 heads, 12 experts, ratio 4, W 24);
+///  * a batch naming one state twice == its steps one after another; a batch that cannot run, or fails
+///    midway (a throwing route observer after layer 3), leaves every state as it was;
+///  * chunked prefill (chunks of 1, 7, 64) == one-shot over 300 tokens (the window and raw rings wrap);
+///  * clone then continue == continue; truncate 1..63 back (inside compressor groups, across the window)
+///    then re-feed == never truncated, bit for bit, on tiny and the wide variant.
 /// Built twice: for the GPU (suite gpu), and with TESSERA_GPU_MODEL_ON_CPU for the CPU suite, where the GPU
 /// model's composition (state layout, window ring, compressor raw rows, key lists, clone / truncate) runs
 /// on the CPU op backends and must equal the CPU model bit for bit.
@@ -16,10 +23,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/gpu_model/gpu_model_fixture.hpp"
 #include "verify/model/fixture.hpp"
 
@@ -100,9 +110,322 @@ void gpu_vs_cpu(std::string const& variant, double tol) {
   BOOST_TEST(uncertified == 0);
 }
 
+/// The mixed batch: sequence i has hist tokens of history, then a chunk of `chunk` tokens, then decodes.
+struct MixedSeq {
+  int64_t hist, chunk;
+};
+std::vector<MixedSeq> const kMixed = {{0, 1}, {5, 1}, {100, 7}, {130, 64}, {17, 3}, {300, 1}, {33, 19}, {250, 2}};
+constexpr int kMixedDecodeSteps = 3;
+
+/// What a sequence of the mixed batch produced: every logits row asked for, in order, and its diagnostics.
+struct Trace {
+  std::vector<float> logits;
+  int64_t length = 0;
+  std::string records;  // cutoff ties and quantiser boundaries (site, layer, position), in recorded order
+};
+
+std::string records_of(SequenceState const& s) {
+  TieCounts const* t = nullptr;
+  std::vector<QuantBoundary> const* q = nullptr;
+  if (auto const* c = dynamic_cast<Dsv41State const*>(&s)) {
+    t = &c->ties();
+    q = &c->quant_boundaries();
+  } else {
+    t = GpuDsv41Model::ties(s);
+    q = GpuDsv41Model::quant_boundaries(s);
+  }
+  BOOST_REQUIRE(t && q);
+  std::string r = "ties " + std::to_string(t->indexer) + "/" + std::to_string(t->candidate) + "/" + std::to_string(t->router) + ":";
+  for (auto const& e : t->events)
+    r += " " + std::to_string(static_cast<int>(e.site)) + "L" + std::to_string(e.layer) + "@" + std::to_string(e.position);
+  r += "; boundaries:";
+  for (auto const& b : *q)
+    r += " " + std::to_string(static_cast<int>(b.site)) + "L" + std::to_string(b.layer) + "@" + std::to_string(b.position);
+  return r;
+}
+
+/// Runs the mixed batch on `m`: histories, chunks and decode steps each as one batch (`batched`), or every
+/// sequence alone. History steps ask for their last min(S, 2) rows (so the LM head rows of the batch are not
+/// contiguous), chunks for every row, decode steps for one row into one shared block.
+std::vector<Trace> run_mixed(LanguageModel& m, bool batched) {
+  int64_t const V = m.info().vocab_size;
+  size_t const B = kMixed.size();
+  std::vector<std::vector<int32_t>> hist(B), chunk(B);
+  for (size_t i = 0; i < B; ++i) {
+    hist[i] = random_tokens(kMixed[i].hist, V, 300 + static_cast<uint32_t>(i));
+    chunk[i] = random_tokens(kMixed[i].chunk, V, 400 + static_cast<uint32_t>(i));
+  }
+  std::vector<std::unique_ptr<SequenceState>> st;
+  for (size_t i = 0; i < B; ++i) st.push_back(m.new_sequence());
+  std::vector<Trace> out(B);
+  auto forward = [&](std::vector<SequenceStep>& steps) {
+    if (batched) {
+      throw_if_error(m.forward(steps));
+    } else {
+      for (auto& s : steps) throw_if_error(m.forward({&s, 1}));
+    }
+  };
+  for (auto const* part : {&hist, &chunk}) {
+    bool const is_hist = part == &hist;
+    std::vector<std::vector<float>> lg(B);
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < B; ++i) {
+      int64_t const S = static_cast<int64_t>((*part)[i].size());
+      int64_t const rows = is_hist ? std::min<int64_t>(S, 2) : S;
+      lg[i].resize(static_cast<size_t>(rows * V));
+      steps.push_back({st[i].get(), (*part)[i], rows, lg[i].data()});
+    }
+    forward(steps);
+    for (size_t i = 0; i < B; ++i) out[i].logits.insert(out[i].logits.end(), lg[i].begin(), lg[i].end());
+  }
+  std::vector<float> block(B * static_cast<size_t>(V));
+  std::vector<int32_t> next(B);
+  for (int d = 0; d < kMixedDecodeSteps; ++d) {
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < B; ++i) {
+      next[i] = static_cast<int32_t>((i * 31 + static_cast<size_t>(d) * 7 + 3) % static_cast<size_t>(V));
+      steps.push_back({st[i].get(), std::span<int32_t const>(&next[i], 1), 1, block.data() + i * static_cast<size_t>(V)});
+    }
+    forward(steps);
+    for (size_t i = 0; i < B; ++i)
+      out[i].logits.insert(out[i].logits.end(), block.begin() + static_cast<long>(i * static_cast<size_t>(V)),
+                           block.begin() + static_cast<long>((i + 1) * static_cast<size_t>(V)));
+  }
+  for (size_t i = 0; i < B; ++i) {
+    out[i].length = st[i]->length();
+    out[i].records = records_of(*st[i]);
+  }
+  return out;
+}
+
+/// The mixed batch on `under_test` equals each sequence alone on it and alone on `cpu`, with quantiser
+/// boundaries recorded (2 ulps) on both.
+void mixed_batch_check(std::string const& name, LanguageModel& under_test, Dsv41Model& cpu) {
+  auto* g = dynamic_cast<GpuDsv41Model*>(&under_test);
+  BOOST_REQUIRE(g);
+  struct Ulps {
+    GpuDsv41Model* g;
+    Dsv41Model& c;
+    Ulps(GpuDsv41Model* g_, Dsv41Model& c_) : g(g_), c(c_) { g->set_boundary_ulps(2); c.set_boundary_ulps(2); }
+    ~Ulps() { g->set_boundary_ulps(0); c.set_boundary_ulps(0); }
+  } ulps(g, cpu);
+  auto together = run_mixed(under_test, true), alone = run_mixed(under_test, false), ref = run_mixed(cpu, false);
+  int64_t records = 0;
+  for (size_t i = 0; i < kMixed.size(); ++i) {
+    std::string const what = name + " sequence " + std::to_string(i) + " (history " + std::to_string(kMixed[i].hist) +
+                             ", chunk " + std::to_string(kMixed[i].chunk) + ")";
+    BOOST_TEST(bitwise_equal(together[i].logits, alone[i].logits), what << ": batched != alone");
+    BOOST_TEST(bitwise_equal(alone[i].logits, ref[i].logits), what << ": alone != CPU model");
+    BOOST_TEST(together[i].length == kMixed[i].hist + kMixed[i].chunk + kMixedDecodeSteps);
+    BOOST_TEST(together[i].length == ref[i].length);
+    BOOST_TEST(together[i].records == alone[i].records, what);
+    BOOST_TEST(together[i].records == ref[i].records, what);
+    records += static_cast<int64_t>(std::count(ref[i].records.begin(), ref[i].records.end(), '@'));
+  }
+  BOOST_TEST_MESSAGE(name << ": mixed batch of " << kMixed.size() << " == alone == CPU model; " << records
+                          << " tie / boundary records compared");
+  BOOST_TEST(records > 0);  // the record comparison is not vacuous
+}
+
+/// A wider synthetic variant of the tiny configuration: 8 heads in 4 o-groups, 12 routed experts (top 3),
+/// compress ratio 4 at the first KV source, window 24, index top-k 10. Engram hash data from the golden.
+struct Wide {
+  std::unique_ptr<Dsv41Model> cpu;
+  std::unique_ptr<GpuDsv41Model> gpu;
+};
+Wide& wide() {
+  static Wide w = [] {
+    Config c = tiny_config(512);
+    c.num_attention_heads = 8;
+    c.o_groups = 4;
+    c.n_routed_experts = 12;
+    c.num_experts_per_tok = 3;
+    c.compress_ratios = {0, 4, 4, 4, 1, 1, 1};
+    c.sliding_window = 24;
+    c.index_topk = 10;
+    std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("tessera_gpu_model_wide_" + std::to_string(::getpid()));
+    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 29, *dense_format(DType::kF32)).status());
+    auto spec = spec_from_config(c).value_or_throw();
+    CheckpointSource src;
+    throw_if_error(src.open((dir / "model.safetensors").string()));
+    throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
+    Wide out;
+    out.cpu = Dsv41Model::create(spec, src, {}).value_or_throw();
+    out.gpu = GpuDsv41Model::create(spec, src, {}, kOnCpu ? Backend::kCpu : Backend::kCuda).value_or_throw();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return out;
+  }();
+  return w;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_model_suite)
+
+// One forward over a batch of mixed chunk kinds (first token, decode, prefill chunks, at histories before
+// and past the window ring and at every compressor phase) gives each sequence exactly what it gets alone,
+// and what the CPU model gives it.
+BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_fp32) {
+  mixed_batch_check("fp32", tiny_gpu("fp32"), verify::tiny_model("fp32"));
+}
+
+BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_bf16) {
+  mixed_batch_check("bf16", tiny_gpu("bf16"), verify::tiny_model("bf16"));
+}
+
+BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_wide) {
+  mixed_batch_check("wide", *wide().gpu, *wide().cpu);
+}
+
+// A pass that fails midway leaves every state as it was: the route observer throws after layer 3's router,
+// when layer 1 has appended compressed entries and index keys and layers 0-3 have their window rows; the
+// failed states then continue (with other tokens than the failed chunk, so nothing it left behind can be
+// rewritten to the same values) exactly like states that never saw the batch (logits, records, lengths).
+BOOST_AUTO_TEST_CASE(failed_pass_leaves_states_unchanged) {
+  auto& gpu = dynamic_cast<GpuDsv41Model&>(tiny_gpu("fp32"));
+  int64_t const V = gpu.info().vocab_size;
+  gpu.set_boundary_ulps(2);
+  std::vector<std::vector<int32_t>> hist = {random_tokens(90, V, 81), random_tokens(41, V, 82)};
+  std::vector<std::vector<int32_t>> chunk = {random_tokens(7, V, 83), random_tokens(1, V, 84)};
+  std::vector<std::vector<int32_t>> more = {random_tokens(5, V, 85), random_tokens(3, V, 86)};
+  std::vector<std::unique_ptr<SequenceState>> failed, clean;
+  std::vector<float> row(static_cast<size_t>(V));
+  for (size_t i = 0; i < 2; ++i) {
+    for (auto* v : {&failed, &clean}) {
+      v->push_back(gpu.new_sequence());
+      SequenceStep h{v->back().get(), hist[i], 1, row.data()};
+      throw_if_error(gpu.forward({&h, 1}));
+    }
+  }
+  gpu.set_route_observer([](int64_t layer, std::span<int32_t const>, std::span<float const>) {
+    if (layer == 3) throw Error(Status(StatusCode::kInternal, "injected failure"));
+  });
+  std::vector<std::vector<float>> lg(2, std::vector<float>(static_cast<size_t>(7 * V)));
+  std::vector<SequenceStep> bad = {{failed[0].get(), chunk[0], 7, lg[0].data()}, {failed[1].get(), chunk[1], 1, lg[1].data()}};
+  Status const st = gpu.forward(bad);
+  gpu.set_route_observer({});
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.message().find("injected failure") != std::string::npos);
+  for (size_t i = 0; i < 2; ++i) {
+    BOOST_TEST(failed[i]->length() == static_cast<int64_t>(hist[i].size()));
+    std::vector<std::vector<float>> out(2);
+    std::vector<SequenceState*> pair = {failed[i].get(), clean[i].get()};
+    for (size_t k = 0; k < 2; ++k) {
+      for (auto const* part : {&more[i], &chunk[i]}) {
+        std::vector<float> l(part->size() * static_cast<size_t>(V));
+        SequenceStep x{pair[k], *part, static_cast<int64_t>(part->size()), l.data()};
+        throw_if_error(gpu.forward({&x, 1}));
+        out[k].insert(out[k].end(), l.begin(), l.end());
+      }
+    }
+    BOOST_TEST(bitwise_equal(out[0], out[1]), "sequence " << i << " after the failed pass");
+    BOOST_TEST(failed[i]->length() == clean[i]->length());
+    BOOST_TEST(records_of(*failed[i]) == records_of(*clean[i]), "sequence " << i);
+  }
+  gpu.set_boundary_ulps(0);
+}
+
+// Chunks of 1, 7 and 64 give the one-shot logits of every row over 300 tokens: the window ring
+// (W−1+max_rollback rows) and the raw compressor rings wrap many times, at every chunk phase.
+BOOST_AUTO_TEST_CASE(chunked_prefill_equals_one_shot) {
+  std::vector<std::pair<std::string, LanguageModel*>> models = {
+      {"fp32", &tiny_gpu("fp32")}, {"bf16", &tiny_gpu("bf16")}, {"wide", wide().gpu.get()}};
+  for (auto const& [name, m] : models) {
+    auto tokens = random_tokens(300, m->info().vocab_size, 17);
+    auto one = run_chunked(*m, tokens, 300);
+    for (int64_t chunk : {1, 7, 64}) BOOST_TEST(bitwise_equal(run_chunked(*m, tokens, chunk), one), name << " chunk " << chunk);
+  }
+}
+
+// clone then continue == the original continued; truncate k back (k = 1..63: inside and at the end of
+// compressor groups, across the window) and re-feed == never truncated, on both model shapes; truncating
+// past max_rollback and a token outside the vocabulary are refused.
+BOOST_AUTO_TEST_CASE(clone_and_truncate) {
+  std::vector<std::pair<std::string, LanguageModel*>> models = {{"fp32", &tiny_gpu("fp32")}, {"wide", wide().gpu.get()}};
+  for (auto const& [name, mp] : models) {
+    LanguageModel& gpu = *mp;
+    int64_t const V = gpu.info().vocab_size;
+    auto tokens = random_tokens(200, V, 5);
+    auto all = run_chunked(gpu, tokens, 200);
+    auto head = std::vector<int32_t>(tokens.begin(), tokens.begin() + 150);
+    auto tail = std::vector<int32_t>(tokens.begin() + 150, tokens.end());
+    auto st = gpu.new_sequence();
+    std::vector<float> x(static_cast<size_t>(150 * V)), ref(static_cast<size_t>(50 * V)), got(static_cast<size_t>(50 * V));
+    SequenceStep a{st.get(), head, 150, x.data()};
+    throw_if_error(gpu.forward({&a, 1}));
+    auto copy = gpu.clone(*st).value_or_throw();
+    SequenceStep b{st.get(), tail, 50, ref.data()};
+    throw_if_error(gpu.forward({&b, 1}));
+    SequenceStep c{copy.get(), tail, 50, got.data()};
+    throw_if_error(gpu.forward({&c, 1}));
+    BOOST_TEST(bitwise_equal(ref, got), name << ": clone then continue");
+    for (int64_t cut : {199, 190, 173, 163, 150, 137}) {
+      auto t = gpu.new_sequence();
+      std::vector<float> scratch(static_cast<size_t>(V));
+      SequenceStep f{t.get(), tokens, 1, scratch.data()};
+      throw_if_error(gpu.forward({&f, 1}));
+      throw_if_error(gpu.truncate(*t, cut));
+      BOOST_TEST(t->length() == cut);
+      std::vector<float> again(static_cast<size_t>((200 - cut) * V));
+      for (int64_t p = cut; p < 200; p += 7) {  // re-feed in chunks of 7
+        int64_t const e = std::min<int64_t>(200, p + 7);
+        SequenceStep r{t.get(), std::span<int32_t const>(tokens.data() + p, static_cast<size_t>(e - p)), e - p,
+                       again.data() + (p - cut) * V};
+        throw_if_error(gpu.forward({&r, 1}));
+      }
+      BOOST_TEST(std::memcmp(again.data(), all.data() + cut * V, again.size() * sizeof(float)) == 0,
+                 name << ": truncate to " << cut << " then re-feed");
+    }
+    BOOST_TEST(!gpu.truncate(*st, 100).ok());  // 100 back > max_rollback 64
+    int32_t bad = static_cast<int32_t>(V);
+    std::vector<float> row(static_cast<size_t>(V));
+    SequenceStep e{st.get(), std::span<int32_t const>(&bad, 1), 1, row.data()};
+    BOOST_TEST(!gpu.forward({&e, 1}).ok());
+    BOOST_TEST(st->length() == 200);
+  }
+}
+
+// A state named twice in one batch runs its steps in order (two passes); a batch that cannot run (the
+// second step would pass max_position_embeddings) fails without advancing any state.
+BOOST_AUTO_TEST_CASE(repeated_state_and_refused_batch) {
+  LanguageModel& gpu = tiny_gpu("fp32");
+  int64_t const V = gpu.info().vocab_size;
+  auto a = random_tokens(40, V, 71), b = random_tokens(9, V, 72);
+  std::vector<float> serial(static_cast<size_t>(49 * V)), twice(static_cast<size_t>(49 * V));
+  {
+    auto st = gpu.new_sequence();
+    SequenceStep s1{st.get(), a, 40, serial.data()}, s2{st.get(), b, 9, serial.data() + 40 * V};
+    throw_if_error(gpu.forward({&s1, 1}));
+    throw_if_error(gpu.forward({&s2, 1}));
+  }
+  auto st = gpu.new_sequence();
+  std::vector<SequenceStep> steps = {{st.get(), a, 40, twice.data()}, {st.get(), b, 9, twice.data() + 40 * V}};
+  throw_if_error(gpu.forward(steps));
+  BOOST_TEST(st->length() == 49);
+  BOOST_TEST(bitwise_equal(twice, serial), "one state twice in a batch != its steps in order");
+
+  auto ok = gpu.new_sequence();
+  auto full = gpu.new_sequence();
+  std::vector<float> row(static_cast<size_t>(V)), want(static_cast<size_t>(V)), got(static_cast<size_t>(V));
+  auto head = random_tokens(gpu.info().max_context - 2, V, 73);
+  SequenceStep f{full.get(), head, 1, row.data()};
+  throw_if_error(gpu.forward({&f, 1}));
+  auto c = random_tokens(5, V, 74);
+  std::vector<SequenceStep> bad = {{ok.get(), c, 1, row.data()}, {full.get(), c, 1, row.data()}};
+  Status const s = gpu.forward(bad);
+  BOOST_TEST(!s.ok());
+  BOOST_TEST(s.message().find("max_position_embeddings") != std::string::npos);
+  BOOST_TEST(ok->length() == 0);
+  BOOST_TEST(full->length() == gpu.info().max_context - 2);
+  SequenceStep again{ok.get(), c, 1, got.data()};
+  throw_if_error(gpu.forward({&again, 1}));
+  auto fresh = gpu.new_sequence();
+  SequenceStep ref{fresh.get(), c, 1, want.data()};
+  throw_if_error(gpu.forward({&ref, 1}));
+  BOOST_TEST(bitwise_equal(got, want), "the refused batch changed a state");
+}
 
 // The GPU model equals the CPU model bit for bit, teacher-forced over every golden prompt: every kernel follows
 // its reference's order, and the transcendental functions are fmath's fp64-evaluated exp/log1p on both sides

@@ -12,7 +12,7 @@ max_position_embeddings 4096 (the golden 512 is shorter than the tool prompts, w
 stand-in tokenizer renders one byte a token). The committed request file must equal what
 make_drafting.py writes.
 
-Usage: test_drafting_http.py TESSERA [--draft-k K] [--keep DIR]"""
+Usage: test_drafting_http.py TESSERA [--draft-k K] [--device cpu|cuda]   (--device cuda: the GPU model, on a GPU machine)"""
 import json
 import os
 import re
@@ -62,6 +62,7 @@ def metrics(srv):
 def main():
     exe = sys.argv[1]
     draft_k = sys.argv[sys.argv.index("--draft-k") + 1] if "--draft-k" in sys.argv else "3"
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
     failures = []
 
     def check(cond, msg):
@@ -92,7 +93,8 @@ def main():
         model = os.path.join(tmp, "tiny-4k")
         os.mkdir(model)
         long_context_copy(TINY, model)
-        with Server(exe, "--model", model, "--draft", "lookup", "--draft-k", draft_k, "--max-batch", "4", scripts=False) as srv:
+        with Server(exe, "--model", model, "--device", device, "--draft", "lookup", "--draft-k", draft_k, "--max-batch", "4",
+                    scripts=False) as srv:
             log = srv.read_log()
             check(f"context {CONTEXT}" in log and "drafting: lookup" in log, f"server: context {CONTEXT}, drafting: lookup")
             # "draft": false drafts nothing (so side B below is serial decoding).

@@ -8,9 +8,15 @@
 /// Each sequence's decode state lives on the device in blocks of the model's DevicePool (window ring,
 /// compressor raw rows, compressed KV, index keys; see models/deepseek_v41/gpu_internal.hpp); the Engram
 /// look-back (compressed ids by position), the cutoff-tie and quantiser-boundary records stay on the host.
-/// Prefill takes chunks of any size and decode is a chunk of one token on the same state; a batch runs its
-/// sequences one after another, so a row never shares a reduction with another sequence. clone copies the
-/// device blocks; truncate rolls back up to ModelOptions::max_rollback tokens exactly like the CPU model.
+/// Prefill takes chunks of any size and decode is a chunk of one token on the same state. A batch runs as
+/// one forward over the layers: the rows of all its steps are concatenated and every row-wise op (embedding,
+/// Engram, mHC, norms, projections, RoPE, quantisers, router, experts, LM head) runs once over all of them;
+/// only the compressor pooling, the indexer's scoring and selection, the key pool and the attention core
+/// run per sequence. Every kernel is row-invariant, so each sequence gets exactly what it gets alone. A step
+/// naming a state already in the batch, or rows past 65535, start another such pass (steps run in order).
+/// On failure a pass leaves all its states as they were (earlier passes of the batch stay applied). clone
+/// copies the device blocks; truncate rolls back up to ModelOptions::max_rollback tokens exactly like the
+/// CPU model.
 #pragma once
 
 #include <functional>
@@ -50,9 +56,10 @@ class GpuDsv41Model final : public LanguageModel {
   /// [n_routed_experts] byte row per layer.
   Status set_pruning(ExpertPruning p);
   ExpertPruning const& pruning() const;
-  /// Observer of the router (diagnostics, calibration): after each layer's MoeRoute, the chunk's ids
-  /// [rows, top_k] (−1 = a slot dropped by per-token pruning) and weights, copied to the host (one stream
-  /// synchronisation per layer while an observer is set). Empty = none.
+  /// Observer of the router (diagnostics, calibration): after each layer's MoeRoute, one call per step of
+  /// the batch (in batch order) with its chunk's ids [rows, top_k] (−1 = a slot dropped by per-token
+  /// pruning) and weights, copied to the host (one stream synchronisation per layer while an observer is
+  /// set); calls are layer-major (layer 0 for every step, then layer 1, …). Empty = none.
   using RouteObserver =
       std::function<void(int64_t layer, std::span<int32_t const> ids, std::span<float const> weights)>;
   void set_route_observer(RouteObserver observer);

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The GPU model's attention sub-block over a pass (gpu_forward.hpp): attention_block.cpp (spec/deepseek-v41.md
+/// §2.5) step for step. The projections, RoPE, quantisers, index queries and the output projections run once
+/// over every row of the pass; the compressor pooling, the indexer's scores / candidate blocks / top-k
+/// against a sequence's own index keys, its key pool, key lists and attention core run per sequence on its
+/// row slice [row0, row0 + S) of the batched buffers; per-sequence scratch is returned after each sequence.
+#include <algorithm>
+#include <cmath>
+
+#include "models/deepseek_v41/gpu_forward.hpp"
+#include "tessera/ops/attention.hpp"
+#include "tessera/ops/compressor.hpp"
+#include "tessera/ops/indexer.hpp"
+#include "tessera/ops/qat.hpp"
+
+namespace tessera::model::dsv41::fwd {
+
+void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res) {
+  ModelSpec const& s = m_.spec;
+  gpu::GpuLayerWeights const& w = m_.w.layers[static_cast<size_t>(l)];
+  DType const md = b_.md;
+  int64_t const N = b_.rows, hd = s.head_dim;
+  int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
+  int64_t const R = m_.opts.max_rollback, raw_cap = R + ratio;
+  bool const kv_source = s.is_kv_source(l);
+  LatRows const& lr = b_.lat[static_cast<size_t>(l)];
+  size_t const nseq = b_.seqs.size();
+
+  // Compressor (§2.5.3): latents of the groups completing in this pass, pre-RoPE, concatenated by sequence.
+  float* lat = nullptr;
+  if (kv_source && ratio == 1) {
+    // One group per row (entries == length at ratio 1): lr.g0[i] = row0_i.
+    if (lr.total != N) throw Error(Status(StatusCode::kInternal, "forward: ratio-1 groups != rows"));
+    lat = tmp_.get<float>(N * hd);
+    lin(xa, N, w.c_wkv, lat, md);
+  } else if (kv_source) {
+    // fp32 projections of every row; the raw rings take them at the commit.
+    float* pkv = keep_.get<float>(N * hd);
+    float* pgate = keep_.get<float>(N * hd);
+    lin(xa, N, w.c_wkv, pkv, DType::kF32);
+    lin(xa, N, w.c_wgate, pgate, DType::kF32);
+    b_.ring_writes.push_back({l, RingWrite::kRawKv, pkv});
+    b_.ring_writes.push_back({l, RingWrite::kRawGate, pgate});
+    if (lr.total > 0) lat = tmp_.get<float>(lr.total * hd);
+    for (size_t i = 0; i < nseq; ++i) {
+      SeqRun& sq = b_.seqs[i];
+      gpu::GpuLayerState& ls = sq.st->layers_[static_cast<size_t>(l)];
+      size_t const ring_bytes = static_cast<size_t>(raw_cap * hd * 4);
+      ensure(*sq.st->pool_, ls.raw_kv, ring_bytes, ls.raw_kv.capacity(), s_);  // exists before the commit
+      ensure(*sq.st->pool_, ls.raw_gate, ring_bytes, ls.raw_gate.capacity(), s_);
+      int64_t const groups = lr.groups[i];
+      if (groups == 0) continue;
+      // Group rows: [the partial group's n_buf raw rows (positions r·entries..pos0−1) | the chunk's rows].
+      int64_t const n_buf = sq.pos0 - ls.entries * ratio, S = sq.S;
+      float const* g_kv = pkv + sq.row0 * hd;
+      float const* g_gate = pgate + sq.row0 * hd;
+      size_t const mk = tmp_.mark();
+      if (n_buf > 0) {
+        float* cat_kv = tmp_.get<float>((n_buf + S) * hd);
+        float* cat_gate = tmp_.get<float>((n_buf + S) * hd);
+        ring_read(s_, ls.raw_kv.as<float>(), raw_cap, hd, ls.entries * ratio, n_buf, cat_kv);
+        ring_read(s_, ls.raw_gate.as<float>(), raw_cap, hd, ls.entries * ratio, n_buf, cat_gate);
+        copy(cat_kv + n_buf * hd, g_kv, static_cast<size_t>(S * hd * 4));
+        copy(cat_gate + n_buf * hd, g_gate, static_cast<size_t>(S * hd * 4));
+        g_kv = cat_kv;
+        g_gate = cat_gate;
+      }
+      run<ops::CompressPool>(ctx_, ops::CompressPoolDesc{groups, ratio, hd, md},
+                             ops::CompressPoolArgs{dcv2(g_kv, groups * ratio, hd), dcv2(g_gate, groups * ratio, hd),
+                                                   dv2(lat + lr.g0[i] * hd, groups, hd)});
+      tmp_.release(mk);
+    }
+  }
+  if (lat) norm(lat, lr.total, hd, w.c_norm);
+
+  // Indexer (§2.5.4).
+  if (s.is_index_source(l)) {
+    int64_t const Hi = s.index_n_heads, di = s.index_head_dim, K = s.index_topk;
+    std::vector<int64_t> T(nseq, 0);  // index keys each sequence's queries score
+    if (kv_source) {
+      if (lat) {
+        float* k = tmp_.get<float>(lr.total * di);
+        lin(lat, lr.total, w.i_wk, k, md);
+        norm(k, lr.total, di, w.i_k_norm);
+        rope(k, lr.total, 1, di, lr.d_pos, m_.w.compress_inv_freq, false);
+        quant(k, lr.total, di, ops::QatKind::kFp4Block32Ue8m0, QuantBoundary::Site::kIndexKey, Stage::kIndexKey, l, lr.seq,
+              lr.pos);
+        for (size_t i = 0; i < nseq; ++i) {
+          if (lr.groups[i] == 0) continue;
+          gpu::GpuLayerState& ls = b_.seqs[i].st->layers_[static_cast<size_t>(l)];
+          ensure(*b_.seqs[i].st->pool_, ls.index_k, static_cast<size_t>((ls.entries + lr.groups[i]) * di * 4),
+                 static_cast<size_t>(ls.entries * di * 4), s_);
+          copy(ls.index_k.as<float>() + ls.entries * di, k + lr.g0[i] * di, static_cast<size_t>(lr.groups[i] * di * 4));
+        }
+      }
+      b_.idx_src = l;
+      for (size_t i = 0; i < nseq; ++i) T[i] = b_.seqs[i].st->layers_[static_cast<size_t>(l)].entries + lr.groups[i];
+    } else if (b_.idx_src >= 0) {
+      for (size_t i = 0; i < nseq; ++i) T[i] = b_.seqs[i].st->layers_[static_cast<size_t>(b_.idx_src)].entries;
+    }
+    if (std::any_of(T.begin(), T.end(), [](int64_t t) { return t > 0; })) {
+      // Index queries and head weights of every row; a sequence without keys skips them (no flags either).
+      float* qi = tmp_.get<float>(N * Hi * di);
+      float* wts = tmp_.get<float>(N * Hi);
+      lin(q_res, N, w.i_wq_b, qi, md);
+      rope(qi, N, Hi, di, b_.d_pos, m_.w.compress_inv_freq, false);
+      std::vector<int32_t> rs = b_.row_seq;
+      for (int32_t& r : rs)
+        if (T[static_cast<size_t>(r)] == 0) r = -1;
+      quant(qi, N, Hi * di, ops::QatKind::kFp4Block32Ue8m0, QuantBoundary::Site::kIndexQuery, Stage::kIndexQuery, l,
+            std::move(rs), b_.pos);
+      lin(xa, N, w.i_weights_proj, wts, md);
+      float const hs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Hi)));
+      throw_if_error(gpu::scale_inplace(s_, wts, N * Hi, hs));
+      float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
+      for (size_t i = 0; i < nseq; ++i) {
+        int64_t const Ti = T[i];
+        if (Ti == 0) continue;
+        SeqRun& sq = b_.seqs[i];
+        int64_t const S = sq.S;
+        int64_t const* d_pos = b_.d_pos + sq.row0;
+        float const* keys = sq.st->layers_[static_cast<size_t>(b_.idx_src)].index_k.as<float>();
+        size_t const mk = tmp_.mark();
+        float* scores = tmp_.get<float>(S * Ti);
+        run<ops::IndexScore>(ctx_, ops::IndexScoreDesc{S, Hi, di, Ti, ratio, scale},
+                             ops::IndexScoreArgs{dcv2(qi + sq.row0 * Hi * di, S, Hi * di), dcv2(wts + sq.row0 * Hi, S, Hi),
+                                                 dcv2(keys, Ti, di), dpos(d_pos, S), dv2(scores, S, Ti)});
+        TensorView<uint8_t const, 2> mask;
+        if (l == s.candidate_source_layer) {
+          sq.cand = keep_.get<uint8_t>(S * Ti);
+          uint8_t* ties = tie_flags(static_cast<int64_t>(i), CutoffTie::Site::kCandidateBlocks, Stage::kCandidate, l);
+          run<ops::CandidateBlocks>(
+              ctx_, ops::CandidateBlocksDesc{S, Ti, ratio, s.candidate_block_size, s.candidate_topk_blocks},
+              ops::CandidateBlocksArgs{dcv2(scores, S, Ti), dpos(d_pos, S), TensorView<uint8_t, 2>(sq.cand, {S, Ti}, kDev),
+                                       TensorView<uint8_t, 1>(ties, {S}, kDev)});
+          sq.has_cand = true;
+          sq.cand_T = Ti;
+        } else if (s.candidate_source_layer >= 0 && s.candidate_source_layer < l && sq.has_cand && sq.cand_T == Ti) {
+          mask = TensorView<uint8_t const, 2>(sq.cand, {S, Ti}, kDev);
+        }
+        sq.sel = b_.sel + sq.row0 * K;
+        uint8_t* ties = tie_flags(static_cast<int64_t>(i), CutoffTie::Site::kIndexer, Stage::kIndexer, l);
+        run<ops::IndexTopK>(ctx_, ops::IndexTopKDesc{S, Ti, K},
+                            ops::IndexTopKArgs{dv2(scores, S, Ti), mask, TensorView<int32_t, 2>(sq.sel, {S, K}, kDev),
+                                               TensorView<uint8_t, 1>(ties, {S}, kDev)});
+        sq.has_topk = true;
+        tmp_.release(mk);
+      }
+    }
+  }
+
+  // Compressed KV cache: RoPE at each group's first position, FP4 with e4m3 scales (§2.5.3), appended
+  // beyond each state's entries (a failed pass restores the count).
+  if (lat) {
+    rope(lat, lr.total, 1, hd, lr.d_pos, m_.w.compress_inv_freq, false);
+    quant(lat, lr.total, hd, ops::QatKind::kFp4Block16E4m3, QuantBoundary::Site::kCompressedKv, Stage::kCompressedKv, l,
+          lr.seq, lr.pos);
+    for (size_t i = 0; i < nseq; ++i) {
+      int64_t const groups = lr.groups[i];
+      if (groups == 0) continue;
+      GpuDsv41State& st = *b_.seqs[i].st;
+      gpu::GpuLayerState& ls = st.layers_[static_cast<size_t>(l)];
+      ensure(*st.pool_, ls.ckv, static_cast<size_t>((ls.entries + groups) * hd * 4), static_cast<size_t>(ls.entries * hd * 4),
+             s_);
+      copy(ls.ckv.as<float>() + ls.entries * hd, lat + lr.g0[i] * hd, static_cast<size_t>(groups * hd * 4));
+      ls.entries += groups;
+    }
+  }
+  if (kv_source) b_.ckv_src = l;
+}
+
+void Forward::attention(int64_t l, float const* xa, float* out) {
+  ModelSpec const& s = m_.spec;
+  gpu::GpuLayerWeights const& w = m_.w.layers[static_cast<size_t>(l)];
+  DType const md = b_.md;
+  int64_t const N = b_.rows, H = s.num_heads, hd = s.head_dim, qr = s.q_lora_rank;
+  int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
+  DevTensor const& table = ratio ? m_.w.compress_inv_freq : m_.w.main_inv_freq;
+  int64_t const W = s.sliding_window, w_cap = W - 1 + m_.opts.max_rollback;
+
+  // Projections (§2.5.2), every row.
+  float* q_res = tmp_.get<float>(N * qr);
+  float* q = tmp_.get<float>(N * H * hd);
+  float* kv = keep_.get<float>(N * hd);  // the window rings take these rows at the commit
+  lin(xa, N, w.wq_a, q_res, md);
+  norm(q_res, N, qr, w.q_norm);
+  lin(q_res, N, w.wq_b, q, md);
+  rope(q, N, H, hd, b_.d_pos, table, false);
+  lin(xa, N, w.wkv, kv, md);
+  norm(kv, N, hd, w.kv_norm);
+  rope(kv, N, 1, hd, b_.d_pos, table, false);
+  quant(kv, N, hd, ops::QatKind::kFp8Block32, QuantBoundary::Site::kWindowKv, Stage::kWindowKv, l, b_.row_seq, b_.pos);
+  b_.ring_writes.push_back({l, RingWrite::kWindow, kv});
+
+  if (ratio > 0) compress_and_index(l, xa, q_res);
+
+  // Per sequence: key pool [old window rows | chunk rows | compressed entries], key lists, attention (§2.5.5).
+  float* o = tmp_.get<float>(N * H * hd);
+  float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  int64_t const K = s.index_topk;
+  for (SeqRun& sq : b_.seqs) {
+    GpuDsv41State& st = *sq.st;
+    gpu::GpuLayerState& ls = st.layers_[static_cast<size_t>(l)];
+    ensure(*st.pool_, ls.window, static_cast<size_t>(w_cap * hd * 4), ls.window.capacity(), s_);  // exists before the commit
+    int64_t const S = sq.S, n_old = ls.n_window;
+    gpu::GpuLayerState const* src = (ratio > 0 && b_.ckv_src >= 0) ? &st.layers_[static_cast<size_t>(b_.ckv_src)] : nullptr;
+    int64_t const T = src ? src->entries : 0;
+    bool const use_ckv = T > 0 && sq.has_topk;
+    int64_t const nk = n_old + S + (use_ckv ? T : 0);
+    size_t const mk = tmp_.mark();
+    float* pool = tmp_.get<float>(nk * hd);
+    ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, pool);
+    copy(pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
+    if (use_ckv) copy(pool + (n_old + S) * hd, src->ckv.get(), static_cast<size_t>(T * hd * 4));
+    int64_t const cap = S * (W + (use_ckv ? K : 0));
+    gpu::KeyListParams kp;
+    kp.rows = S;
+    kp.pos0 = sq.pos0;
+    kp.n_old = n_old;
+    kp.wpos0 = sq.pos0 - n_old;
+    kp.window = W;
+    kp.selected = use_ckv ? sq.sel : nullptr;
+    kp.top_k = K;
+    kp.entries = T;
+    kp.offsets = tmp_.get<int64_t>(S + 1);
+    kp.key_ids = tmp_.get<int32_t>(cap);
+    if (md == DType::kBf16) {  // the golden engine's logit-row layout (attention_block.cpp)
+      kp.key_cols = tmp_.get<int32_t>(cap);
+      kp.sink_cols = tmp_.get<int32_t>(S);
+      kp.src_ratio = src ? s.compress_ratios[static_cast<size_t>(b_.ckv_src)] : 0;
+    }
+    throw_if_error(gpu::build_key_lists(s_, kp));
+    // The list length: the CPU backend checks it exactly (host memory); the CUDA backend reads the offsets
+    // on the device and takes the capacity as the bound.
+    int64_t const nnz = s_.backend == Backend::kCpu ? kp.offsets[S] : cap;
+    run<ops::Attention>(
+        ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md},
+        ops::AttentionArgs{dcv2(q + sq.row0 * H * hd, S, H * hd), dcv2(pool, nk, hd),
+                           TensorView<int64_t const, 1>(kp.offsets, {S + 1}, kDev),
+                           TensorView<int32_t const, 1>(kp.key_ids, {nnz}, kDev), dcv1(w.attn_sink),
+                           dv2(o + sq.row0 * H * hd, S, H * hd), F2(),
+                           TensorView<int32_t const, 1>(kp.key_cols, {kp.key_cols ? nnz : 0}, kDev),
+                           TensorView<int32_t const, 1>(kp.sink_cols, {kp.sink_cols ? S : 0}, kDev)});
+    tmp_.release(mk);
+  }
+
+  // Output (§2.5.6), every row: inverse RoPE with the query's table, grouped wo_a, wo_b.
+  rope(o, N, H, hd, b_.d_pos, table, true);
+  int64_t const G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
+  float* y = tmp_.get<float>(N * G * ro);
+  for (int64_t g = 0; g < G; ++g) lin(o + g * gw, H * hd, N, w.wo_a, y + g * ro, G * ro, md, g * ro, ro, gw, true);
+  lin(y, N, w.wo_b, out, md);
+}
+
+}  // namespace tessera::model::dsv41::fwd

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+/// The GPU model's batched forward, shared by gpu_forward.cpp (the pass: uploads, the trunk, the LM head,
+/// flags, commit / rollback) and gpu_attention.cpp (the attention sub-block).
+///
+/// A pass runs the steps of a batch as one forward over the layers. Their rows are concatenated in batch
+/// order (sequence i owns rows [row0_i, row0_i + S_i)); every row-wise op (embedding, Engram, mHC, norms,
+/// linears, RoPE with the per-row position vector, the quantisers, router, experts, LM head) runs once over
+/// all rows; only what reads or writes a sequence's state (compressor pooling, indexer scores / top-k /
+/// candidate blocks, key pool, key lists, attention core, the state appends) runs per sequence, on row
+/// slices of the batched buffers. Every op is row-invariant (fixed reduction order per row whatever the
+/// row count or launch shape), so each row's values equal those of the sequence run alone.
+///
+/// Failure atomicity: the window and raw rings are written only at the commit, after every fallible step;
+/// the compressed-KV / index-key appends land beyond the state's entry count, which a failure restores;
+/// the Engram history is cut back to its old length. So a pass that fails before its commit (one launch
+/// after the pass's synchronisation, then host bookkeeping that cannot fail) leaves every state exactly as
+/// it was.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "models/deepseek_v41/gpu_impl.hpp"
+#include "tessera/ops/qat.hpp"
+
+namespace tessera::model::dsv41::fwd {
+
+/// The memory tag of the views of the forward running on this thread (kCuda, or kCpu for the host
+/// composition); set by the pass for its duration.
+extern thread_local Device kDev;
+
+using F2 = TensorView<float, 2>;
+using CF2 = TensorView<float const, 2>;
+using CF1 = TensorView<float const, 1>;
+using gpu::DevTensor;
+using Copy = gpu::Mem::Copy;
+
+inline F2 dv2(float* p, int64_t r, int64_t c) { return F2(p, {r, c}, kDev); }
+inline CF2 dcv2(float const* p, int64_t r, int64_t c) { return CF2(p, {r, c}, kDev); }
+inline CF2 dcv2(DevTensor const& t) { return CF2(t.f32(), {t.rows, t.cols}, kDev); }
+inline CF1 dcv1(DevTensor const& t) { return CF1(t.f32(), {t.rows * t.cols}, kDev); }
+inline CF1 dcv1(float const* p, int64_t n) { return CF1(p, {n}, kDev); }
+inline TensorView<int64_t const, 1> dpos(int64_t const* p, int64_t n) {
+  return TensorView<int64_t const, 1>(p, {n}, kDev);
+}
+
+/// Checks, then runs Family on ctx.backend.
+template <template <Backend> class Family, class D, class A>
+void run(ExecContext& ctx, D const& d, A const& a) {
+  throw_if_error(ops::dispatch<Family>(ctx, d, a));
+}
+
+/// Device scratch from the pool. release(mark) returns the blocks taken since mark(); reuse by later work
+/// is safe because every user of the pool enqueues on the model's stream (kCuda) or runs at once (kCpu).
+struct Scratch {
+  gpu::DevicePool& pool;
+  std::vector<gpu::DevBlock> blocks;
+  template <class T>
+  T* get(int64_t n) {
+    auto b = gpu::DevBlock::make(pool, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T));
+    if (!b) throw Error(b.status());
+    blocks.push_back(std::move(*b));
+    return blocks.back().as<T>();
+  }
+  size_t mark() const { return blocks.size(); }
+  void release(size_t m) {
+    while (blocks.size() > m) blocks.pop_back();
+  }
+};
+
+/// Makes `blk` hold at least `bytes`, keeping its first `used` bytes (doubling growth).
+void ensure(gpu::DevicePool& pool, gpu::DevBlock& blk, size_t bytes, size_t used, gpu::Mem const& mem);
+
+/// Rows of positions [p0, p0 + n) of a ring of `cap` rows (row of position p at p mod cap) copied to /
+/// from `flat` (n consecutive rows of `cols` floats): at most two contiguous copies.
+void ring_read(gpu::Mem const& mem, float const* ring, int64_t cap, int64_t cols, int64_t p0, int64_t n, float* flat);
+
+/// Where a flag record sits in one layer's order of the CPU model (model.cpp / attention_block.cpp): the
+/// records of a state are applied sorted by (layer, stage), rows ascending, which is the order in which the
+/// sequence run alone records them.
+enum class Stage : uint8_t { kWindowKv, kIndexKey, kIndexQuery, kCandidate, kIndexer, kCompressedKv, kRouter };
+
+/// A flag vector the device writes (cutoff ties or near-boundary rows), read back after the pass: row r
+/// belongs to sequence seq[r] (−1: not recorded) at position positions[r].
+struct FlagRec {
+  bool tie = false;
+  uint8_t site = 0;
+  int32_t layer = 0;
+  Stage stage = Stage::kWindowKv;
+  std::vector<int32_t> seq;
+  std::vector<int64_t> positions;
+  size_t offset = 0;  // of the flags in the pass's flag arena
+};
+
+/// One step of the pass.
+struct SeqRun {
+  GpuDsv41State* st = nullptr;
+  std::span<int32_t const> tokens;
+  int64_t S = 0, row0 = 0, pos0 = 0;  // rows [row0, row0 + S) at positions [pos0, pos0 + S)
+  int64_t logit_rows = 0;
+  float* logits = nullptr;
+  size_t history_before = 0;
+  std::vector<int64_t> entries_before;  // per layer
+  // model.cpp's Chunk bookkeeping of this sequence.
+  bool has_topk = false;
+  int32_t* sel = nullptr;  // [S, index_topk] selections of the latest indexer (a slice of Pass::sel)
+  bool has_cand = false;
+  uint8_t* cand = nullptr;  // [S, cand_T]
+  int64_t cand_T = 0;
+};
+
+/// The compressor groups completing in this pass at one KV-source layer: sequence i's `groups[i]` latents
+/// are rows [g0[i], g0[i] + groups[i]) of the concatenation; `pos` holds each group's first position.
+struct LatRows {
+  std::vector<int64_t> groups, g0;
+  int64_t total = 0;
+  std::vector<int32_t> seq;
+  std::vector<int64_t> pos;
+  int64_t const* d_pos = nullptr;
+};
+
+/// Rows one commit writes into a ring: sequence i's last min(S_i, cap) rows of `rows` (row r at
+/// rows + r·cols) go to the positions they hold.
+struct RingWrite {
+  int64_t layer = 0;
+  enum Kind : uint8_t { kWindow, kRawKv, kRawGate } kind = kWindow;
+  float const* rows = nullptr;
+};
+
+struct Pass {
+  int64_t rows = 0;
+  DType md = DType::kF32;
+  std::vector<SeqRun> seqs;
+  std::vector<int32_t> row_seq;  // sequence of each row
+  std::vector<int64_t> pos;      // position of each row
+  int64_t const* d_pos = nullptr;
+  int32_t const* d_tokens = nullptr;
+  int64_t const* d_hash = nullptr;  // [L_e, rows, C] Engram hash ids
+  std::vector<LatRows> lat;         // per layer (empty for non-KV-source layers)
+  int64_t idx_src = -1, ckv_src = -1;
+  int32_t* sel = nullptr;           // [rows, index_topk]
+  std::vector<FlagRec> flags;
+  uint8_t* flag_arena = nullptr;
+  size_t flag_used = 0, flag_cap = 0;
+  std::vector<RingWrite> ring_writes;
+};
+
+class Forward {
+ public:
+  Forward(GpuDsv41Model::Impl& m, Pass& b, Scratch& keep, Scratch& tmp)
+      : m_(m), b_(b), keep_(keep), tmp_(tmp), ctx_(m.ctx), s_(m.mem) {}
+
+  /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride).
+  void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
+           int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false);
+  void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }
+  void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w);
+  void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse);
+  /// Fake-quantises rows in place; with boundary_ulps > 0 records the rows near a rounding boundary
+  /// (row r for sequence seq[r] at positions[r]).
+  void quant(float* x, int64_t rows, int64_t dim, ops::QatKind kind, QuantBoundary::Site site, Stage stage, int64_t l,
+             std::vector<int32_t> seq, std::vector<int64_t> positions);
+  /// A device flag vector of the rows of sequence i (cutoff ties), recorded for the pass.
+  uint8_t* tie_flags(int64_t i, CutoffTie::Site site, Stage stage, int64_t l);
+  /// Tie flags of every row of the pass.
+  uint8_t* tie_flags_all(CutoffTie::Site site, Stage stage, int64_t l);
+  void copy(void* dst, void const* src, size_t bytes) { throw_if_error(s_.copy(dst, src, bytes, Copy::kDevToDev)); }
+
+  /// The attention sub-block of layer l over every row of the pass (gpu_attention.cpp).
+  void attention(int64_t l, float const* xa, float* out);
+
+ private:
+  uint8_t* flag_bytes(int64_t n);
+  /// The compressor and indexer of layer l (ratio > 0): new latents, index keys, selections.
+  void compress_and_index(int64_t l, float const* xa, float const* q_res);
+
+  GpuDsv41Model::Impl& m_;
+  Pass& b_;
+  Scratch& keep_;  // lives for the pass
+  Scratch& tmp_;   // released per layer / per sequence
+  ExecContext& ctx_;
+  gpu::Mem const& s_;
+};
+
+}  // namespace tessera::model::dsv41::fwd
