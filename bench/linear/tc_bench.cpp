@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Tensor-core bf16 linear (ops::linear_tc_cuda, mma.sync in the exact K order of ref::dot_tc) against cuBLAS
+/// bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F, default algorithm, bf16 output: what torch's F.linear calls) in the
+/// same run, on the DeepSeek-V4.1 linear shapes (K × N): expert w1/w3 5120×2304, expert w2 2304×5120, wo_b
+/// 8192×5120, wq_a 5120×1280, wq_b 1280×32768.
+///   prefill  M = 512 … 8192 (GEMM tile): TFLOP/s = 2·M·N·K / t, and % of 754 TFLOP/s (the H200's dense bf16
+///            figure this project uses).
+///   decode   M = 1, 4, 8, 16 (skinny tile): GB/s = (W + x + y bytes) / t, and % of the 4.27 TB/s copy
+///            bandwidth measured on the H200 (bench/RESULTS.md). Two timings, medians of the iterations:
+///            call = one op after a 256 MiB L2 flush (includes one launch latency); stream = R back-to-back ops
+///            over R distinct copies of W (R·|W| ≥ 3× the 60 MB L2, so every copy streams from DRAM), per op.
+/// Every row is checked before it is timed: sampled outputs of one launch (fp32 accumulator and →bf16) must
+/// equal ref::dot_tc bit for bit (a FAIL row is not timed); the table also says how many of those sampled
+/// bf16 outputs cuBLAS gives differently (cuBLAS follows the same model on the H200 for its bf16 output:
+/// verify/gpu_ops/tensor_core_test.cpp). Prints markdown tables for bench/RESULTS.md.
+/// Usage: tc_bench [--quick] [--decode|--prefill] [--shape SUBSTR] [--batch M] [--iters N]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tensor.hpp"
+#include "tessera/ops/linear_tc.hpp"
+#include "tessera/ref/common_ref.hpp"
+
+using namespace tessera;
+
+namespace {
+
+constexpr double kCopyBandwidth = 4.27e12;  // bytes/s, H200 measured copy (bench/RESULTS.md)
+constexpr double kPeakBf16 = 754e12;        // FLOP/s, the dense bf16 tensor-core figure used for percentages
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t const e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+struct Timer {
+  void* flush = nullptr;
+  size_t flush_bytes = size_t{256} << 20;
+  cudaEvent_t a{}, b{};
+  Timer() {
+    CK(cudaMalloc(&flush, flush_bytes));
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+  }
+  ~Timer() {
+    cudaFree(flush);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  /// Median microseconds of `iters` launches of fn, each after an L2 flush.
+  double median_us(std::function<void()> const& fn, int iters) {
+    fn();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < iters; ++i) {
+      cudaMemsetAsync(flush, i & 0xFF, flush_bytes);
+      cudaEventRecord(a);
+      fn();
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+  /// Median microseconds per op of `reps` back-to-back ops fn(0..reps−1) after one L2 flush.
+  double median_stream_us(std::function<void(int)> const& fn, int reps, int iters) {
+    for (int r = 0; r < reps; ++r) fn(r);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < iters; ++i) {
+      cudaMemsetAsync(flush, i & 0xFF, flush_bytes);
+      cudaEventRecord(a);
+      for (int r = 0; r < reps; ++r) fn(r);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      t.push_back(ms * 1000.f / static_cast<float>(reps));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+/// Copies of W so that copies · bytes ≥ 3 × 60 MB (L2), 2..64 of them.
+int stream_copies(double bytes) { return static_cast<int>(std::clamp(std::ceil(180e6 / bytes), 2.0, 64.0)); }
+
+struct Shape {
+  int64_t k, n;
+  char const* name;
+};
+
+/// n bf16 values: a pool of 2^20 normal(0, 1) bf16 values drawn from by a fast generator (bench data only).
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  static std::vector<uint16_t> pool = [] {
+    std::mt19937_64 g(12345);
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<uint16_t> p(size_t{1} << 20);
+    for (auto& v : p) v = bf16_bits_from_float(d(g));
+    return p;
+  }();
+  std::vector<uint16_t> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : v) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    x = pool[s & ((size_t{1} << 20) - 1)];
+  }
+  return v;
+}
+
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { CK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T))); }
+  Dev(Dev const&) = delete;
+  Dev(Dev&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+  ~Dev() { if (p) cudaFree(p); }
+  void upload(std::vector<T> const& h) { CK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> get(size_t count) const {
+    std::vector<T> h(count);
+    CK(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+/// cuBLAS bf16 y[m, n] = x[m, k] · W[n, k]ᵀ with fp32 compute, bf16 output (column-major C[n, m]).
+struct Cublas {
+  cublasHandle_t handle{};
+  Cublas() { cublasCreate(&handle); }
+  ~Cublas() { cublasDestroy(handle); }
+  cublasStatus_t gemm(void const* w, void const* x, void* y, int64_t m, int64_t k, int64_t n) {
+    float const alpha = 1.f, beta = 0.f;
+    return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                        static_cast<int>(k), &alpha, w, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF,
+                        static_cast<int>(k), &beta, y, CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+  }
+};
+
+Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
+  ops::LinearTcDesc d{m, n, k};
+  ops::LinearTcArgs a;
+  a.x = reinterpret_cast<Bf16 const*>(x);
+  a.w = reinterpret_cast<Bf16 const*>(w);
+  a.ldx = a.ldw = k;
+  a.y = y;
+  a.ldy = n;
+  a.y_bf16 = reinterpret_cast<Bf16*>(yb);
+  a.ldy_bf16 = n;
+  ExecContext ctx;
+  ctx.backend = Backend::kCuda;
+  return ops::linear_tc_cuda(d, a, ctx);
+}
+
+struct Check {
+  bool ok = true;
+  std::string why;
+  int samples = 0, cublas_differ = 0;
+};
+
+/// One launch with both outputs; `samples` outputs (row 0 and M − 1 included) against ref::dot_tc, and the
+/// same outputs of cuBLAS's bf16 result.
+Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16_t> const& dx,
+            std::vector<uint16_t> const& hx, Cublas& cublas, int64_t m, int64_t k, int64_t n, int samples) {
+  Check c;
+  Dev<float> y(static_cast<size_t>(m * n));
+  Dev<uint16_t> yb(static_cast<size_t>(m * n)), yc(static_cast<size_t>(m * n));
+  Status const s = run_tc(dw.p, dx.p, y.p, yb.p, m, k, n);
+  if (!s.ok()) return {false, s.to_string()};
+  if (cublas.gemm(dw.p, dx.p, yc.p, m, k, n) != CUBLAS_STATUS_SUCCESS) return {false, "cuBLAS failed"};
+  CK(cudaDeviceSynchronize());
+  std::mt19937_64 g(static_cast<uint64_t>(m * 131 + n * 7 + k));
+  std::vector<float> xr(static_cast<size_t>(k)), wr(static_cast<size_t>(k));
+  for (int i = 0; i < samples; ++i) {
+    int64_t const r = i == 0 ? 0 : i == 1 ? m - 1 : static_cast<int64_t>(g() % static_cast<uint64_t>(m));
+    int64_t const o = static_cast<int64_t>(g() % static_cast<uint64_t>(n));
+    for (int64_t j = 0; j < k; ++j) {
+      xr[static_cast<size_t>(j)] = float_from_bf16_bits(hx[static_cast<size_t>(r * k + j)]);
+      wr[static_cast<size_t>(j)] = float_from_bf16_bits(hw[static_cast<size_t>(o * k + j)]);
+    }
+    float const want = ref::dot_tc(xr.data(), wr.data(), k);
+    float got = 0.f;
+    uint16_t got_b = 0, got_c = 0;
+    size_t const at = static_cast<size_t>(r * n + o);
+    CK(cudaMemcpy(&got, y.p + at, 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&got_b, yb.p + at, 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&got_c, yc.p + at, 2, cudaMemcpyDeviceToHost));
+    ++c.samples;
+    c.cublas_differ += got_c != bf16_bits_from_float(want);
+    if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want) || got_b != bf16_bits_from_float(want)) {
+      c.ok = false;
+      char b[160];
+      std::snprintf(b, sizeof b, "[%lld, %lld] %.9g vs ref::dot_tc %.9g", static_cast<long long>(r),
+                    static_cast<long long>(o), static_cast<double>(got), static_cast<double>(want));
+      if (c.why.empty()) c.why = b;
+    }
+  }
+  return c;
+}
+
+struct Options {
+  bool quick = false, decode = true, prefill = true;
+  std::string shape;
+  int64_t batch = 0;
+  int iters = 20;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--quick") { o.quick = true; o.iters = 5; }
+    else if (a == "--decode") o.prefill = false;
+    else if (a == "--prefill") o.decode = false;
+    else if (a == "--shape") o.shape = next();
+    else if (a == "--batch") o.batch = std::stoll(next());
+    else if (a == "--iters") o.iters = std::stoi(next());
+    else std::fprintf(stderr, "tc_bench: ignoring unknown argument %s\n", a.c_str());
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: benchmark skipped\n");
+    return 77;
+  }
+  Options const opt = parse(argc, argv);
+  int const iters = opt.iters;
+  Shape const shapes[] = {{5120, 2304, "w1/w3 5120x2304"}, {2304, 5120, "w2 2304x5120"},
+                          {8192, 5120, "wo_b 8192x5120"},  {5120, 1280, "wq_a 5120x1280"},
+                          {1280, 32768, "wq_b 1280x32768"}};
+  auto selected = [&](Shape const& sh) { return opt.shape.empty() || std::strstr(sh.name, opt.shape.c_str()); };
+  Timer timer;
+  Cublas cublas;
+  int failures = 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+  if (opt.decode) {
+    std::printf("\n### Tensor-core linear, decode (skinny tile) vs cuBLAS bf16, H200, median of %d\n\n", iters);
+    std::printf("GB/s = (W + x + y bytes) / stream time. check: sampled outputs == ref::dot_tc (fp32 and bf16); "
+                "cuBLAS≠: sampled bf16 outputs where cuBLAS differs from ref::dot_tc.\n\n");
+    std::printf("| shape | M | check | cuBLAS≠ | call us | stream us | GB/s | %% of 4.27 TB/s | cuBLAS call us | "
+                "cuBLAS stream us | cuBLAS GB/s | cuBLAS %% | speedup (stream) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (auto const& sh : shapes) {
+      if (!selected(sh)) continue;
+      auto const hw = random_bf16(static_cast<size_t>(sh.n * sh.k), 1 + sh.n);
+      double const wbytes = 2.0 * static_cast<double>(sh.n * sh.k);
+      int const copies = stream_copies(wbytes);
+      std::vector<Dev<uint16_t>> dws;
+      for (int c = 0; c < copies; ++c) {
+        dws.emplace_back(static_cast<size_t>(sh.n * sh.k));
+        dws.back().upload(hw);
+      }
+      for (int64_t m : {1, 4, 8, 16}) {
+        if (opt.batch && m != opt.batch) continue;
+        auto const hx = random_bf16(static_cast<size_t>(m * sh.k), 100 + m);
+        Dev<uint16_t> dx(hx.size()), yb(static_cast<size_t>(m * sh.n)), yc(static_cast<size_t>(m * sh.n));
+        dx.upload(hx);
+        Check const c = check(dws[0], hw, dx, hx, cublas, m, sh.k, sh.n, 256);
+        if (!c.ok) {
+          ++failures;
+          std::printf("| %s | %lld | FAIL: %s | | | | | | | | | | |\n", sh.name, static_cast<long long>(m), c.why.c_str());
+          continue;
+        }
+        double const bytes = wbytes + 2.0 * static_cast<double>(m * sh.k + m * sh.n);
+        auto tc = [&](int cp) { (void)run_tc(dws[static_cast<size_t>(cp)].p, dx.p, nullptr, yb.p, m, sh.k, sh.n); };
+        auto cb = [&](int cp) { cublas.gemm(dws[static_cast<size_t>(cp)].p, dx.p, yc.p, m, sh.k, sh.n); };
+        double const us = timer.median_us([&] { tc(0); }, iters);
+        double const us_s = timer.median_stream_us(tc, copies, iters);
+        double const cu = timer.median_us([&] { cb(0); }, iters);
+        double const cu_s = timer.median_stream_us(cb, copies, iters);
+        double const gbs = bytes / (us_s * 1e-6) / 1e9, cgbs = bytes / (cu_s * 1e-6) / 1e9;
+        std::printf("| %s | %lld | ok | %d/%d | %.1f | %.2f | %.0f | %.1f | %.1f | %.2f | %.0f | %.1f | %.2fx |\n",
+                    sh.name, static_cast<long long>(m), c.cublas_differ, c.samples, us, us_s, gbs,
+                    100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu_s, cgbs, 100.0 * cgbs * 1e9 / kCopyBandwidth,
+                    cu_s / us_s);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (opt.prefill) {
+    std::printf("\n### Tensor-core linear, prefill (GEMM tile) vs cuBLAS bf16, H200, median of %d\n\n", iters);
+    std::printf("| shape | M | check | cuBLAS≠ | TC us | TC TFLOP/s | %% of 754 | cuBLAS us | cuBLAS TFLOP/s | "
+                "cuBLAS %% | TC speed vs cuBLAS |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (auto const& sh : shapes) {
+      if (!selected(sh)) continue;
+      int64_t const mmax = opt.quick ? 2048 : 8192;
+      auto const hw = random_bf16(static_cast<size_t>(sh.n * sh.k), 7 + sh.n);
+      auto const hx = random_bf16(static_cast<size_t>(mmax * sh.k), 9 + sh.k);
+      Dev<uint16_t> dw(hw.size()), dx(hx.size()), yb(static_cast<size_t>(mmax * sh.n)), yc(static_cast<size_t>(mmax * sh.n));
+      dw.upload(hw);
+      dx.upload(hx);
+      for (int64_t m : {512, 1024, 2048, 4096, 8192}) {
+        if (m > mmax || (opt.batch && m != opt.batch)) continue;
+        Check const c = check(dw, hw, dx, hx, cublas, m, sh.k, sh.n, 64);
+        if (!c.ok) {
+          ++failures;
+          std::printf("| %s | %lld | FAIL: %s | | | | | | | | |\n", sh.name, static_cast<long long>(m), c.why.c_str());
+          continue;
+        }
+        double const flop = 2.0 * static_cast<double>(m) * static_cast<double>(sh.k) * static_cast<double>(sh.n);
+        double const us = timer.median_us([&] { (void)run_tc(dw.p, dx.p, nullptr, yb.p, m, sh.k, sh.n); }, iters);
+        double const cu = timer.median_us([&] { cublas.gemm(dw.p, dx.p, yc.p, m, sh.k, sh.n); }, iters);
+        double const tf = flop / (us * 1e-6) / 1e12, ctf = flop / (cu * 1e-6) / 1e12;
+        std::printf("| %s | %lld | ok | %d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name,
+                    static_cast<long long>(m), c.cublas_differ, c.samples, us, tf, 100.0 * tf * 1e12 / kPeakBf16, cu,
+                    ctf, 100.0 * ctf * 1e12 / kPeakBf16, 100.0 * cu / us);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n%d row(s) failed their correctness check\n", failures);
+  return failures ? 1 : 0;
+}

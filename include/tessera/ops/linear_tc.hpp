@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Tensor-core bf16 linear (CUDA, kernels/linear/linear_tc_cuda.cu): y[M, N] = x[M, K] · W[N, K]ᵀ, x and W bf16
+/// row-major with K contiguous, accumulated by mma.sync in fp32; the output is the raw fp32 accumulator and/or
+/// its →bf16 (round to nearest even). Meant to equal ref::dot_tc (tc::BlockAcc) bit for bit:
+///   * each output element has ONE fp32 accumulator, starting at +0, carried through the K blocks
+///     [16b, 16b + 16) for b = 0, 1, …, ⌈K/16⌉ − 1 strictly in this order (no split-K, no partial sums added
+///     later, no reordering of blocks), one m16n8k16 per block and output tile: d ← mma(a, b, d);
+///   * exactly ⌈K/16⌉ block steps are issued; the last block of a K that is not a multiple of 16 is padded with
+///     products whose BOTH factors are +0 (see kernels/linear/linear_tc.cuh for why that is BlockAcc's partial
+///     last block);
+///   * rows past M and columns past N are zero-padded operands whose outputs are never stored; an output element
+///     depends only on its own row of x and column of W.
+/// Whether the hardware instruction computes BlockAcc's block step is what verify/gpu_ops/linear_tc_test.cpp
+/// measures; TcMma::kK8x2 (two m16n8k8 per 16-block) exists only so that test can tell which instruction
+/// matches the model if m16n8k16 turned out to be split internally. Not wired into ops::Linear yet.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/context.hpp"
+#include "tessera/core/dtype.hpp"
+#include "tessera/core/status.hpp"
+
+namespace tessera::ops {
+
+/// The instruction behind one 16-wide K block: one m16n8k16, or (diagnostic) two m16n8k8 in K order.
+enum class TcMma : int { kK16 = 0, kK8x2 = 1 };
+
+/// Compiled tile variants.
+///   kGemm    128 × 128 outputs per block of 8 warps (warp tile 64 × 32), K staged 32 at a time through a
+///            4-stage cp.async ring in shared memory, fragments read with ldmatrix. For M ≥ kTcGemmMinRows.
+///   kSkinny  decode: one warp per block owns 8 columns of W and 16 rows of x (rows past M are zeros in
+///            registers); W is streamed with coalesced 16-byte cp.async through an 8-stage ring of 256-wide K
+///            slabs. grid.y covers M in groups of 16 (M > 16 re-streams W once per group).
+enum class TcTile : int { kAuto = -1, kGemm = 0, kSkinny = 1 };
+
+inline constexpr int64_t kTcGemmMinRows = 64;
+
+struct LinearTcDesc {
+  int64_t m = 0, n = 0, k = 0;
+  TcMma mma = TcMma::kK16;
+  TcTile tile = TcTile::kAuto;  // kAuto: tc_tile_for(m)
+};
+
+struct LinearTcArgs {
+  Bf16 const* x = nullptr;  // [m, k], row stride ldx ≥ k (elements)
+  Bf16 const* w = nullptr;  // [n, k], row stride ldw ≥ k
+  float* y = nullptr;       // [m, n] fp32 accumulators, row stride ldy ≥ n; null = not written
+  Bf16* y_bf16 = nullptr;   // [m, n] →bf16 (RNE) of the accumulators, row stride ldy_bf16 ≥ n; null = not written
+  int64_t ldx = 0, ldw = 0, ldy = 0, ldy_bf16 = 0;
+};
+
+/// The tile variant a descriptor runs: its own choice, or kGemm for M ≥ kTcGemmMinRows and kSkinny below.
+inline TcTile tc_tile_for(LinearTcDesc const& d) {
+  if (d.tile != TcTile::kAuto) return d.tile;
+  return d.m >= kTcGemmMinRows ? TcTile::kGemm : TcTile::kSkinny;
+}
+
+/// true when x and W can be staged with 16-byte cp.async (K, ldx, ldw multiples of 8 elements and 16-byte
+/// aligned base pointers: every 8-element chunk of a row then lies wholly inside or wholly past K); otherwise
+/// the variant loads element by element (same arithmetic, slower staging).
+inline bool tc_vec16(LinearTcDesc const& d, LinearTcArgs const& a) {
+  auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return d.k % 8 == 0 && a.ldx % 8 == 0 && a.ldw % 8 == 0 && aligned(a.x) && aligned(a.w);
+}
+
+/// "gemm/k16/vec16" and the like: the compiled variant a call runs (logs, tests, benches).
+char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a);
+
+/// Runs the variant on ctx.stream (device pointers). Checks shapes and strides; M, N or K = 0 is allowed
+/// (K = 0 writes +0).
+Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx);
+
+}  // namespace tessera::ops

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Host side of the tensor-core bf16 linear (include/tessera/ops/linear_tc.hpp): argument checks, the choice of
+/// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
+/// from the descriptor and the operands' alignment, and the launch.
+#include <atomic>
+#include <string>
+
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/linear/linear_tc.cuh"
+
+namespace tessera::kernels::tc_linear {
+namespace {
+
+using Kernel = void (*)(TcLinearParams);
+
+/// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KiB default) once per device (< 64).
+template <Kernel kKernel>
+cudaError_t allow_smem(size_t bytes) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  uint64_t const bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_acq_rel);
+  return e;
+}
+
+template <TcMma kMma, bool kVec16>
+Status launch_gemm(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_gemm_kernel<kMma, kVec16>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(kGemmSmemBytes), "linear_tc gemm: shared memory attribute"));
+  int64_t const blocks = ceil_div(p.m, kGemmBM) * ceil_div(p.n, kGemmBN);
+  if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc gemm: more than 2^31 − 1 tiles");
+  kKernel<<<static_cast<unsigned>(blocks), kGemmWarps * 32, kGemmSmemBytes, stream>>>(p);
+  return launch_status("linear_tc_gemm_kernel");
+}
+
+template <TcMma kMma, bool kVec16>
+Status launch_skinny(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_kernel<kMma, kVec16>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(skinny_smem_bytes(kSkinnyRows)), "linear_tc skinny: shared memory attribute"));
+  int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
+  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_smem_bytes(p.m), stream>>>(p);
+  return launch_status("linear_tc_skinny_kernel");
+}
+
+using Launch = Status (*)(TcLinearParams const&, cudaStream_t);
+
+/// The compiled set, indexed [tile][mma][vec16].
+constexpr Launch kLaunch[2][2][2] = {
+    {{launch_gemm<TcMma::kK16, false>, launch_gemm<TcMma::kK16, true>},
+     {launch_gemm<TcMma::kK8x2, false>, launch_gemm<TcMma::kK8x2, true>}},
+    {{launch_skinny<TcMma::kK16, false>, launch_skinny<TcMma::kK16, true>},
+     {launch_skinny<TcMma::kK8x2, false>, launch_skinny<TcMma::kK8x2, true>}},
+};
+
+}  // namespace
+}  // namespace tessera::kernels::tc_linear
+
+namespace tessera::ops {
+
+char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a) {
+  static char const* const names[2][2][2] = {
+      {{"gemm/k16/elem", "gemm/k16/vec16"}, {"gemm/k8x2/elem", "gemm/k8x2/vec16"}},
+      {{"skinny/k16/elem", "skinny/k16/vec16"}, {"skinny/k8x2/elem", "skinny/k8x2/vec16"}}};
+  return names[static_cast<int>(tc_tile_for(d))][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0];
+}
+
+Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx) {
+  using namespace kernels::tc_linear;
+  if (d.m < 0 || d.n < 0 || d.k < 0) return invalid_argument("linear_tc: negative dimension");
+  if (d.mma != TcMma::kK16 && d.mma != TcMma::kK8x2) return invalid_argument("linear_tc: unknown mma");
+  TcTile const tile = tc_tile_for(d);
+  if (tile != TcTile::kGemm && tile != TcTile::kSkinny) return invalid_argument("linear_tc: unknown tile");
+  if (d.m == 0 || d.n == 0) return {};
+  if (!a.y && !a.y_bf16) return invalid_argument("linear_tc: no output (y and y_bf16 both null)");
+  if (!a.x || !a.w) return invalid_argument("linear_tc: null x or w");
+  if (a.ldx < d.k || a.ldw < d.k) return invalid_argument("linear_tc: ldx and ldw must be ≥ k");
+  if ((a.y && a.ldy < d.n) || (a.y_bf16 && a.ldy_bf16 < d.n)) return invalid_argument("linear_tc: output stride < n");
+  TcLinearParams p;
+  p.x = reinterpret_cast<uint16_t const*>(a.x);
+  p.w = reinterpret_cast<uint16_t const*>(a.w);
+  p.y = a.y;
+  p.y_bf16 = reinterpret_cast<uint16_t*>(a.y_bf16);
+  p.m = d.m; p.n = d.n; p.k = d.k;
+  p.ldx = a.ldx; p.ldw = a.ldw; p.ldy = a.ldy; p.ldy_bf16 = a.ldy_bf16;
+  p.y_vec2 = a.y && a.ldy % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
+  p.ybf_vec2 = a.y_bf16 && a.ldy_bf16 % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y_bf16) & 3u) == 0;
+  return kLaunch[static_cast<int>(tile)][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
+}
+
+}  // namespace tessera::ops
