@@ -39,7 +39,8 @@ Parts parts(float x) {
   return p;
 }
 
-/// fp32 bits of ±S·2^k rounded toward zero (S ≥ 0, 128-bit).
+/// fp32 bits of ±S·2^k rounded toward zero (S ≥ 0, 128-bit), with the adder's two ends as measured on the H200:
+/// a value at or beyond 2^128 gives ±inf, one that truncates to zero gives +0.
 float assemble_rz(unsigned __int128 s, int k, bool neg) {
   if (s == 0) return 0.f;
   int msb = 127;
@@ -49,12 +50,13 @@ float assemble_rz(unsigned __int128 s, int k, bool neg) {
   if (exp >= -126) {
     int const drop = msb - 23;  // keep 24 bits
     uint64_t const m = static_cast<uint64_t>(drop >= 0 ? s >> drop : s << -drop);
-    if (exp > 127) return neg ? -std::numeric_limits<float>::max() : std::numeric_limits<float>::max();
+    if (exp > 127) return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
     bits = (static_cast<uint32_t>(exp + 127) << 23) | (static_cast<uint32_t>(m) & 0x7FFFFF);
   } else {
     int const shift = -149 - k;  // the subnormal quantum 2^-149
     unsigned __int128 const m = shift >= 0 ? (shift >= 128 ? 0 : s >> shift) : s << -shift;
     bits = static_cast<uint32_t>(m);
+    if (bits == 0) return 0.f;
   }
   if (neg) bits |= 0x80000000u;
   return std::bit_cast<float>(bits);
@@ -62,6 +64,11 @@ float assemble_rz(unsigned __int128 s, int k, bool neg) {
 
 /// One block step of the adder, formulated on integer significands.
 float block_step_int(float c, float const* a, float const* b, int n) {
+  if (!std::isfinite(c)) {  // an overflowed accumulator (±inf) only meets finite products here: IEEE keeps it
+    double s = c;
+    for (int i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+    return static_cast<float>(s);
+  }
   std::vector<Parts> pa, pb;
   int emax = INT32_MIN;
   for (int i = 0; i < n; ++i) {
@@ -228,6 +235,24 @@ BOOST_AUTO_TEST_CASE(the_block_sum_rounds_toward_zero) {
   BOOST_TEST(ref::dot_tc(a.data(), b.data(), 2) == 1.f);
   std::vector<float> an{-1.f, -3.f * std::ldexp(1.f, -25)};
   BOOST_TEST(ref::dot_tc(an.data(), b.data(), 2) == -1.f);
+}
+
+BOOST_AUTO_TEST_CASE(the_ends_of_the_range_follow_the_hardware) {
+  // Measured on the H200 (verify_gpu_linear_tc, mma.sync m16n8k16): a negative block sum below the smallest fp32
+  // subnormal gives +0, not IEEE RZ's −0; a sum at or beyond 2^128 gives ±inf, not ±FLT_MAX.
+  float const tiny = std::ldexp(1.f, -80);  // tiny·tiny = 2^-160 < 2^-149
+  std::vector<float> a{-tiny, -tiny}, b{tiny, tiny};
+  BOOST_TEST(bits(ref::dot_tc(a.data(), b.data(), 2)) == 0u);
+  BOOST_TEST(bits(dot_int(a, b)) == 0u);
+  float const big = std::ldexp(1.f, 64);  // big·big = 2^128, two of them 2^129
+  std::vector<float> p{big, big}, n{-big, -big}, q{big, big};
+  BOOST_TEST(bits(ref::dot_tc(p.data(), q.data(), 2)) == 0x7F800000u);
+  BOOST_TEST(bits(ref::dot_tc(n.data(), q.data(), 2)) == 0xFF800000u);
+  BOOST_TEST(bits(dot_int(p, q)) == 0x7F800000u);
+  // Just below 2^128 stays finite: (2 − 2^-7)·2^63 squared is below FLT_MAX·(1 + 2^-24).
+  float const under = std::ldexp(255.f / 128.f, 63);
+  std::vector<float> u{under}, v{under};
+  BOOST_TEST(std::isfinite(ref::dot_tc(u.data(), v.data(), 1)));
 }
 
 BOOST_AUTO_TEST_CASE(blocks_of_sixteen) {

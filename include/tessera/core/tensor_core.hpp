@@ -43,7 +43,8 @@ TESSERA_HOST_DEVICE inline int exponent_of(float x) {
   return biased == 0 ? -126 : biased - 127;
 }
 
-/// v rounded toward zero to fp32 (subnormal results included; beyond FLT_MAX it gives ±FLT_MAX).
+/// v rounded toward zero to fp32 (subnormal results included; beyond FLT_MAX it gives ±FLT_MAX: IEEE RZ; the
+/// adder itself differs at both ends, see block_finish).
 TESSERA_HOST_DEVICE inline float round_toward_zero(double v) {
 #if defined(__CUDA_ARCH__)
   return __double2float_rz(v);
@@ -113,7 +114,12 @@ TESSERA_HOST_DEVICE inline float block_finish(float acc, int64_t products, int E
   for (uint64_t t = mag; t; t >>= 1) ++bits;
   if (bits > 24) mag &= ~((uint64_t{1} << (bits - 24)) - 1);
   double const v = static_cast<double>(mag) * fmath::pow2_f64(E - Align);
-  return round_toward_zero(sum < 0 ? -v : v);
+  // The two ends of the fp32 range, as the H200's mma.sync gives them (verify_gpu_linear_tc, categories
+  // subnormal_only and overflow): a nonzero sum below the smallest fp32 subnormal comes out +0 whatever its
+  // sign, and one at or beyond 2^128 comes out ±inf, where IEEE round-toward-zero would give −0 and ±FLT_MAX.
+  if (v >= 0x1p128) return fmath::float_of(sum < 0 ? 0xFF800000u : 0x7F800000u);
+  float const r = round_toward_zero(sum < 0 ? -v : v);
+  return r == 0.f ? 0.f : r;
 }
 
 /// A step that meets an ±inf or NaN product, or an accumulator already ±inf or NaN (which only such a product can
