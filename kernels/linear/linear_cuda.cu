@@ -8,9 +8,17 @@
 ///   rows ≥ 32 (prefill): a 64×64 register-tiled SIMT GEMM (linear_gemm_kernel);
 ///   otherwise: 4 warps × 32 outputs × 8 rows over 32×32 shared tiles (linear_rows_kernel);
 ///   fma_chain (wo_a): one thread per (row, output) (linear_fma_chain_kernel).
+/// bf16 weights with a bf16 output (desc.impl = kAuto) run on the tensor cores instead: x is copied to bf16
+/// in stream-ordered scratch (linear_x_bf16_kernel; exact, x holds bf16 values) and ops::linear_tc_cuda
+/// computes ref::dot_tc with mma.sync m16n8k16 (equal to tc::BlockAcc bit for bit, measured by
+/// verify/gpu_ops/linear_tc_test.cpp), storing →bf16 widened to fp32. fma_chain is the same order in bf16
+/// (ref::bmm_dot = ref::dot_tc), so wo_a goes there too.
+#include <algorithm>
+
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear.hpp"
+#include "tessera/ops/linear_tc.hpp"
 
 namespace tessera::kernels {
 
@@ -257,6 +265,39 @@ __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams cons
   p.y[r * p.y_stride + o] = device::round_md(acc, p.bf16_out);
 }
 
+/// xb[r, i] = →bf16(x[r, i]) for the tensor-core path; rows of xb are ldxb apart. Grid-stride, one element
+/// per thread step, coalesced along i.
+__global__ void __launch_bounds__(256) linear_x_bf16_kernel(float const* x, int64_t x_stride, int64_t rows, int64_t in,
+                                                            uint16_t* xb, int64_t ldxb) {
+  int64_t const total = rows * in;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t const r = t / in, i = t - r * in;
+    xb[r * ldxb + i] = bf16_bits_from_float(__ldg(x + r * x_stride + i));
+  }
+}
+
+/// The tensor-core path of a bf16-weight, bf16-output call (see the file comment).
+Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
+  int64_t const ldxb = (d.in + 7) / 8 * 8;  // 16-byte rows: the vec16 staging when in % 8 == 0
+  Scratch ws;
+  TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(d.rows * ldxb) * sizeof(uint16_t))));
+  auto* xb = static_cast<uint16_t*>(ws.ptr);
+  int64_t const total = d.rows * d.in;
+  unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 8192));
+  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a.x.data, a.x.stride[0], d.rows, d.in, xb, ldxb);
+  TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
+  ops::LinearTcDesc td;
+  td.m = d.rows, td.n = d.out, td.k = d.in;
+  ops::LinearTcArgs ta;
+  ta.x = reinterpret_cast<Bf16 const*>(xb);
+  ta.w = a.w_bf16.data;
+  ta.y = a.y.data;
+  ta.ldx = ldxb, ta.ldw = a.w_bf16.stride[0], ta.ldy = a.y.stride[0];
+  ta.y_round_bf16 = true;
+  return ops::linear_tc_cuda(td, ta, ctx);
+}
+
 }  // namespace
 
 }  // namespace tessera::kernels
@@ -277,6 +318,7 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   p.x_stride = a.x.stride[0];
   p.y_stride = a.y.stride[0];
   p.bf16_out = d.md == DType::kBf16;
+  if (d.weight_dtype == DType::kBf16 && p.bf16_out && d.impl == ops::LinearImpl::kAuto) return run_linear_tc(d, a, ctx);
   if (d.fma_chain) {
     if (d.rows > 65535) return invalid_argument("linear (fma_chain): rows > 65535 per launch");
     if (d.in > 12288) return invalid_argument("linear (fma_chain): in > 12288 (the x row is staged in shared memory)");

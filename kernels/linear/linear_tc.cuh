@@ -53,6 +53,7 @@ struct TcLinearParams {
   uint16_t* y_bf16 = nullptr;   // [m, n], row stride ldy_bf16
   int64_t m = 0, n = 0, k = 0, ldx = 0, ldw = 0, ldy = 0, ldy_bf16 = 0;
   bool y_vec2 = false, ybf_vec2 = false;
+  bool y_round_bf16 = false;  // y holds →bf16(D) widened to fp32 instead of D
 };
 
 // ---- GEMM tile: 128 × 128 outputs, K slabs of 32, 8 warps (2 along M × 4 along N, warp tile 64 × 32) ----
@@ -151,6 +152,7 @@ __device__ __forceinline__ void store_pair(TcLinearParams const& p, int64_t row,
   bool const both = col + 1 < p.n;
   if (p.y) {
     float* d = p.y + row * p.ldy + col;
+    if (p.y_round_bf16) v0 = round_to_bf16(v0), v1 = round_to_bf16(v1);
     if (both && p.y_vec2) {
       *reinterpret_cast<float2*>(d) = make_float2(v0, v1);
     } else {

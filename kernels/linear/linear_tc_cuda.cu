@@ -88,6 +88,7 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   p.m = d.m; p.n = d.n; p.k = d.k;
   p.ldx = a.ldx; p.ldw = a.ldw; p.ldy = a.ldy; p.ldy_bf16 = a.ldy_bf16;
   p.y_vec2 = a.y && a.ldy % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
+  p.y_round_bf16 = a.y_round_bf16;
   p.ybf_vec2 = a.y_bf16 && a.ldy_bf16 % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y_bf16) & 3u) == 0;
   return kLaunch[static_cast<int>(tile)][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
 }

@@ -216,8 +216,22 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
   } tag(mem.tag());
   try {
     Scratch keep{*pool, {}}, tmp{*pool, {}};
-    Forward f(*this, b, keep, tmp);
     int64_t const D = s.hidden_size, n = s.hc_mult, nD = n * D;
+    // Op workspace for the pass (bf16 copies of linear inputs for the tensor-core path: rows × in × 2 bytes),
+    // capped at 64 MiB; a larger need falls back to the op's own stream-ordered allocation.
+    struct WorkspaceGuard {
+      ExecContext& ctx;
+      void* saved;
+      size_t saved_bytes;
+      ~WorkspaceGuard() { ctx.workspace = saved, ctx.workspace_bytes = saved_bytes; }
+    } ws_guard{ctx, ctx.workspace, ctx.workspace_bytes};
+    if (mem.backend == Backend::kCuda) {
+      int64_t const max_in = std::max({nD, s.o_groups * s.o_lora_rank, s.num_heads * s.head_dim, s.moe_inter});
+      int64_t const bytes = std::min<int64_t>(N * max_in * 2 + 4096, int64_t{64} << 20);
+      ctx.workspace = keep.get<unsigned char>(bytes);
+      ctx.workspace_bytes = static_cast<size_t>(bytes);
+    }
+    Forward f(*this, b, keep, tmp);
 
     // The upload block: [positions N | group positions per KV-source layer | hash ids L_e·N·C | tokens].
     std::vector<int64_t> up(b.pos);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CPU backend of the linear family: ref::linear_row (or linear_row_fma_seq) over rows (bf16 weights widened
 /// one row at a time); the dot order follows md (ref::gemm_dot / bmm_dot).
+#include <bit>
+#include <string>
 #include <vector>
 
 #include "ops/cpu_common.hpp"
@@ -35,7 +37,19 @@ Status check_linear(LinearDesc const& d, LinearArgs const& a) {
   return {};
 }
 
-Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) { return check_linear(d, a); }
+Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) {
+  TESSERA_TRY(check_linear(d, a));
+  if (d.weight_dtype == DType::kBf16 && d.md == DType::kBf16) {
+    for (int64_t r = 0; r < d.rows; ++r)
+      for (int64_t i = 0; i < d.in; ++i) {
+        float const v = a.x(r, i);
+        if (v == v && std::bit_cast<uint32_t>(v) != std::bit_cast<uint32_t>(round_to_bf16(v)))
+          return invalid_argument("linear x[" + std::to_string(r) + ", " + std::to_string(i) +
+                                  "] is not a bf16 value (bf16 weights with a bf16 output take bf16 activations)");
+      }
+  }
+  return {};
+}
 
 Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
   if (d.weight_dtype == DType::kF32) {

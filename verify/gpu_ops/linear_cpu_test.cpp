@@ -17,6 +17,7 @@ BOOST_AUTO_TEST_CASE(linear_cpu_matches_ref_for_both_weight_types) {
   uint64_t const seed = verify::test_seed(541);
   int64_t const rows = 7, in = 301, out = 45;
   auto x = verify::randn(static_cast<size_t>(rows * (in + 5)), seed);
+  for (auto& v : x) v = round_to_bf16(v);  // bf16 weights with a bf16 output take bf16 activations
   auto w = verify::randn(static_cast<size_t>(out * in), seed + 1, 0.05f);
   for (auto& v : w) v = round_to_bf16(v);
   std::vector<Bf16> wb(w.size());
@@ -58,6 +59,20 @@ BOOST_AUTO_TEST_CASE(linear_cpu_rejects_bad_arguments) {
   s = ops::linear(ctx, ops::LinearDesc{3, 4, 4, DType::kF16, DType::kF32}, a);
   BOOST_TEST(!s.ok());
   BOOST_TEST(s.to_string().find("weight_dtype") != std::string::npos);
+  // bf16 weights with a bf16 output refuse an x value that is not a bf16 value, naming it.
+  std::vector<Bf16> wb(12, Bf16::from_float(0.5f));
+  a.w_bf16 = TensorView<Bf16 const, 2>(wb.data(), {3, 4});
+  a.y = TensorView<float, 2>(y.data(), {3, 3});
+  for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(0.37f * static_cast<float>(i) - 1.f);
+  s = ops::linear(ctx, ops::LinearDesc{3, 4, 3, DType::kBf16, DType::kBf16}, a);
+  BOOST_TEST(s.ok());
+  x[6] = 1.f + 1.f / 1024.f;  // not a bf16 value (8 significand bits)
+  s = ops::linear(ctx, ops::LinearDesc{3, 4, 3, DType::kBf16, DType::kBf16}, a);
+  BOOST_TEST(!s.ok());
+  BOOST_TEST(s.to_string().find("x[1, 2]") != std::string::npos);
+  s = ops::linear(ctx, ops::LinearDesc{3, 4, 3, DType::kBf16, DType::kF32}, a);  // fp32 output: any x
+  BOOST_TEST(s.ok());
+  a.y = TensorView<float, 2>(y.data(), {3, 4});
   ctx.backend = Backend::kCuda;  // the plain entry point is CPU-only; ops::dispatch routes to CUDA
   s = ops::linear(ctx, ops::LinearDesc{3, 4, 4, DType::kF32, DType::kF32}, a);
   BOOST_TEST(!s.ok());

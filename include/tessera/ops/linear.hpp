@@ -12,6 +12,13 @@
 
 namespace tessera::ops {
 
+/// Which CUDA kernels run a bf16-weight, bf16-output call (the tensor-core order, ref::dot_tc). Values are the
+/// same either way; kSimt exists so tests and benches can compare the two. Other calls always run kSimt.
+enum class LinearImpl : uint8_t {
+  kAuto = 0,  // mma.sync m16n8k16 (ops::linear_tc_cuda) after x is copied to bf16
+  kSimt = 1,  // the CUDA-core emulation of tc::BlockAcc (linear_chunks / rows / gemm / fma_chain kernels)
+};
+
 struct LinearDesc {
   int64_t rows = 0, in = 0, out = 0;
   DType weight_dtype = DType::kF32;  // kF32 (LinearArgs::w) or kBf16 (LinearArgs::w_bf16)
@@ -19,15 +26,19 @@ struct LinearDesc {
   /// false: ref::gemm_dot's order (nn.Linear in the golden engine); true: ref::bmm_dot's (a torch.bmm in the
   /// golden engine: the grouped output projection wo_a; one FMA chain per output in fp32).
   bool fma_chain = false;
+  LinearImpl impl = LinearImpl::kAuto;  // CUDA only; the CPU has one implementation
   friend bool operator==(LinearDesc const&, LinearDesc const&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, LinearDesc const& d) {
   return os << "LinearDesc{ rows=" << d.rows << " in=" << d.in << " out=" << d.out
             << " weight=" << dtype_name(d.weight_dtype) << " md=" << dtype_name(d.md)
-            << " fma_chain=" << d.fma_chain << " }";
+            << " fma_chain=" << d.fma_chain << " impl=" << (d.impl == LinearImpl::kSimt ? "simt" : "auto") << " }";
 }
 
+/// Operands. With bf16 weights and a bf16 output every x value must be a bf16 value (the golden engine's bf16
+/// nn.Linear sees bf16 activations; the tensor-core order is defined on bf16 operands): the CPU backend checks
+/// this and refuses other x; the CUDA backend rounds x to bf16 (RNE), which is the identity on such values.
 struct LinearArgs {
   TensorView<float const, 2> x;       // [rows, in]; rows may be strided (inner stride 1)
   TensorView<float const, 2> w;       // [out, in] when weight_dtype == kF32

@@ -12,7 +12,8 @@
 ///     depends only on its own row of x and column of W.
 /// Whether the hardware instruction computes BlockAcc's block step is what verify/gpu_ops/linear_tc_test.cpp
 /// measures; TcMma::kK8x2 (two m16n8k8 per 16-block) exists only so that test can tell which instruction
-/// matches the model if m16n8k16 turned out to be split internally. Not wired into ops::Linear yet.
+/// matches the model if m16n8k16 turned out to be split internally. ops::Linear<kCuda> runs its bf16-weight,
+/// bf16-output calls here (kernels/linear/linear_cuda.cu).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,7 @@ struct LinearTcArgs {
   float* y = nullptr;       // [m, n] fp32 accumulators, row stride ldy ≥ n; null = not written
   Bf16* y_bf16 = nullptr;   // [m, n] →bf16 (RNE) of the accumulators, row stride ldy_bf16 ≥ n; null = not written
   int64_t ldx = 0, ldw = 0, ldy = 0, ldy_bf16 = 0;
+  bool y_round_bf16 = false;  // y holds →bf16(accumulator) widened to fp32 (ops::Linear's bf16-output rows)
 };
 
 /// The tile variant a descriptor runs: its own choice, or kGemm for M ≥ kTcGemmMinRows and kSkinny below.
