@@ -1,14 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the mHC family (include/tessera/ops/mhc.hpp, ref/mhc_ref.hpp, spec §2.3).
-///   MhcMix: one block per row. rsqrt(mean(x²)+eps) by warp 0 in ref::lane_sum's lane order; one warp per
-///     mix output forms m_o = Σ_i (x_i·r)·fn[o, i] in ref::dot's order (f_i = x_i·r rounded as the
-///     reference's f; coalesced lanes or chunks spread over the lanes, warp_dot_row; the mix is an fp32
-///     island, so the order is ref::dot's in both model dtypes); thread 0 then runs the sigmoids, the softmax and the Sinkhorn iterations in the reference's exact order
-///     (one column normalisation, then (iters−1)× row + column; the softmax denominator in warp-softmax lanes,
-///     the row sums in lane_sum's order, the column sums sequentially). exp in the model dtype's arithmetic
-///     (device::exp_md: expf for bf16, fmath::exp_rn for fp32, as ref::exp_md): bitwise on both sides.
+///   MhcMix: three launches per slab of rows, so the fn stream (fp32 [(2+n)n, n·D]: 24 × 20480 × 4 B =
+///     1.97 MB for the released n = 4, D = 5120) is spread over the whole GPU instead of one block per row:
+///     1. mhc_rms_kernel (block per row): r = rsqrt(mean(x²)+eps) in ref::lane_sum's order → rinv[row].
+///     2. mhc_mix_partial_kernel (block per (chunk group, row tile)): every chunk sum of ref::dot,
+///        S[row, c, o] = FMA chain from +0 over k ∈ [32c, 32c+32) of fmul_rn(x_k, r)·fn[o, k] in k order.
+///     3. mhc_mix_finish_kernel (block per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
+///        (ref::dot's total), then thread 0 runs the sigmoids, the softmax and the Sinkhorn iterations in the
+///        reference's exact order (mix_epilogue: one column normalisation, then (iters−1)× row + column; the
+///        softmax denominator in warp-softmax lanes, the row sums in lane_sum's order, the column sums
+///        sequentially). exp in the model dtype's arithmetic (device::exp_md: expf for bf16, fmath::exp_rn
+///        for fp32, as ref::exp_md). The mix is an fp32 island: ref::dot's order in both model dtypes.
+///     Bitwise equal to ref::mhc_mix_row: ref::dot's chunks start from +0 (kDotCarry false), so they are
+///     independent and only their final sequential addition fixes an order; each value below is the same
+///     sequence of correctly rounded fp32 operations (__fmul_rn / __fmaf_rn / __fadd_rn, never contracted)
+///     as the reference, whatever the grid, tile or slab.
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
 ///     No transcendental: bitwise equal to the CPU.
+#include <algorithm>
+
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/fmath.hpp"
 #include "tessera/core/concepts.hpp"
@@ -20,6 +30,8 @@ namespace {
 
 constexpr int kMaxStreams = 8;
 
+/// One MhcMix launch set (a slab of rows; run() offsets x, pre, post, comb per slab). rinv and part are
+/// stream-ordered scratch (Scratch): rinv [rows], part [rows, chunks, (2+n)n] (o fastest).
 struct MhcMixParams {
   float const* x = nullptr;      // [rows, n·D]
   float const* fn = nullptr;     // [(2+n)n, n·D]
@@ -28,50 +40,155 @@ struct MhcMixParams {
   float* pre = nullptr;          // [rows, n]
   float* post = nullptr;         // [rows, n]
   float* comb = nullptr;         // [rows, n·n]
+  float* rinv = nullptr;         // [rows]: rsqrt(mean(x²)+eps) of each row
+  float* part = nullptr;         // [rows, chunks, (2+n)n]: ref::dot's chunk sums S[row, c, o]
   int64_t rows = 0, n = 0, d = 0;
+  int64_t chunks = 0;            // ⌈n·D / 32⌉ (ref::dot's chunks)
+  int group_chunks = 1;          // G: consecutive chunks per partial block
   int iters = 1;
   float hc_eps = 0.f, norm_eps = 0.f;
   bool bf16 = false;  // the model dtype: selects exp's arithmetic (nothing is rounded to it)
 };
 
-constexpr int kMixThreads = 256;
-constexpr int kMixChunksPerLane = 20;  // n·D ≤ 20480 on the chunk-parallel path (the released 4 × 5120)
+static_assert(device::kDotChunk == 32 && device::kDotFma && !device::kDotCarry,
+              "the split computes ref::dot's independent 32-wide FMA chunks from +0 and adds them in order");
 
-__global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const p) {
-  __shared__ float s_r;
-  __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
-  int64_t const row = blockIdx.x;
-  int64_t const n = p.n, nd = n * p.d, nm = (2 + n) * n;
+/// Copies elements [0, total) through registers: element e is load(e), then store(e, value). B loads per
+/// thread are issued before the first store, so a block has B·blockDim independent loads in flight (one
+/// DRAM round trip for the partial kernel's 15 KB weight tile at n = 4).
+template <int B, class Load, class Store>
+__device__ __forceinline__ void stage(int total, Load&& load, Store&& store) {
+  int const nt = static_cast<int>(blockDim.x);
+  for (int e0 = static_cast<int>(threadIdx.x); e0 < total; e0 += B * nt) {
+    float v[B];
+#pragma unroll
+    for (int j = 0; j < B; ++j) v[j] = e0 + j * nt < total ? load(e0 + j * nt) : 0.f;
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+      if (e0 + j * nt < total) store(e0 + j * nt, v[j]);
+  }
+}
+
+// ---- 1. r per row ----------------------------------------------------------------------------------------
+// r in its own pass rather than redundantly in every partial block: the pass reads each row's n·D·4 B
+// (80 KB at n·D = 20480) once and costs one launch; a partial block needs r of its whole row tile before its
+// first FMA, so redundant r would re-read 8 rows × 80 KB = 640 KB in each of the 128 chunk-group blocks
+// (82 MB of L2 traffic per tile against the 1.97 MB weight stream) and put the 160-step chain below in
+// front of every block's FMAs.
+constexpr int kRmsThreads = 512;
+constexpr int kRmsTile = 8192;  // floats of x per shared-memory tile (32 KB); a multiple of 128
+
+/// ref::lane_sum of x_k² (as warp_lane_sum / device::lane_sum_seq): with vec = 4 when n·D % 128 == 0, else 1,
+/// lane l's component c is the sequential sum from +0 of x_k² over k ≡ vec·l + c (mod 32·vec), increasing k;
+/// each lane adds its components in c order, then the 32 lane values fold by halving. Here chain
+/// t = vec·l + c is thread t (< 32·vec), fed from a coalesced shared-memory tile whose start is a multiple of
+/// 128, so k mod 32·vec = (offset in tile) mod 32·vec; warp 0 then combines the chains in lane_sum's order.
+__global__ void __launch_bounds__(kRmsThreads) mhc_rms_kernel(MhcMixParams const p) {
+  __shared__ float xs[kRmsTile];
+  __shared__ float chain[128];
+  int64_t const row = blockIdx.x, nd = p.n * p.d;
   float const* x = p.x + row * nd;
-  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (warp == 0) {
-    float const r = warp_rms_inv(x, nd, p.norm_eps);
-    if (lane == 0) s_r = r;
-  }
-  __syncthreads();
-  float const r = s_r;
-  if (nd <= 32 * 32 * kMixChunksPerLane) {  // one warp per mix output, ref::dot's chunks over the lanes
-    for (int64_t o = warp; o < nm; o += kMixThreads / 32) {
-      float acc[1];
-      warp_dot_row<1, kMixChunksPerLane>([x, r](int, int64_t k) { return __fmul_rn(x[k], r); }, 1, p.fn + o * nd,
-                                            nd, acc);
-      if (lane == 0) m[o] = acc[0];
-    }
-  } else {
-    for (int64_t o = threadIdx.x; o < nm; o += blockDim.x) {
-      float const* w = p.fn + o * nd;
-      device::DotAcc acc;  // ref::dot(f, fn_o) with f_i = x_i·r
-      for (int64_t c0 = 0; c0 < nd; c0 += device::kDotChunk) {
-        int64_t const c1 = c0 + device::kDotChunk < nd ? c0 + device::kDotChunk : nd;
-        acc.begin();
-        for (int64_t i = c0; i < c1; ++i) acc.step(__fmul_rn(x[i], r), __ldg(w + i));
-        acc.end();
-      }
-      m[o] = acc.value();
+  int const vec = nd % 128 == 0 ? 4 : 1, nchain = 32 * vec, t = static_cast<int>(threadIdx.x);
+  float comp = 0.f;
+  for (int64_t k0 = 0; k0 < nd; k0 += kRmsTile) {
+    int const len = static_cast<int>(nd - k0 < kRmsTile ? nd - k0 : kRmsTile);
+    __syncthreads();  // the previous tile is consumed
+    stage<kRmsTile / kRmsThreads>(len, [x, k0](int e) { return __ldg(x + k0 + e); },
+                                  [](int e, float v) { xs[e] = v; });
+    __syncthreads();
+    if (t < nchain) {
+#pragma unroll 8
+      for (int e = t; e < len; e += nchain) comp = __fadd_rn(comp, __fmul_rn(xs[e], xs[e]));
     }
   }
+  if (t < nchain) chain[t] = comp;
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (t >= 32) return;
+  float a = chain[t * vec];
+  for (int c = 1; c < vec; ++c) a = __fadd_rn(a, chain[t * vec + c]);
+  for (int h = 16; h > 0; h /= 2) {
+    float const b = __shfl_down_sync(0xffffffffu, a, h);
+    if (t < h) a = __fadd_rn(a, b);
+  }
+  if (t == 0)
+    p.rinv[row] = device::rsqrt_ref(__fadd_rn(__fmul_rn(a, __fdiv_rn(1.f, static_cast<float>(nd))), p.norm_eps));
+}
+
+// ---- 2. chunk sums ---------------------------------------------------------------------------------------
+// Block (g, tile): chunks [G·g, G·g + G) of ref::dot for every output o < (2+n)n and RT rows. Thread
+// p = cc·nm + o owns chunk cc of output o; its RT chains share each weight read. Shared memory, each chunk
+// padded to 33 floats: w_s[cc][o][33] (thread p reads w_s[p·33 + t]: bank (p + t) mod 32, conflict-free) and
+// f_s[r][cc][33] (a warp reads ≤ G distinct chunks at the same t: broadcasts, distinct banks).
+// G = clamp(128 / nm, 1, 8): n = 4 → nm = 24, G = 5, 120 threads, 640 / 5 = 128 blocks per row tile (one per
+// SM of the H200's 132) each loading 24 × 160 × 4 B = 15 KB of fn as 32 coalesced loads per thread in one
+// round trip; the whole 1.97 MB is requested at once at rows = 1. Rows beyond the tile's last hold f = 0 and
+// their chains are discarded.
+constexpr int kPartPairs = 128;    // max nm·G (threads per partial block)
+constexpr int kMaxGroupChunks = 8;
+constexpr int kMaxRowTile = 8;
+
+template <int RT>
+__global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParams const p) {
+  static_assert(RT >= 1 && RT <= kMaxRowTile);
+  __shared__ float w_s[kPartPairs * 33];
+  __shared__ float f_s[kMaxRowTile * kMaxGroupChunks * 33];
+  int64_t const nd = p.n * p.d, chunks = p.chunks;
+  int const nm = static_cast<int>((2 + p.n) * p.n), G = p.group_chunks;
+  int64_t const groups = (chunks + G - 1) / G;
+  int64_t const g = blockIdx.x % groups, r0 = blockIdx.x / groups * RT;
+  int64_t const c0 = g * G, k0 = c0 * 32;
+  int const ncg = static_cast<int>(chunks - c0 < G ? chunks - c0 : G);     // chunks in this group
+  int const span = static_cast<int>(nd - k0 < 32 * ncg ? nd - k0 : 32 * ncg);  // k indices in this group
+  int const nr = static_cast<int>(p.rows - r0 < RT ? p.rows - r0 : RT);
+  float const* fn = p.fn + k0;
+  stage<32>(nm * span, [fn, nd, span](int e) { int const o = e / span; return __ldg(fn + o * nd + (e - o * span)); },
+            [span, nm](int e, float v) {
+              int const o = e / span, k = e - o * span;
+              w_s[((k >> 5) * nm + o) * 33 + (k & 31)] = v;
+            });
+  float const* x = p.x + r0 * nd + k0;
+  float const* rinv = p.rinv + r0;
+  stage<16>(RT * span,
+            [x, nd, span, nr](int e) {
+              int const r = e / span;
+              return r < nr ? __ldg(x + r * nd + (e - r * span)) : 0.f;
+            },
+            [span, G, nr, rinv](int e, float v) {
+              int const r = e / span, k = e - r * span;
+              // f_k = fmul_rn(x_k, r): the reference's rms_norm_row value (no weight, fp32).
+              f_s[(r * G + (k >> 5)) * 33 + (k & 31)] = r < nr ? __fmul_rn(v, __ldg(rinv + r)) : 0.f;
+            });
+  __syncthreads();
+  int const pair = static_cast<int>(threadIdx.x);
+  if (pair >= ncg * nm) return;
+  int const cc = pair / nm, o = pair - cc * nm;
+  int const len = span - 32 * cc < 32 ? span - 32 * cc : 32;  // < 32 only in the last chunk of n·D
+  float const* wr = w_s + pair * 33;
+  float const* fr = f_s + cc * 33;
+  float acc[RT];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) acc[r] = 0.f;  // each chunk from +0 (kDotCarry false)
+#pragma unroll
+  for (int t = 0; t < 32; ++t) {
+    if (t >= len) break;  // no zero-padded steps: fma(+0, w, acc) is not the identity (acc = −0, w = ±inf)
+    float const wv = wr[t];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) acc[r] = __fmaf_rn(fr[r * G * 33 + t], wv, acc[r]);  // std::fma(f_k, fn_ok, acc)
+  }
+  float* out = p.part + (r0 * chunks + c0 + cc) * nm + o;
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+    if (r < nr) out[r * chunks * nm] = acc[r];  // unrolled: acc stays in registers
+}
+
+// ---- 3. chunk order, then the reference's scalar tail ------------------------------------------------------
+constexpr int kFinThreads = 512;
+constexpr int kFinTile = 8192;  // floats of S per shared-memory tile (32 KB): ⌊8192 / nm⌋ chunks of a row
+
+/// pre, post and comb of one row from its mix outputs m [(2+n)n], by one thread: ref::mhc_mix_row's tail
+/// operation for operation.
+__device__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m) {
+  int64_t const n = p.n;
   float const* base = p.base;
   float* pre = p.pre + row * n;
   float* post = p.post + row * n;
@@ -117,6 +234,32 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcMixParams const
   col_norm();
   for (int it = 0; it < p.iters - 1; ++it) { row_norm(); col_norm(); }
   for (int64_t i = 0; i < n * n; ++i) comb[i] = c[i];
+}
+
+/// Thread o < nm forms ref::dot's total m_o = S[0, o] (taken as is, not +0 + S[0, o]), then
+/// m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, from coalesced shared-memory tiles of the row's S.
+__global__ void __launch_bounds__(kFinThreads) mhc_mix_finish_kernel(MhcMixParams const p) {
+  __shared__ float ts[kFinTile];
+  __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
+  int64_t const row = blockIdx.x, chunks = p.chunks;
+  int const nm = static_cast<int>((2 + p.n) * p.n), t = static_cast<int>(threadIdx.x);
+  float const* s = p.part + row * chunks * nm;
+  int64_t const tile = kFinTile / nm;
+  float total = 0.f;
+  for (int64_t c0 = 0; c0 < chunks; c0 += tile) {
+    int const nc = static_cast<int>(chunks - c0 < tile ? chunks - c0 : tile);
+    __syncthreads();  // the previous tile is consumed
+    stage<kFinTile / kFinThreads>(nc * nm, [src = s + c0 * nm](int e) { return __ldg(src + e); },
+                                  [](int e, float v) { ts[e] = v; });
+    __syncthreads();
+    if (t < nm) {
+#pragma unroll 8
+      for (int c = 0; c < nc; ++c) total = c0 + c == 0 ? ts[t] : __fadd_rn(total, ts[c * nm + t]);
+    }
+  }
+  if (t < nm) m[t] = total;
+  __syncthreads();
+  if (t == 0) mix_epilogue(p, row, m);
 }
 
 struct MhcCollapseParams {
@@ -189,13 +332,48 @@ Status MhcMix<Backend::kCuda>::check(MhcMixDesc const& d, MhcMixArgs const& a) {
 Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, ExecContext& ctx) {
   using namespace kernels;
   if (d.rows == 0) return {};
+  int64_t const n = d.streams, nd = n * d.dim, nm = (2 + n) * n;
   MhcMixParams p;
   p.x = a.x.data; p.fn = a.fn.data; p.base = a.base.data; p.scale = a.scale.data;
   p.pre = a.pre.data; p.post = a.post.data; p.comb = a.comb.data;
-  p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.iters = d.sinkhorn_iters;
+  p.n = n; p.d = d.dim; p.iters = d.sinkhorn_iters;
   p.hc_eps = d.hc_eps; p.norm_eps = d.norm_eps; p.bf16 = d.md == DType::kBf16;
-  mhc_mix_kernel<<<static_cast<unsigned>(d.rows), kMixThreads, 0, stream_of(ctx)>>>(p);
-  return launch_status("mhc_mix_kernel");
+  p.chunks = ceil_div(nd, device::kDotChunk);
+  p.group_chunks = static_cast<int>(std::clamp<int64_t>(kPartPairs / nm, 1, kMaxGroupChunks));
+  int64_t const groups = ceil_div(p.chunks, p.group_chunks);
+  // Scratch per row: r and the chunk sums, 4 + 640 × 24 × 4 B ≈ 61 KB at n·D = 20480. Rows run in slabs
+  // of at most kScratchBudget (546 rows there), so a long prefill does not allocate rows × 61 KB at once.
+  constexpr size_t kScratchBudget = size_t{32} << 20;
+  size_t const part_row = static_cast<size_t>(p.chunks * nm) * sizeof(float);
+  int64_t const slab =
+      std::clamp<int64_t>(static_cast<int64_t>(kScratchBudget / (part_row + sizeof(float))), 1, d.rows);
+  size_t const rinv_bytes = align256(static_cast<size_t>(slab) * sizeof(float));
+  Scratch ws;
+  TESSERA_TRY(ws.acquire(ctx, rinv_bytes + static_cast<size_t>(slab) * part_row));
+  p.rinv = static_cast<float*>(ws.ptr);
+  p.part = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + rinv_bytes);
+  // Row tile of the partial blocks: the smallest of 1, 2, 4, 8 covering the slab (fn is read once per tile).
+  int const rt = slab <= 1 ? 1 : slab <= 2 ? 2 : slab <= 4 ? 4 : kMaxRowTile;
+  if (groups * ceil_div(slab, rt) > 0x7fffffff) return invalid_argument("mhc_mix: n·D too large for one grid");
+  unsigned const part_threads = static_cast<unsigned>(ceil_div(nm * p.group_chunks, 32) * 32);
+  for (int64_t r0 = 0; r0 < d.rows; r0 += slab) {
+    MhcMixParams q = p;
+    q.rows = std::min(slab, d.rows - r0);
+    q.x += r0 * nd; q.pre += r0 * n; q.post += r0 * n; q.comb += r0 * n * n;
+    mhc_rms_kernel<<<static_cast<unsigned>(q.rows), kRmsThreads, 0, ws.stream>>>(q);
+    TESSERA_TRY(launch_status("mhc_rms_kernel"));
+    unsigned const grid = static_cast<unsigned>(groups * ceil_div(q.rows, rt));
+    switch (rt) {
+      case 1: mhc_mix_partial_kernel<1><<<grid, part_threads, 0, ws.stream>>>(q); break;
+      case 2: mhc_mix_partial_kernel<2><<<grid, part_threads, 0, ws.stream>>>(q); break;
+      case 4: mhc_mix_partial_kernel<4><<<grid, part_threads, 0, ws.stream>>>(q); break;
+      default: mhc_mix_partial_kernel<kMaxRowTile><<<grid, part_threads, 0, ws.stream>>>(q); break;
+    }
+    TESSERA_TRY(launch_status("mhc_mix_partial_kernel"));
+    mhc_mix_finish_kernel<<<static_cast<unsigned>(q.rows), kFinThreads, 0, ws.stream>>>(q);
+    TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
+  }
+  return {};
 }
 
 Status MhcCollapse<Backend::kCuda>::check(MhcCollapseDesc const& d, MhcCollapseArgs const& a) {

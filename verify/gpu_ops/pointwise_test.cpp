@@ -11,8 +11,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "tessera/ops/mhc.hpp"
@@ -160,9 +162,9 @@ BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
 
 BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
   uint64_t const seed = test_seed(514);
-  // One warp per mix output, coalesced (n·D % 32 == 0) or chunk per lane (4 × 1001); n·D = 20480 is the
-  // released width; 4 × 5121 > 20480 takes the one-thread path. md selects exp's arithmetic (fmath::exp_rn /
-  // expf) and the softmax order.
+  // The split mix (rms pass, chunk-sum blocks, chunk-order finish) at n·D % 32 == 0 and not (4 × 1001);
+  // n·D = 20480 is the released width, 4 × 5121 beyond it. md selects exp's arithmetic (fmath::exp_rn /
+  // expf) and the softmax order. Row counts and odd shapes: mhc_mix_split_bitwise below.
   for (DType const md : {DType::kF32, DType::kBf16})
   for (int64_t dim : {64, 1000, 1001, 5120, 5121}) {
     int64_t const rows = 6, n = 4, nd = n * dim, nm = (2 + n) * n;
@@ -239,4 +241,94 @@ BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
       BOOST_TEST(count_bit_diffs(dexp.get(), ex, "expand") == 0);
     }
   }
+}
+
+// MhcMix's split projection against the CPU op, bitwise, on fresh inputs per case: every row tile of the
+// chunk-sum kernel (1, 2, 4, 8 rows: rows 1, 2, 7 and 64 / 300 with a partial last tile), two scratch slabs
+// (600 rows of the released shape: 546 + 54), lane_sum's 4-wide (n·D % 128 == 0) and 1-wide orders, partial
+// last chunks and chunk groups, and nm = 80 (n = 8: one chunk per block). fn ~ N(0, 1/n·D) so the mix outputs
+// are O(1) and neither the sigmoids nor the softmax saturate; output buffers start as NaN so an unwritten
+// element fails the finiteness check (count_bit_diffs counts two NaNs as equal).
+BOOST_AUTO_TEST_CASE(mhc_mix_split_bitwise) {
+  uint64_t const seed = test_seed(515);
+  struct Case {
+    int64_t n, dim;
+    std::vector<int64_t> rows;
+  };
+  std::vector<Case> const cases = {
+      {4, 5120, {1, 2, 7, 64, 300, 600}},  // released: nm = 24, 5 chunks per block, 128 blocks per row tile
+      {3, 37, {1, 2, 7, 64, 300}},         // n·D = 111: chunks 32, 32, 32, 15 in one group; lane_sum 1-wide
+      {8, 129, {1, 7, 64}},                // nm = 80, one chunk per block, n·D = 1032 (last chunk 8 wide)
+      {4, 5121, {1, 7}},                   // n·D = 20484 (past the released width): last chunk 4 wide
+  };
+  uint64_t salt = 0;
+  for (DType const md : {DType::kF32, DType::kBf16})
+    for (Case const& cs : cases)
+      for (int64_t const rows : cs.rows) {
+        ++salt;
+        int64_t const n = cs.n, dim = cs.dim, nd = n * dim, nm = (2 + n) * n;
+        auto x = randn(static_cast<size_t>(rows * nd), seed + 100 * salt, 1.5f);
+        auto fn = randn(static_cast<size_t>(nm * nd), seed + 100 * salt + 1, 1.f / std::sqrt(static_cast<float>(nd)));
+        auto base = randn(static_cast<size_t>(nm), seed + 100 * salt + 2, 0.5f);
+        std::vector<float> const scale = {0.7f, 1.3f, 2.1f};
+        ops::MhcMixDesc d{rows, n, dim, 20, 1e-6f, 1e-20f, md};
+        std::vector<float> pre(rows * n), post(rows * n), comb(rows * n * n);
+        ExecContext cctx;
+        run_ok<ops::MhcMix>(cctx, d, ops::MhcMixArgs{TensorView<float const, 2>(x.data(), {rows, nd}),
+                                                     TensorView<float const, 2>(fn.data(), {nm, nd}),
+                                                     TensorView<float const, 1>(base.data(), {nm}),
+                                                     TensorView<float const, 1>(scale.data(), {3}),
+                                                     TensorView<float, 2>(pre.data(), {rows, n}),
+                                                     TensorView<float, 2>(post.data(), {rows, n}),
+                                                     TensorView<float, 2>(comb.data(), {rows, n * n})});
+        float const qnan = std::numeric_limits<float>::quiet_NaN();
+        DeviceBuffer<float> dx(x), dfn(fn), dbase(base), dscale(scale);
+        ExecContext ctx = cuda_ctx();
+        auto mix = [&](int64_t r0, int64_t nr) {
+          DeviceBuffer<float> dp(std::vector<float>(nr * n, qnan)), dq(std::vector<float>(nr * n, qnan)),
+              dc(std::vector<float>(nr * n * n, qnan));
+          ops::MhcMixDesc dd = d;
+          dd.rows = nr;
+          run_ok<ops::MhcMix>(ctx, dd,
+                              ops::MhcMixArgs{TensorView<float const, 2>(dx.data() + r0 * nd, {nr, nd}, Device::kCuda),
+                                              dfn.cview<2>({nm, nd}), dbase.cview<1>({nm}), dscale.cview<1>({3}),
+                                              dp.view<2>({nr, n}), dq.view<2>({nr, n}), dc.view<2>({nr, n * n})});
+          return std::array<std::vector<float>, 3>{dp.get(), dq.get(), dc.get()};
+        };
+        auto const [gpre, gpost, gcomb] = mix(0, rows);
+        BOOST_TEST_INFO("n=" << n << " dim=" << dim << " rows=" << rows << " md=" << dtype_name(md));
+        int64_t const bad = count_bit_diffs(gpre, pre, "pre") + count_bit_diffs(gpost, post, "post") +
+                            count_bit_diffs(gcomb, comb, "comb");
+        BOOST_TEST(bad == 0);
+        // Real values: every output written and finite, pre in (0, 1 + hc_eps], post in (0, 2], and each column
+        // of comb summing to ~1 (the Sinkhorn iterations end on a column normalisation).
+        bool finite = true, ranges = true;
+        for (float v : gpre) { finite &= std::isfinite(v); ranges &= v > 0.f && v <= 1.f + 1e-6f; }
+        for (float v : gpost) { finite &= std::isfinite(v); ranges &= v > 0.f && v <= 2.f; }
+        for (float v : gcomb) finite &= std::isfinite(v);
+        BOOST_TEST(finite);
+        BOOST_TEST(ranges);
+        double worst_col = 0;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < n; ++k) {
+            double s = 0;
+            for (int64_t j = 0; j < n; ++j) s += gcomb[r * n * n + j * n + k];
+            worst_col = std::max(worst_col, std::abs(s - 1.0));
+          }
+        BOOST_TEST(worst_col < 1e-3);
+        // Not saturated: the pre gates spread over the sigmoid's range.
+        auto const [lo, hi] = std::minmax_element(gpre.begin(), gpre.end());
+        if (rows * n >= 8) BOOST_TEST(*hi - *lo > 0.05f);
+        if (rows > 1) {  // distinct rows give distinct outputs (no row reads another's inputs)
+          BOOST_TEST((row_slice(gcomb, n * n, 0) != row_slice(gcomb, n * n, rows - 1)));
+          // Row invariance: the last row alone.
+          auto const [p1, q1, c1] = mix(rows - 1, 1);
+          BOOST_TEST(count_bit_diffs(p1, row_slice(gpre, n, rows - 1), "alone pre") +
+                         count_bit_diffs(q1, row_slice(gpost, n, rows - 1), "alone post") +
+                         count_bit_diffs(c1, row_slice(gcomb, n * n, rows - 1), "alone comb") == 0);
+        }
+        std::printf("mhc_mix split n=%lld dim=%lld rows=%lld md=%s: %lld bit mismatches, column sums %.2g from 1\n",
+                    static_cast<long long>(n), static_cast<long long>(dim), static_cast<long long>(rows),
+                    std::string(dtype_name(md)).c_str(), static_cast<long long>(bad), worst_col);
+      }
 }
