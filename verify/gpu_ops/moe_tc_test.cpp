@@ -176,7 +176,7 @@ void check_all(Problem const& p) {
   for (float v : cpu) nonzero += v != 0.f;
   BOOST_TEST(nonzero > static_cast<int64_t>(cpu.size()) / 2);  // the comparison is not between zeros
   for (MoeTcPath path : {MoeTcPath::kSkinny, MoeTcPath::kGemm, MoeTcPath::kEmulated, MoeTcPath::kAuto}) {
-    if (path == MoeTcPath::kEmulated && p.dim * p.rows > 5120 * 5) continue;  // the slow path: small cases only
+    if (path == MoeTcPath::kEmulated && p.dim * p.inter * p.rows > int64_t{5120} * 2304 * 5) continue;  // slow path
     BOOST_TEST_INFO("rows=" << p.rows << " dim=" << p.dim << " inter=" << p.inter << " experts=" << p.experts
                             << " k=" << p.k << " limit=" << p.limit << " path=" << path_name(path));
     auto const gpu = p.gpu(0, p.rows, path);
