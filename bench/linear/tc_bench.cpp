@@ -13,7 +13,12 @@
 /// equal ref::dot_tc bit for bit (a FAIL row is not timed); the table also says how many of those sampled
 /// bf16 outputs cuBLAS gives differently (cuBLAS follows the same model on the H200 for its bf16 output:
 /// verify/gpu_ops/tensor_core_test.cpp). Prints markdown tables for bench/RESULTS.md.
-/// Usage: tc_bench [--quick] [--decode|--prefill] [--shape SUBSTR] [--batch M] [--iters N]
+///   moe      MoeExperts<kCuda> (ops/moe.hpp) on the Flash expert shape (dim 5120, inter 2304, bf16 weights, md bf16),
+///            16 experts allocated, top-6 + the shared expert, tokens 1, 4, 16, 64: one call (sort, tiles, x → bf16,
+///            act, down, combine) per path (kSkinny / kGemm on the tensor cores, kEmulated), after an L2 flush;
+///            GB/s = expert weight bytes touched (3 matrices × 23.6 MB × (distinct routed experts + 1)) / time.
+///            check: the three paths' outputs are equal bit for bit (each equals the CPU op: verify_gpu_moe_tc).
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe] [--shape SUBSTR] [--batch M] [--iters N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -29,6 +34,7 @@
 
 #include "tessera/core/tensor.hpp"
 #include "tessera/ops/linear_tc.hpp"
+#include "tessera/ops/moe.hpp"
 #include "tessera/ref/common_ref.hpp"
 
 using namespace tessera;
@@ -217,7 +223,7 @@ Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16
 }
 
 struct Options {
-  bool quick = false, decode = true, prefill = true;
+  bool quick = false, decode = true, prefill = true, moe = true;
   std::string shape;
   int64_t batch = 0;
   int iters = 20;
@@ -229,14 +235,116 @@ Options parse(int argc, char** argv) {
     std::string const a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--quick") { o.quick = true; o.iters = 5; }
-    else if (a == "--decode") o.prefill = false;
-    else if (a == "--prefill") o.decode = false;
+    else if (a == "--decode") { o.prefill = false; o.moe = false; }
+    else if (a == "--prefill") { o.decode = false; o.moe = false; }
+    else if (a == "--moe") { o.decode = false; o.prefill = false; }
     else if (a == "--shape") o.shape = next();
     else if (a == "--batch") o.batch = std::stoll(next());
     else if (a == "--iters") o.iters = std::stoi(next());
     else std::fprintf(stderr, "tc_bench: ignoring unknown argument %s\n", a.c_str());
   }
   return o;
+}
+
+/// The MoE rows (see the header): returns the number of failed checks.
+int bench_moe(Timer& timer, Options const& opt) {
+  constexpr int64_t kDim = 5120, kInter = 2304, kExperts = 16, kTopK = 6;
+  std::printf("\n### MoeExperts CUDA, Flash expert shape (%lldx%lld bf16), %lld experts allocated, top-%lld + "
+              "shared, median of %d\n\n",
+              static_cast<long long>(kDim), static_cast<long long>(kInter), static_cast<long long>(kExperts),
+              static_cast<long long>(kTopK), opt.iters);
+  std::printf("GB/s = expert weight bytes touched / call time (one call after an L2 flush, launch included).\n\n");
+  std::printf("| tokens | experts touched | weight MB | check | skinny us | GB/s | %% of 4.27 TB/s | gemm us | GB/s | "
+              "%% | emulated us | GB/s | %% |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  size_t const mat = static_cast<size_t>(kDim * kInter);
+  std::vector<Dev<uint16_t>> w;  // [3 · (experts + 1)]: w1, w3, w2 of expert e at 3e .. 3e + 2; the shared last
+  std::vector<uint64_t> p1, p3, p2;
+  for (int64_t e = 0; e <= kExperts; ++e)
+    for (int m = 0; m < 3; ++m) {
+      w.emplace_back(mat);
+      w.back().upload(random_bf16(mat, static_cast<uint64_t>(1000 + 3 * e + m)));
+      (m == 0 ? p1 : m == 1 ? p3 : p2).push_back(reinterpret_cast<uint64_t>(w.back().p));
+    }
+  Dev<uint64_t> t1(p1.size()), t3(p3.size()), t2(p2.size());
+  t1.upload(p1); t3.upload(p3); t2.upload(p2);
+  ops::MoeExpertsDeviceWeights dev;
+  dev.w1 = reinterpret_cast<void const* const*>(t1.p);
+  dev.w3 = reinterpret_cast<void const* const*>(t3.p);
+  dev.w2 = reinterpret_cast<void const* const*>(t2.p);
+  dev.shared_w1 = reinterpret_cast<void const*>(p1.back());
+  dev.shared_w3 = reinterpret_cast<void const*>(p3.back());
+  dev.shared_w2 = reinterpret_cast<void const*>(p2.back());
+  int failures = 0;
+  std::mt19937_64 g(77);
+  for (int64_t tokens : {1, 4, 16, 64}) {
+    if (opt.batch && tokens != opt.batch) continue;
+    std::vector<float> x(static_cast<size_t>(tokens * kDim)), wts(static_cast<size_t>(tokens * kTopK));
+    auto const xb = random_bf16(x.size(), static_cast<uint64_t>(500 + tokens));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float_from_bf16_bits(xb[i]) * 0.5f;  // bf16-valued
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * kTopK));
+    std::vector<bool> touched(kExperts, false);
+    for (int64_t r = 0; r < tokens; ++r) {
+      std::vector<int32_t> perm(kExperts);
+      for (int64_t e = 0; e < kExperts; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+      std::shuffle(perm.begin(), perm.end(), g);
+      for (int64_t i = 0; i < kTopK; ++i) {
+        ids[static_cast<size_t>(r * kTopK + i)] = perm[static_cast<size_t>(i)];
+        touched[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
+        wts[static_cast<size_t>(r * kTopK + i)] = 0.1f + 0.05f * static_cast<float>(i);
+      }
+    }
+    int64_t const n_touched = std::count(touched.begin(), touched.end(), true);
+    double const bytes = 3.0 * 2.0 * static_cast<double>(mat) * static_cast<double>(n_touched + 1);
+    Dev<float> dx(x.size()), dwt(wts.size()), dout(static_cast<size_t>(tokens * kDim));
+    Dev<int32_t> di(ids.size());
+    dx.upload(x); dwt.upload(wts); di.upload(ids);
+    ops::MoeExpertsDesc d{tokens, kExperts, kDim, kInter, kTopK, 7.f, true, DType::kBf16, DType::kBf16};
+    ops::MoeTcPath const paths[3] = {ops::MoeTcPath::kSkinny, ops::MoeTcPath::kGemm, ops::MoeTcPath::kEmulated};
+    size_t ws_bytes = 0;
+    for (auto path : paths) {
+      d.tc_path = path;
+      ws_bytes = std::max(ws_bytes, ops::MoeExperts<Backend::kCuda>::workspace_bytes(d));
+    }
+    Dev<unsigned char> ws(ws_bytes);
+    ops::MoeExpertsArgs a;
+    a.x = TensorView<float const, 2>(dx.p, {tokens, kDim}, Device::kCuda);
+    a.ids = TensorView<int32_t const, 2>(di.p, {tokens, kTopK}, Device::kCuda);
+    a.weights = TensorView<float const, 2>(dwt.p, {tokens, kTopK}, Device::kCuda);
+    a.out = TensorView<float, 2>(dout.p, {tokens, kDim}, Device::kCuda);
+    a.dev = dev;
+    ExecContext ctx;
+    ctx.backend = Backend::kCuda;
+    ctx.workspace = ws.p;
+    ctx.workspace_bytes = ws_bytes;
+    double us[3] = {0, 0, 0};
+    std::vector<float> outs[3];
+    std::string why;
+    for (int i = 0; i < 3; ++i) {
+      d.tc_path = paths[i];
+      Status const s = ops::dispatch<ops::MoeExperts>(ctx, d, a);
+      if (!s.ok()) { why = s.to_string(); break; }
+      CK(cudaDeviceSynchronize());
+      outs[i] = dout.get(static_cast<size_t>(tokens * kDim));
+      us[i] = timer.median_us([&] { (void)ops::dispatch<ops::MoeExperts>(ctx, d, a); }, opt.iters);
+    }
+    if (why.empty() && (std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4) != 0 ||
+                        std::memcmp(outs[0].data(), outs[2].data(), outs[0].size() * 4) != 0))
+      why = "paths differ";
+    if (!why.empty()) {
+      ++failures;
+      std::printf("| %lld | %lld | %.0f | FAIL: %s | | | | | | | | | |\n", static_cast<long long>(tokens),
+                  static_cast<long long>(n_touched + 1), bytes / 1e6, why.c_str());
+      continue;
+    }
+    auto gbs = [&](double t) { return bytes / (t * 1e-6) / 1e9; };
+    std::printf("| %lld | %lld | %.0f | ok | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f |\n",
+                static_cast<long long>(tokens), static_cast<long long>(n_touched + 1), bytes / 1e6, us[0], gbs(us[0]),
+                100.0 * gbs(us[0]) * 1e9 / kCopyBandwidth, us[1], gbs(us[1]), 100.0 * gbs(us[1]) * 1e9 / kCopyBandwidth,
+                us[2], gbs(us[2]), 100.0 * gbs(us[2]) * 1e9 / kCopyBandwidth);
+    std::fflush(stdout);
+  }
+  return failures;
 }
 
 }  // namespace
@@ -336,6 +444,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (opt.moe) failures += bench_moe(timer, opt);
   std::printf("\n%d row(s) failed their correctness check\n", failures);
   return failures ? 1 : 0;
 }

@@ -35,6 +35,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "tessera/core/dtype.hpp"
@@ -79,8 +80,25 @@ inline constexpr int kSkinnyStages = 8;
 inline constexpr int kSkinnyLds = kSkinnyBK + 8;
 /// Dynamic shared memory: 8 stages × (8 W rows + min(M, 16) x rows) × 528 B; 38 KiB at M = 1, 99 KiB at
 /// M ≥ 16 (7 stages = 28 KiB of W in flight per warp).
+inline constexpr size_t skinny_tile_smem_bytes(int mats, int stages, int64_t xr) {
+  return size_t(stages) * size_t(mats * kSkinnyCols + xr) * kSkinnyLds * sizeof(uint16_t);
+}
 inline constexpr size_t skinny_smem_bytes(int64_t m) {
-  return size_t{kSkinnyStages} * (kSkinnyCols + (m < kSkinnyRows ? m : kSkinnyRows)) * kSkinnyLds * sizeof(uint16_t);
+  return skinny_tile_smem_bytes(1, kSkinnyStages, m < kSkinnyRows ? m : kSkinnyRows);
+}
+
+/// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KiB default) once per device (< 64).
+template <auto kKernel>
+cudaError_t allow_smem(size_t bytes) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  uint64_t const bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_acq_rel);
+  return e;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(void const* p) {
@@ -172,43 +190,46 @@ __device__ __forceinline__ void store_pair(TcLinearParams const& p, int64_t row,
   }
 }
 
-/// GEMM: grid ⌈M/128⌉·⌈N/128⌉ (1-D, grouped raster), block 256, dynamic shared memory kGemmSmemBytes.
-/// Warp (wm, wn) = (warp / 4, warp % 4) owns rows 64·wm .. +63 (4 m16 tiles) and columns 32·wn .. +31 (4 n8
-/// tiles) of the block tile: 16 accumulator tiles = 64 fp32 registers per thread. Pipeline: slab kt + 3 is
-/// in flight (cp.async) while slab kt is multiplied; one __syncthreads per slab guards the ring.
-template <TcMma kMma, bool kVec16>
-__global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLinearParams const p) {
-  extern __shared__ __align__(16) uint16_t gemm_smem[];
-  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  int64_t const tiles_m = (p.m + kGemmBM - 1) / kGemmBM, tiles_n = (p.n + kGemmBN - 1) / kGemmBN;
-  int64_t const per_group = kGemmGroupM * tiles_n;
-  int64_t const bid = blockIdx.x;
-  int64_t const first_m = bid / per_group * kGemmGroupM;
-  int64_t const group_m = tiles_m - first_m < kGemmGroupM ? tiles_m - first_m : kGemmGroupM;
-  int64_t const in_group = bid % per_group;
-  int64_t const m0 = (first_m + in_group % group_m) * kGemmBM, n0 = in_group / group_m * kGemmBN;
-  int const wm = warp >> 2, wn = warp & 3;
+/// The x rows one thread stages in the GEMM tile: rows (tid / 4) + 64·i, i < kGemmXRowsPerThread, of the
+/// block's 128, chunk tid % 4 of each 32-wide slab (W rows likewise).
+inline constexpr int kGemmXRowsPerThread = kGemmBM * (kGemmBK / 8) / (kGemmWarps * 32);
+static_assert(kGemmXRowsPerThread == 2);
 
-  auto slab_x = [&](int s) { return gemm_smem + s * 2 * kGemmTileHalves; };
-  auto slab_w = [&](int s) { return gemm_smem + s * 2 * kGemmTileHalves + kGemmTileHalves; };
+/// One block's 128 × 128 tile, the main loop of linear_tc_gemm_kernel and of the grouped MoE kernels
+/// (kernels/moe/moe_tc_cuda.cu): W rows n0 .. n0 + 127 of w ([n, k], row stride ldw; rows ≥ n staged as +0) against
+/// 128 x rows of which this thread stages rows (tid / 4) + 64·i from xrow[i] (K contiguous) when xok[i], else +0
+/// (xrow[i] must still be a valid global address). Warp (wm, wn) = (warp / 4, warp % 4) accumulates
+///   acc[mt][nt] = the m16n8 tile of block rows 64·wm + 16·mt .., columns 32·wn + 8·nt .. (fragment layout of D),
+/// one register chain per output over the ⌈k/16⌉ blocks in order. Pipeline: slab kt + 3 is in flight (cp.async)
+/// while slab kt is multiplied; one __syncthreads per slab guards the ring, and one more at the end, so on return
+/// the shared memory (kGemmSmemBytes, 16-byte aligned) may be reused. kVec16: 16-byte staging (k % 8 == 0,
+/// ldw % 8 == 0, w and every x row 16-byte aligned); otherwise element loads, one chunk pair at a time.
+template <TcMma kMma, bool kVec16>
+__device__ __forceinline__ void gemm_block_tile(uint16_t* smem, uint16_t const* const (&xrow)[kGemmXRowsPerThread],
+                                                bool const (&xok)[kGemmXRowsPerThread], uint16_t const* w,
+                                                int64_t ldw, int64_t n0, int64_t n, int64_t k, float (&acc)[4][4][4]) {
+  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  int const wm = warp >> 2, wn = warp & 3;
+  auto slab_x = [&](int s) { return smem + s * 2 * kGemmTileHalves; };
+  auto slab_w = [&](int s) { return smem + s * 2 * kGemmTileHalves + kGemmTileHalves; };
   // Slab kt → stage s: 128 rows × 4 chunks of 8 halves per operand, 2 chunks per thread per operand.
-  constexpr int kChunksPerThread = kGemmBM * (kGemmBK / 8) / (kGemmWarps * 32);
   auto stage_one = [&](int64_t k0, int s, int i) {
-    int const idx = tid + i * kGemmWarps * 32, r = idx >> 2, c = idx & 3;
-    stage_chunk<kVec16>(slab_x(s) + r * kGemmLds + c * 8, p.x, p.ldx, m0 + r, p.m, k0 + c * 8, p.k);
-    stage_chunk<kVec16>(slab_w(s) + r * kGemmLds + c * 8, p.w, p.ldw, n0 + r, p.n, k0 + c * 8, p.k);
+    int const r = (tid >> 2) + 64 * i, c = tid & 3;
+    bool const ok = i == 0 ? xok[0] : xok[1];  // static indices: i is not unrolled on the element path
+    uint16_t const* const x = i == 0 ? xrow[0] : xrow[1];
+    stage_chunk<kVec16>(slab_x(s) + r * kGemmLds + c * 8, x, 0, 0, ok ? 1 : 0, k0 + c * 8, k);
+    stage_chunk<kVec16>(slab_w(s) + r * kGemmLds + c * 8, w, ldw, n0 + r, n, k0 + c * 8, k);
   };
   auto stage = [&](int64_t kt, int s) {
     if constexpr (kVec16) {
 #pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) stage_one(kt * kGemmBK, s, i);
+      for (int i = 0; i < kGemmXRowsPerThread; ++i) stage_one(kt * kGemmBK, s, i);
     } else {  // element loads: one chunk pair at a time keeps the 64 accumulators clear of spills
 #pragma unroll 1
-      for (int i = 0; i < kChunksPerThread; ++i) stage_one(kt * kGemmBK, s, i);
+      for (int i = 0; i < kGemmXRowsPerThread; ++i) stage_one(kt * kGemmBK, s, i);
     }
   };
 
-  float acc[4][4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -216,7 +237,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-  int64_t const slabs = (p.k + kGemmBK - 1) / kGemmBK;
+  int64_t const slabs = (k + kGemmBK - 1) / kGemmBK;
 #pragma unroll
   for (int s = 0; s < kGemmStages - 1; ++s) {
     if (s < slabs) stage(s, s);
@@ -232,7 +253,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
     uint16_t const* sw = slab_w(s);
 #pragma unroll
     for (int kk = 0; kk < kGemmBK; kk += 16) {
-      if (kt * kGemmBK + kk >= p.k) break;  // exactly ⌈K/16⌉ block steps in all
+      if (kt * kGemmBK + kk >= k) break;  // exactly ⌈k/16⌉ block steps in all
       uint32_t a[4][4], b[4][2];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
@@ -254,6 +275,35 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
     }
   }
   cp_async_wait<0>();
+  __syncthreads();
+}
+
+/// GEMM: grid ⌈M/128⌉·⌈N/128⌉ (1-D, grouped raster), block 256, dynamic shared memory kGemmSmemBytes.
+/// Block tile rows m0 .. m0 + 127 of x, columns n0 .. n0 + 127 of W (gemm_block_tile): 16 accumulator tiles =
+/// 64 fp32 registers per thread.
+template <TcMma kMma, bool kVec16>
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLinearParams const p) {
+  extern __shared__ __align__(16) uint16_t gemm_smem[];
+  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  int64_t const tiles_m = (p.m + kGemmBM - 1) / kGemmBM, tiles_n = (p.n + kGemmBN - 1) / kGemmBN;
+  int64_t const per_group = kGemmGroupM * tiles_n;
+  int64_t const bid = blockIdx.x;
+  int64_t const first_m = bid / per_group * kGemmGroupM;
+  int64_t const group_m = tiles_m - first_m < kGemmGroupM ? tiles_m - first_m : kGemmGroupM;
+  int64_t const in_group = bid % per_group;
+  int64_t const m0 = (first_m + in_group % group_m) * kGemmBM, n0 = in_group / group_m * kGemmBN;
+  int const wm = warp >> 2, wn = warp & 3;
+
+  uint16_t const* xrow[kGemmXRowsPerThread];
+  bool xok[kGemmXRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kGemmXRowsPerThread; ++i) {
+    int64_t const row = m0 + (tid >> 2) + 64 * i;
+    xok[i] = row < p.m;
+    xrow[i] = p.x + (xok[i] ? row : 0) * p.ldx;
+  }
+  float acc[4][4][4];
+  gemm_block_tile<kMma, kVec16>(gemm_smem, xrow, xok, p.w, p.ldw, n0, p.n, p.k, acc);
 
   int const g = lane >> 2, c = lane & 3;
 #pragma unroll
@@ -266,71 +316,100 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
     }
 }
 
+/// One warp's skinny tile, the main loop of linear_tc_skinny_kernel and of the grouped MoE kernels
+/// (kernels/moe/moe_tc_cuda.cu): kMats weight matrices w[i] ([n, k], row stride ldw, K contiguous) share one set
+/// of 1 ≤ xr ≤ 16 x rows (row j at xrow(j), K contiguous), and the warp accumulates
+///   acc[i] = the m16n8 tile D[j][c] = Σ_k x_j[k]·w_i[n0 + c][k],   j < 16, c < 8,
+/// one register chain per output over the ⌈k/16⌉ blocks in order (the contract at the top of this file), with
+/// the fragment layout of D (d0, d1 = D[g][2c, 2c+1], d2, d3 = D[g+8][2c, 2c+1]). Rows j ≥ xr are zero
+/// registers, W rows ≥ n and x/W elements at k ≥ k are staged as +0: the caller stores only j < xr, n0 + c < n.
+/// Per 256-wide K slab it stages the kMats·8 W rows (coalesced: one 16-byte cp.async per lane and row) and the
+/// xr x rows into a kStages ring, so kStages − 1 slabs are in flight. Shared memory: smem (16-byte aligned) ≥
+/// skinny_tile_smem_bytes(kMats, kStages, xr) bytes. kVec16: 16-byte staging (k % 8 == 0, ldw % 8 == 0, every
+/// w[i] and x row 16-byte aligned); otherwise element loads. All 32 lanes call it; everything is warp-uniform.
+template <TcMma kMma, bool kVec16, int kMats, int kStages, class XRow>
+__device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const* const (&w)[kMats], int64_t ldw,
+                                                 int64_t n0, int64_t n, int64_t k, int xr, XRow const& xrow,
+                                                 float (&acc)[kMats][4]) {
+  static_assert(kStages >= 2 && kMats >= 1);
+  int const lane = static_cast<int>(threadIdx.x & 31);
+  int const stage_halves = (kMats * kSkinnyCols + xr) * kSkinnyLds;
+  auto slab_w = [&](int s, int i) { return smem + s * stage_halves + i * kSkinnyCols * kSkinnyLds; };
+  auto slab_x = [&](int s) { return smem + s * stage_halves + kMats * kSkinnyCols * kSkinnyLds; };
+  auto stage = [&](int64_t ks, int s) {
+    int64_t const k0 = ks * kSkinnyBK + lane * 8;
+#pragma unroll
+    for (int i = 0; i < kMats; ++i)
+#pragma unroll
+      for (int j = 0; j < kSkinnyCols; ++j)
+        stage_chunk<kVec16>(slab_w(s, i) + j * kSkinnyLds + lane * 8, w[i], ldw, n0 + j, n, k0, k);
+    for (int j = 0; j < xr; ++j) stage_chunk<kVec16>(slab_x(s) + j * kSkinnyLds + lane * 8, xrow(j), 0, 0, 1, k0, k);
+  };
+
+#pragma unroll
+  for (int i = 0; i < kMats; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+  int const g = lane >> 2;
+  int const arow = (lane & 15) < xr ? (lane & 15) : xr - 1;  // ldmatrix row address (clamped; zeroed below)
+  bool const lo_ok = g < xr, hi_ok = g + 8 < xr;                // fragment rows g and g + 8 are staged
+
+  int64_t const slabs = (k + kSkinnyBK - 1) / kSkinnyBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < slabs) stage(s, s);
+    cp_async_commit();  // one group per slab, empty past the end, so wait_group counts stay uniform
+  }
+  for (int64_t ks = 0; ks < slabs; ++ks) {
+    cp_async_wait<kStages - 2>();  // slab ks has landed (this lane's part) …
+    __syncwarp();                  // … every lane's part, and stage (ks − 1) % kStages is no longer being read
+    if (ks + kStages - 1 < slabs) stage(ks + kStages - 1, static_cast<int>((ks + kStages - 1) % kStages));
+    cp_async_commit();
+    int const s = static_cast<int>(ks % kStages);
+    uint16_t const* sx = slab_x(s);
+    int64_t const kbase = ks * kSkinnyBK;
+#pragma unroll 2
+    for (int kk = 0; kk < kSkinnyBK; kk += 32) {
+      if (kbase + kk >= k) break;
+      uint32_t b[kMats][4];  // per matrix: (n 0-7) × k kk+0..7, kk+8..15, kk+16..23, kk+24..31
+#pragma unroll
+      for (int i = 0; i < kMats; ++i)
+        ldmatrix_x4(b[i], smem_addr(slab_w(s, i) + (lane & 7) * kSkinnyLds + kk + (lane >> 3) * 8));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (kbase + kk + 16 * h >= k) break;  // exactly ⌈k/16⌉ block steps
+        uint32_t a[4];
+        ldmatrix_x4(a, smem_addr(sx + arow * kSkinnyLds + kk + 16 * h + (lane >> 4) * 8));
+        if (!lo_ok) a[0] = a[2] = 0u;
+        if (!hi_ok) a[1] = a[3] = 0u;
+#pragma unroll
+        for (int i = 0; i < kMats; ++i) block_step<kMma>(acc[i], a, b[i][2 * h], b[i][2 * h + 1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
 /// Skinny (decode): grid (⌈N/8⌉, ⌈M/16⌉), block 32 (one warp), dynamic shared memory skinny_smem_bytes(M).
-/// The warp owns columns 8·blockIdx.x .. +7 and rows 16·blockIdx.y .. +15: one m16n8 accumulator tile (4
-/// registers per thread). Per 256-wide K slab it stages W's 8 rows (8 coalesced 512-byte row segments, one
-/// 16-byte cp.async per lane each) and min(M, 16) rows of x (rows ≥ M zero-filled) into an 8-stage ring, so
-/// 7 slabs (28 KiB of W) are in flight per warp; the x rows of the tile that are not staged (M < 16) are zero
-/// registers. One ldmatrix.x4 on W gives the B fragments of two consecutive blocks.
+/// The warp owns columns 8·blockIdx.x .. +7 and rows 16·blockIdx.y .. +15 (skinny_warp_tile with one matrix):
+/// one m16n8 accumulator tile (4 registers per thread), 7 slabs (28 KiB of W) in flight per warp; the x rows
+/// of the tile that are not staged (M < 16, or the last group) are zero registers. One ldmatrix.x4 on W gives
+/// the B fragments of two consecutive blocks.
 template <TcMma kMma, bool kVec16>
 __global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams const p) {
   extern __shared__ __align__(16) uint16_t skinny_smem[];
   int const lane = static_cast<int>(threadIdx.x);
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
   int64_t const r0 = static_cast<int64_t>(blockIdx.y) * kSkinnyRows;
-  int const xr = static_cast<int>(p.m < kSkinnyRows ? p.m : kSkinnyRows);  // x rows staged per slab
-  int const stage_halves = (kSkinnyCols + xr) * kSkinnyLds;
-  auto slab_w = [&](int s) { return skinny_smem + s * stage_halves; };
-  auto slab_x = [&](int s) { return skinny_smem + s * stage_halves + kSkinnyCols * kSkinnyLds; };
-  auto stage = [&](int64_t ks, int s) {
-    int64_t const k0 = ks * kSkinnyBK + lane * 8;
-#pragma unroll
-    for (int j = 0; j < kSkinnyCols; ++j)
-      stage_chunk<kVec16>(slab_w(s) + j * kSkinnyLds + lane * 8, p.w, p.ldw, n0 + j, p.n, k0, p.k);
-    for (int j = 0; j < xr; ++j)
-      stage_chunk<kVec16>(slab_x(s) + j * kSkinnyLds + lane * 8, p.x, p.ldx, r0 + j, p.m, k0, p.k);
-  };
-
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  int const xr = static_cast<int>(p.m - r0 < kSkinnyRows ? p.m - r0 : kSkinnyRows);  // x rows staged per slab
+  uint16_t const* const w[1] = {p.w};
+  float acc[1][4];
+  skinny_warp_tile<kMma, kVec16, 1, kSkinnyStages>(skinny_smem, w, p.ldw, n0, p.n, p.k, xr,
+                                                   [&](int j) { return p.x + (r0 + j) * p.ldx; }, acc);
   int const g = lane >> 2, c = lane & 3;
-  int const arow = (lane & 15) < xr ? (lane & 15) : xr - 1;  // ldmatrix row address (clamped; zeroed below)
-  bool const lo_ok = g < xr, hi_ok = g + 8 < xr;                // fragment rows g and g + 8 are staged
-
-  int64_t const slabs = (p.k + kSkinnyBK - 1) / kSkinnyBK;
-#pragma unroll
-  for (int s = 0; s < kSkinnyStages - 1; ++s) {
-    if (s < slabs) stage(s, s);
-    cp_async_commit();
-  }
-  for (int64_t ks = 0; ks < slabs; ++ks) {
-    cp_async_wait<kSkinnyStages - 2>();
-    __syncwarp();
-    if (ks + kSkinnyStages - 1 < slabs) stage(ks + kSkinnyStages - 1, static_cast<int>((ks + kSkinnyStages - 1) % kSkinnyStages));
-    cp_async_commit();
-    int const s = static_cast<int>(ks % kSkinnyStages);
-    uint16_t const* sw = slab_w(s);
-    uint16_t const* sx = slab_x(s);
-    int64_t const kbase = ks * kSkinnyBK;
-#pragma unroll 2
-    for (int kk = 0; kk < kSkinnyBK; kk += 32) {
-      if (kbase + kk >= p.k) break;
-      uint32_t b[4];  // (n 0-7) × k kk+0..7, kk+8..15, kk+16..23, kk+24..31
-      ldmatrix_x4(b, smem_addr(sw + (lane & 7) * kSkinnyLds + kk + (lane >> 3) * 8));
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (kbase + kk + 16 * h >= p.k) break;  // exactly ⌈K/16⌉ block steps
-        uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(sx + arow * kSkinnyLds + kk + 16 * h + (lane >> 4) * 8));
-        if (!lo_ok) a[0] = a[2] = 0u;
-        if (!hi_ok) a[1] = a[3] = 0u;
-        block_step<kMma>(acc, a, b[2 * h], b[2 * h + 1]);
-      }
-    }
-  }
-  cp_async_wait<0>();
   int64_t const col = n0 + 2 * c;
-  store_pair(p, r0 + g, col, acc[0], acc[1]);
-  store_pair(p, r0 + g + 8, col, acc[2], acc[3]);
+  store_pair(p, r0 + g, col, acc[0][0], acc[0][1]);
+  store_pair(p, r0 + g + 8, col, acc[0][2], acc[0][3]);
 }
 
 }  // namespace tessera::kernels::tc_linear

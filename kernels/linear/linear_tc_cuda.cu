@@ -2,7 +2,6 @@
 /// Host side of the tensor-core bf16 linear (include/tessera/ops/linear_tc.hpp): argument checks, the choice of
 /// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
 /// from the descriptor and the operands' alignment, and the launch.
-#include <atomic>
 #include <string>
 
 #include "kernels/common/cuda_util.cuh"
@@ -12,20 +11,6 @@ namespace tessera::kernels::tc_linear {
 namespace {
 
 using Kernel = void (*)(TcLinearParams);
-
-/// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KiB default) once per device (< 64).
-template <Kernel kKernel>
-cudaError_t allow_smem(size_t bytes) {
-  static std::atomic<uint64_t> done{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  uint64_t const bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_acq_rel);
-  return e;
-}
 
 template <TcMma kMma, bool kVec16>
 Status launch_gemm(TcLinearParams const& p, cudaStream_t stream) {

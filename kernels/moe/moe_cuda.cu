@@ -14,10 +14,17 @@
 ///     experts in ascending id then the shared one, summed from +0 in fp32. Every dot runs in ref::gemm_dot's
 ///     order for the output dtype (tiles: warp_dot_rows_ptr with DotAcc, or TcDotAcc for bf16; decode-sized
 ///     launches: warp_dot_row / warp_dot_row_tc), so a value never depends on the tile it shares or the launch
-///     shape, and a token's result never depends on the other tokens.
+///     shape, and a token's result never depends on the other tokens. With bf16 weights and md = bf16 the act
+///     and down GEMMs run on the tensor cores instead (ops::MoeTcPath kSkinny / kGemm: kernels/moe/moe_tc.cuh,
+///     the same values; x converted to bf16 first, act kept as bf16), on a tile table of 8 or 128 assignments.
+///     Tile bound: expert e with n_e > 0 assignments takes ⌈n_e/T⌉ ≤ n_e/T + 1 tiles, and at most min(E, A)
+///     experts have any, so max_routed_tiles = ⌈A/T⌉ + min(E, A) (A = rows·top_k) slots always suffice.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
+
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/moe/moe_tc.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/moe.hpp"
 
@@ -144,14 +151,10 @@ __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p) {
 constexpr int kWarps = 4;
 constexpr int kTile = 8;  // assignments (token rows) per block: each weight tile is reused for all of them
 
-/// One block's rows: routed tile = up to kTile assignments of one expert (consecutive in the sorted order);
-/// shared tile = up to kTile consecutive tokens of the shared expert.
-struct TileInfo {
-  int32_t expert;  // −1 = shared expert
-  int32_t start;   // first sorted assignment (routed) or first token (shared)
-  int32_t count;
-  int32_t pad;
-};
+/// One block's rows: routed tile = up to tile_rows (kTile for these kernels) assignments of one expert
+/// (consecutive in the sorted order); shared tile = up to tile_rows consecutive tokens of the shared expert.
+using moe_tc::TileInfo;
+static_assert(kTile == moe_tc::kSkinnyTileRows);
 
 struct ExpertsParams {
   float const* x = nullptr;          // [rows, dim]
@@ -168,6 +171,7 @@ struct ExpertsParams {
   float* ybuf = nullptr;             // [rows, top_k + 1, dim]: →md(W2·act) per slot
   float* out = nullptr;              // [rows, dim]
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1, max_routed_tiles = 0;
+  int32_t tile_rows = kTile;         // assignments per routed tile in the table (kTile, or 128 for kGemm)
   float limit = 0.f;
   bool shared = true, bf16 = false;
 };
@@ -197,8 +201,8 @@ __global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
   if (threadIdx.x != 0) return;
   int32_t n = 0;
   for (int64_t e = 0; e < p.experts; ++e)
-    for (int32_t s = off[e]; s < off[e + 1]; s += kTile) {
-      int32_t const c = off[e + 1] - s < kTile ? off[e + 1] - s : kTile;
+    for (int32_t s = off[e]; s < off[e + 1]; s += p.tile_rows) {
+      int32_t const c = off[e + 1] - s < p.tile_rows ? off[e + 1] - s : p.tile_rows;
       p.tiles[n++] = TileInfo{static_cast<int32_t>(e), s, c, 0};
     }
   *p.num_tiles = n;
@@ -477,24 +481,36 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
 
 namespace {
 
+/// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
-  size_t act, ybuf, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
-  int64_t max_routed_tiles;
+  size_t act, ybuf, x_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
+  MoeTcPath path;
+  int64_t tile_rows, max_routed_tiles;
 };
+
+/// Routed tile slots of a table of tiles of T assignments (the bound in the header comment).
+int64_t max_routed_tiles(MoeExpertsDesc const& d, int64_t T) {
+  int64_t const A = d.rows * d.top_k;
+  return kernels::ceil_div(A, T) + std::min(d.experts, A);
+}
 
 ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
   using kernels::align256;
   int64_t const A = d.rows * d.top_k, slots = d.rows * (d.top_k + 1);
   ExpertsLayout L{};
-  L.max_routed_tiles = kernels::ceil_div(A, kernels::kTile) + d.experts;
+  L.path = moe_tc_path_for(d);
+  bool const tc = L.path != MoeTcPath::kEmulated;
+  L.tile_rows = L.path == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
+  L.max_routed_tiles = max_routed_tiles(d, L.tile_rows);
   size_t cub_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<uint32_t const*>(nullptr),
                                   static_cast<uint32_t*>(nullptr), static_cast<uint32_t const*>(nullptr),
                                   static_cast<uint32_t*>(nullptr), static_cast<int64_t>(A));
   size_t off = 0;
   auto take = [&](size_t bytes) { size_t const o = off; off += align256(bytes); return o; };
-  L.act = take(static_cast<size_t>(slots * d.inter) * sizeof(float));
+  L.act = take(static_cast<size_t>(slots * d.inter) * (tc ? sizeof(uint16_t) : sizeof(float)));
   L.ybuf = take(static_cast<size_t>(slots * d.dim) * sizeof(float));
+  L.x_bf16 = take(tc ? static_cast<size_t>(d.rows * d.dim) * sizeof(uint16_t) : 0);
   L.keys = take(static_cast<size_t>(A) * 4); L.keys_sorted = take(static_cast<size_t>(A) * 4);
   L.vals = take(static_cast<size_t>(A) * 4); L.vals_sorted = take(static_cast<size_t>(A) * 4);
   L.tiles = take(static_cast<size_t>(L.max_routed_tiles) * sizeof(kernels::TileInfo));
@@ -515,9 +531,14 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= kernels::kMaxTopK, "moe_experts CUDA supports 1 <= top_k <= 16");
   TESSERA_CHECK(d.experts >= 1 && d.experts <= 8192, "moe_experts CUDA supports 1..8192 experts");
   TESSERA_CHECK(d.dim > 0 && d.inter > 0, "moe_experts dim and inter must be positive");
-  TESSERA_CHECK(d.rows <= 65535 && kernels::ceil_div(d.rows * d.top_k, kernels::kTile) + d.experts +
-                                           kernels::ceil_div(d.rows, kernels::kTile) <= 65535,
-                "moe_experts CUDA: too many rows per launch (split the batch)");
+  TESSERA_CHECK(d.tc_path == MoeTcPath::kAuto || d.tc_path == MoeTcPath::kEmulated ||
+                    d.tc_path == MoeTcPath::kSkinny || d.tc_path == MoeTcPath::kGemm,
+                "moe_experts: unknown tc_path");
+  {
+    int64_t const T = moe_tc_path_for(d) == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
+    TESSERA_CHECK(d.rows <= 65535 && max_routed_tiles(d, T) + kernels::ceil_div(d.rows, T) <= 65535,
+                  "moe_experts CUDA: too many rows per launch (split the batch)");
+  }
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
   TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
@@ -548,6 +569,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
   p.ybuf = reinterpret_cast<float*>(base + L.ybuf);
   p.rows = d.rows; p.experts = d.experts; p.dim = d.dim; p.inter = d.inter; p.top_k = d.top_k;
   p.max_routed_tiles = L.max_routed_tiles;
+  p.tile_rows = static_cast<int32_t>(L.tile_rows);
   p.limit = d.swiglu_limit; p.shared = d.shared_expert; p.bf16 = d.md == DType::kBf16;
   cudaStream_t const st = stream_of(ctx);
   int64_t const A = d.rows * d.top_k;
@@ -563,10 +585,24 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
                           "moe_experts expert sort"));
   moe_tiles_kernel<<<1, 256, static_cast<size_t>(d.experts + 1) * sizeof(int32_t), st>>>(p);
   TESSERA_TRY(launch_status("moe_tiles_kernel"));
+  dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
+  if (L.path != MoeTcPath::kEmulated) {
+    moe_tc::MoeTcParams q;
+    auto* const xb = reinterpret_cast<uint16_t*>(base + L.x_bf16);
+    q.x = xb; q.weights = p.weights; q.w = p.w; q.vals_sorted = p.vals_sorted;
+    q.tiles = p.tiles; q.num_tiles = p.num_tiles;
+    q.act = reinterpret_cast<uint16_t*>(base + L.act); q.ybuf = p.ybuf;
+    q.rows = d.rows; q.dim = d.dim; q.inter = d.inter; q.top_k = d.top_k; q.max_routed_tiles = L.max_routed_tiles;
+    q.tile_rows = p.tile_rows; q.limit = d.swiglu_limit; q.shared = d.shared_expert;
+    TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
+    if (L.path == MoeTcPath::kGemm) TESSERA_TRY(moe_tc::launch_gemm(q, st));
+    else TESSERA_TRY(moe_tc::launch_skinny(q, st));
+    moe_combine_kernel<<<gc, 256, 0, st>>>(p);
+    return launch_status("moe_combine_kernel");
+  }
   unsigned const ny = static_cast<unsigned>(L.max_routed_tiles + ceil_div(d.rows, kTile));
   dim3 ga(static_cast<unsigned>(ceil_div(d.inter, kWarps * 32)), ny);
   dim3 gd(static_cast<unsigned>(ceil_div(d.dim, kWarps * 32)), ny);
-  dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
   if (d.rows <= kChunkTile && d.dim <= 32 * 32 * kChunksPerLane && d.inter <= 32 * 32 * kChunksPerLane) {
     dim3 const ca(static_cast<unsigned>(ceil_div(d.inter, kWarps)), ny);
     dim3 const cd(static_cast<unsigned>(ceil_div(d.dim, kWarps)), ny);

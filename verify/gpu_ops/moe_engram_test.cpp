@@ -165,7 +165,9 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
   // 1-3 rows: the decode-sized kernels (one warp per output; fp32 coalesced when the row length is a
   // multiple of 32, e.g. 96 and 1024/512, else chunk per lane; bf16 a lane per K index); 9 rows: experts get
   // 0-8 assignments (one tile each); 41 rows: several tiles per expert; dim 1030: partial chunks and blocks
-  // and unaligned weight rows; inter 80 and 520: a last 32-step with one 16-block or part of one.
+  // and unaligned weight rows; inter 80 and 520: a last 32-step with one 16-block or part of one. bf16
+  // weights with md = bf16 run the tensor-core kSkinny path (ops::MoeTcPath::kAuto; moe_tc_test.cpp covers
+  // every path); there x is bf16-valued, as in the model.
   for (auto const& [rows, dim, inter] : {std::tuple<int64_t, int64_t, int64_t>{1, 96, 80}, {3, 96, 80}, {9, 96, 80},
                                         {41, 96, 80}, {2, 1030, 520}, {2, 1024, 512}}) {
   int64_t const experts = 8, k = 3;
@@ -182,9 +184,12 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
   int64_t const pruned = rows > 2 ? 2 * k + 1 : k - 1;  // a pruned slot
   ids[pruned] = -1;
   wts[pruned] = 0.f;
+  std::vector<float> x_bf16 = x;  // md = bf16: the model's MoE input is →bf16 (the tensor-core paths' precondition)
+  for (auto& v : x_bf16) v = round_to_bf16(v);
   for (DType wdt : {DType::kF32, DType::kBf16})
     for (DType md : {DType::kF32, DType::kBf16})
       for (float limit : {0.f, 1.5f}) {
+        std::vector<float> const& xin = md == DType::kBf16 ? x_bf16 : x;
         std::vector<std::vector<float>> w1(experts + 1), w3(experts + 1), w2(experts + 1);  // [experts] = shared
         for (int64_t e = 0; e <= experts; ++e) {
           w1[e] = randn(inter * dim, seed + 10 + e, 0.15f);
@@ -203,7 +208,7 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
         }
         std::vector<float> cpu(rows * dim);
         ops::MoeExpertsArgs a;
-        a.x = TensorView<float const, 2>(x.data(), {rows, dim});
+        a.x = TensorView<float const, 2>(xin.data(), {rows, dim});
         a.ids = TensorView<int32_t const, 2>(ids.data(), {rows, k});
         a.weights = TensorView<float const, 2>(wts.data(), {rows, k});
         a.w1 = v1; a.w3 = v3; a.w2 = v2;
@@ -241,7 +246,7 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_cpu) {
         dev.shared_w3 = reinterpret_cast<void const*>(p3[experts]);
         dev.shared_w2 = reinterpret_cast<void const*>(p2[experts]);
         auto run_gpu = [&](int64_t r0, int64_t nr) {
-          DeviceBuffer<float> dx(std::vector<float>(x.begin() + r0 * dim, x.begin() + (r0 + nr) * dim));
+          DeviceBuffer<float> dx(std::vector<float>(xin.begin() + r0 * dim, xin.begin() + (r0 + nr) * dim));
           DeviceBuffer<int32_t> di(std::vector<int32_t>(ids.begin() + r0 * k, ids.begin() + (r0 + nr) * k));
           DeviceBuffer<float> dw(std::vector<float>(wts.begin() + r0 * k, wts.begin() + (r0 + nr) * k));
           DeviceBuffer<float> dout(static_cast<size_t>(nr * dim));

@@ -54,14 +54,37 @@ struct MoeRouteArgs {
   TensorView<uint8_t const, 1> expert_mask;  // [experts] nonzero = pruned (never selected); empty = none
 };
 
+/// How the CUDA backend evaluates the expert dots when weight_dtype and md are both bf16 (ref::dot_tc's order
+/// either way, so every variant gives the same bits; fp32 weights or fp32 md always take kEmulated's kernels):
+///   kEmulated  the order emulated on CUDA cores (TcDotAcc / warp_dot_row_tc): x and act may be any fp32 values;
+///   kSkinny    mma.sync m16n8k16 (kernels/moe/moe_tc_cuda.cu), tiles of ≤ 8 assignments of one expert, one warp
+///              per 8 output columns, W streamed once per tile (decode);
+///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
+///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
+/// PRECONDITION of kSkinny / kGemm (and of kAuto): every x value is bf16-representable (the model's MoE input
+/// is →bf16 in bf16 mode; the activations are →bf16 by construction). x is rounded to bf16 on the device; a value
+/// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
+enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
+inline constexpr int64_t kMoeTcGemmMinPerExpert = 32;
+
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
   float swiglu_limit = 0.f;  // ≤ 0 disables the clamp
   bool shared_expert = true;
   DType md = DType::kF32;
   DType weight_dtype = DType::kF32;  // CUDA: kF32 or kBf16 (MoeExpertsArgs::dev); CPU: kF32 only
+  MoeTcPath tc_path = MoeTcPath::kAuto;  // CUDA, bf16 weights and md only
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
+
+/// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
+/// choice, or for kAuto kGemm when rows·top_k ≥ kMoeTcGemmMinPerExpert·experts (W read once per 128
+/// assignments pays off), else kSkinny.
+inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d) {
+  if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
+  if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
+  return d.rows * d.top_k >= kMoeTcGemmMinPerExpert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
+}
 
 inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
   return os << "MoeExpertsDesc{"
@@ -73,7 +96,8 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
             << " swiglu_limit=" << d.swiglu_limit
             << " shared_expert=" << d.shared_expert
             << " md=" << dtype_name(d.md)
-            << " weight=" << dtype_name(d.weight_dtype) << " }";
+            << " weight=" << dtype_name(d.weight_dtype)
+            << " tc_path=" << static_cast<int>(d.tc_path) << " }";
 }
 
 /// Expert weights of the CUDA backend, fp32 or bf16 (MoeExpertsDesc::weight_dtype), all in device memory:

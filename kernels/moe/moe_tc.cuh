@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Tensor-core expert GEMMs of MoeExperts<kCuda> (ops::MoeTcPath::kSkinny / kGemm; kernels in moe_tc_cuda.cu,
+/// routing, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype are bf16.
+///
+/// Math (ref::moe_expert_row_accumulate with md = bf16, every dot ref::dot_tc):
+///   act[slot, i] = →bf16(w·(silu(min(g, L))·clamp(u, ±L))),  g = →bf16(W1[i]·x_tok), u = →bf16(W3[i]·x_tok)
+///   ybuf[slot, o] = →bf16(W2[o]·act[slot])
+/// (w = the routing weight; none for the shared expert; L ≤ 0: no clamp). Each dot is one mma.sync register
+/// chain over the K blocks in order (kernels/linear/linear_tc.cuh: skinny_warp_tile / gemm_block_tile), which
+/// equals ref::dot_tc of the bf16 operands (verify_gpu_linear_tc, H200). The operands must BE the reference's:
+/// W is stored as bf16; x is converted to bf16 (exact only when every x value is bf16-representable: the
+/// precondition of ops::MoeTcPath); act values are →bf16 by construction, stored as bf16 here (exact). So the
+/// act and ybuf values equal those of the emulated kernels and of the CPU op bit for bit, whatever the tile
+/// a row shares or the launch shape: an output depends only on its own x row and W row.
+///
+/// Layouts: slot = token·(top_k + 1) + s (s < top_k routed, s = top_k the shared expert); x_bf16 [rows, dim];
+/// act [rows·(top_k + 1), inter] bf16 bits; ybuf [rows·(top_k + 1), dim] fp32 (→bf16 values).
+/// Tiles (built on the device by moe_cuda.cu's moe_tiles_kernel, no host synchronisation): tiles t <
+/// max_routed_tiles hold ≤ tile_rows consecutive sorted assignments of one expert (t ≥ *num_tiles: no tile);
+/// tiles t ≥ max_routed_tiles hold ≤ tile_rows consecutive tokens of the shared expert. A block without a tile
+/// exits. Rows of a block tile past the tile's count are zero operands and are never stored.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tessera/core/status.hpp"
+#include "tessera/ops/moe.hpp"
+
+namespace tessera::kernels::moe_tc {
+
+inline constexpr int kSkinnyTileRows = 8;  // assignments per kSkinny tile (one warp: m16 fragment rows 0..7)
+inline constexpr int kGemmTileRows = 128;  // assignments per kGemm tile (the 128-row block tile)
+
+/// One tile: up to tile_rows consecutive sorted assignments [start, start + count) of `expert` (routed) —
+/// or, for the shared expert (expert = −1), tokens [start, start + count).
+struct TileInfo {
+  int32_t expert;
+  int32_t start;
+  int32_t count;
+  int32_t pad;
+};
+
+struct MoeTcParams {
+  uint16_t const* x = nullptr;            // [rows, dim] bf16 bits of x
+  float const* weights = nullptr;         // [rows, top_k] routing weights
+  ops::MoeExpertsDeviceWeights w;         // bf16 weights
+  uint32_t const* vals_sorted = nullptr;  // [rows·top_k] assignments a = token·top_k + s, grouped by expert
+  TileInfo const* tiles = nullptr;        // [max_routed_tiles]
+  int32_t const* num_tiles = nullptr;     // [1]
+  uint16_t* act = nullptr;                // [rows·(top_k + 1), inter] bf16 bits
+  float* ybuf = nullptr;                  // [rows·(top_k + 1), dim]
+  int64_t rows = 0, dim = 0, inter = 0, top_k = 1, max_routed_tiles = 0;
+  int tile_rows = kSkinnyTileRows;  // kSkinnyTileRows (launch_skinny) or kGemmTileRows (launch_gemm)
+  float limit = 0.f;
+  bool shared = true;
+};
+
+/// xb[i] = →bf16(x[i]) (RNE) for i < n.
+Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st);
+/// act then ybuf, tiles of ≤ kSkinnyTileRows assignments: grid (⌈N/8⌉, tiles), one warp per block.
+Status launch_skinny(MoeTcParams const& p, cudaStream_t st);
+/// act then ybuf, tiles of ≤ kGemmTileRows assignments: grid (⌈N/128⌉, tiles), 8 warps per block.
+Status launch_gemm(MoeTcParams const& p, cudaStream_t st);
+
+}  // namespace tessera::kernels::moe_tc

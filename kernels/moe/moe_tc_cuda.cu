@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Tensor-core expert GEMMs of MoeExperts<kCuda> (kernels/moe/moe_tc.cuh: math, layouts, tiles). Four kernels on
+/// the main loops of kernels/linear/linear_tc.cuh, each block taking its x rows gathered through the tile table
+/// (the sorted assignments' tokens, or act slots) and its expert's weight pointer:
+///   kSkinny (≤ 8 assignments per tile, one warp per 8 output columns, W streamed with 16-byte cp.async):
+///     act:  skinny_warp_tile with kMats = 2 — the W1 and W3 rows of the same 8 columns against the same staged x
+///           rows, so lane (g, c) holds g and u of (row g, columns 2c, 2c + 1) in acc[0] and acc[1] and the SwiGLU
+///           is its epilogue. Bytes: the warp streams 2 × 8 W rows and stages x once; writing g, u to memory for a
+///           separate act kernel would add 2·4 B·inter per assignment of traffic and a launch, and stage x twice.
+///     down: skinny_warp_tile with kMats = 1 over W2, x rows = act slots.
+///   kGemm (≤ 128 assignments per tile, 128 × 128 block tile, 8 warps):
+///     act:  two launches of gemm_block_tile over the same gathered x rows, W1 then W3. The first stores
+///           →bf16(g) into act at the output's position; the second puts →bf16(u) in shared memory, reads g back
+///           and stores the activation over it. (One kernel doing both passes, or keeping g in registers, spills
+///           under the 128 registers of two blocks per SM; g costs 2·2 B per output of extra traffic.)
+///     down: gemm_block_tile over W2, x rows = act slots.
+/// The m16n8 fragment rows of a skinny tile are the tile's assignments 0..7 (rows 8..15 zero registers); of a
+/// GEMM tile, assignments 0..127 (rows ≥ count staged as +0). Only rows < count are stored. Operand staging is
+/// 16-byte cp.async when K % 8 == 0 and the expert's matrices are 16-byte aligned (decided per block), else
+/// element loads: the same arithmetic (linear_tc.cuh).
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/linear/linear_tc.cuh"
+#include "kernels/moe/moe_tc.cuh"
+
+namespace tessera::kernels::moe_tc {
+
+namespace {
+
+using ops::TcMma;
+using namespace tc_linear;
+
+constexpr int kActStages = 6;   // skinny act: 5 slabs × 8 KiB of W1/W3 in flight per warp; 74 KiB at 8 rows
+constexpr int kDownStages = kSkinnyStages;  // skinny down: 7 slabs × 4 KiB of W2 in flight per warp; 66 KiB at 8 rows
+static_assert(kSkinnyTileRows <= kSkinnyRows / 2, "skinny tiles use fragment rows 0..7 only");
+static_assert(kGemmTileRows == kGemmBM);
+
+struct Tile {
+  int32_t expert, start, count;
+};
+
+/// Block tile t of the launch (routed for t < max_routed_tiles, then the shared expert's token tiles); false
+/// when there is none (the block exits). Uniform over the block.
+__device__ __forceinline__ bool tile_at(MoeTcParams const& p, int64_t t, Tile& tile) {
+  if (t < p.max_routed_tiles) {
+    if (t >= *p.num_tiles) return false;
+    TileInfo const ti = p.tiles[t];
+    tile = {ti.expert, ti.start, ti.count};
+    return true;
+  }
+  if (!p.shared) return false;
+  int64_t const tok0 = (t - p.max_routed_tiles) * p.tile_rows;
+  if (tok0 >= p.rows) return false;
+  tile = {-1, static_cast<int32_t>(tok0), static_cast<int32_t>(p.rows - tok0 < p.tile_rows ? p.rows - tok0 : p.tile_rows)};
+  return true;
+}
+
+/// Row r < count of a tile: its token (x row), its slot (act / ybuf row) and its routing weight (routed only).
+struct RowInfo {
+  int32_t token, slot;
+  float wt;
+};
+
+__device__ __forceinline__ RowInfo row_info(MoeTcParams const& p, Tile const& t, int r) {
+  if (t.expert < 0) {
+    int64_t const tok = t.start + r;
+    return {static_cast<int32_t>(tok), static_cast<int32_t>(tok * (p.top_k + 1) + p.top_k), 0.f};
+  }
+  uint32_t const a = p.vals_sorted[t.start + r];
+  int64_t const tok = a / p.top_k, s = a % p.top_k;
+  return {static_cast<int32_t>(tok), static_cast<int32_t>(tok * (p.top_k + 1) + s), p.weights[a]};
+}
+
+__device__ __forceinline__ uint16_t const* expert_w(void const* const* table, void const* shared, int32_t e) {
+  return static_cast<uint16_t const*>(e >= 0 ? table[e] : shared);
+}
+
+__device__ __forceinline__ bool aligned16(void const* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+
+/// The bits of →bf16(w·(silu(min(g', L))·clamp(u', ±L))), g' = →bf16(g), u' = →bf16(u): moe_cuda.cu's act
+/// epilogue with md = bf16 (device::round_md, silu on exp_md, the same fp32 operations in the same order).
+__device__ __forceinline__ uint16_t act_bits(float g, float u, float limit, bool routed, float wt) {
+  float gv = device::round_md(g, true), uv = device::round_md(u, true);
+  if (limit > 0.f) { uv = device::std_clamp(uv, -limit, limit); gv = device::std_min(gv, limit); }
+  float y = __fmul_rn(device::silu(gv, true), uv);
+  if (routed) y = __fmul_rn(wt, y);
+  return bf16_bits_from_float(y);  // the bits of device::round_md(y, true)
+}
+
+__global__ void __launch_bounds__(256) moe_tc_convert_x_kernel(float const* x, uint16_t* xb, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    xb[i] = bf16_bits_from_float(x[i]);
+}
+
+// ---- kSkinny: grid (⌈N/8⌉, tiles), block 32. Each kernel picks its staging once per block (kVec16 or
+// element loads, linear_tc.cuh), so each instantiation of the main loop is register-allocated on its own. ----
+
+template <int kStages, bool kVec16>
+__device__ __forceinline__ void act_skinny(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s,
+                                           uint16_t* smem, uint16_t const* const (&w)[2]) {
+  int const lane = static_cast<int>(threadIdx.x);
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  float acc[2][4];
+  skinny_warp_tile<TcMma::kK16, kVec16, 2, kStages>(
+      smem, w, p.dim, n0, p.inter, p.dim, t.count,
+      [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+  int const g = lane >> 2, c = lane & 3;
+  if (g >= t.count) return;  // fragment rows g + 8 ≥ 8 ≥ count are never stored
+  RowInfo const ri = rows_s[g];
+  uint16_t* const dst = p.act + static_cast<int64_t>(ri.slot) * p.inter;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t const col = n0 + 2 * c + h;
+    if (col < p.inter) dst[col] = act_bits(acc[0][h], acc[1][h], p.limit, t.expert >= 0, ri.wt);
+  }
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(32) moe_tc_act_skinny_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) uint16_t act_skinny_smem[];
+  __shared__ RowInfo rows_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t)) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
+  __syncwarp();
+  uint16_t const* const w[2] = {expert_w(p.w.w1, p.w.shared_w1, t.expert), expert_w(p.w.w3, p.w.shared_w3, t.expert)};
+  if (p.dim % 8 == 0 && aligned16(w[0]) && aligned16(w[1])) act_skinny<kStages, true>(p, t, rows_s, act_skinny_smem, w);
+  else act_skinny<kStages, false>(p, t, rows_s, act_skinny_smem, w);
+}
+
+template <int kStages, bool kVec16>
+__device__ __forceinline__ void down_skinny(MoeTcParams const& p, Tile const& t, int32_t const* slot_s,
+                                            uint16_t* smem, uint16_t const* const (&w)[1]) {
+  int const lane = static_cast<int>(threadIdx.x);
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  float acc[1][4];
+  skinny_warp_tile<TcMma::kK16, kVec16, 1, kStages>(
+      smem, w, p.inter, n0, p.dim, p.inter, t.count,
+      [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
+  int const g = lane >> 2, c = lane & 3;
+  if (g >= t.count) return;
+  float* const dst = p.ybuf + static_cast<int64_t>(slot_s[g]) * p.dim;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t const col = n0 + 2 * c + h;
+    if (col < p.dim) dst[col] = device::round_md(acc[0][h], true);
+  }
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(32) moe_tc_down_skinny_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) uint16_t down_skinny_smem[];
+  __shared__ int32_t slot_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t)) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
+  __syncwarp();
+  uint16_t const* const w[1] = {expert_w(p.w.w2, p.w.shared_w2, t.expert)};
+  if (p.inter % 8 == 0 && aligned16(w[0])) down_skinny<kStages, true>(p, t, slot_s, down_skinny_smem, w);
+  else down_skinny<kStages, false>(p, t, slot_s, down_skinny_smem, w);
+}
+
+// ---- kGemm: grid (⌈N/128⌉, tiles), block 256 ----
+
+/// The block's tile rows into shared memory (row r < count: rows_s[r]).
+__device__ __forceinline__ void gemm_rows(MoeTcParams const& p, Tile const& t, RowInfo* rows_s) {
+  int const tid = static_cast<int>(threadIdx.x);
+  if (tid < t.count) rows_s[tid] = row_info(p, t, tid);
+  __syncthreads();
+}
+
+/// One gemm_block_tile pass over the tile's gathered rows: row r of the block tile reads x_row(rows_s[r]) when
+/// r < count; rows past it are +0 (their address: row 0's, never read). The staged row addresses are derived
+/// here from shared memory, so nothing of one pass stays live in registers across the next.
+template <bool kVec16, class XRow>
+__device__ __forceinline__ void gemm_pass(Tile const& t, RowInfo const* rows_s, XRow const& x_row, uint16_t* smem,
+                                          uint16_t const* w, int64_t n0, int64_t n, int64_t k, float (&acc)[4][4][4]) {
+  int const tid = static_cast<int>(threadIdx.x);
+  uint16_t const* xrow[kGemmXRowsPerThread];
+  bool xok[kGemmXRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kGemmXRowsPerThread; ++i) {
+    int const r = (tid >> 2) + 64 * i;
+    xok[i] = r < t.count;
+    xrow[i] = x_row(rows_s[xok[i] ? r : 0]);
+  }
+  gemm_block_tile<TcMma::kK16, kVec16>(smem, xrow, xok, w, k, n0, n, k, acc);
+}
+
+/// The block-tile position (row, column lc) of accumulator i = 16·mt + 4·nt + e of this thread (gemm_block_tile's
+/// layout: warp (wm, wn), tiles mt, nt; d0, d1 row g, d2, d3 row g + 8; columns 2c, 2c + 1).
+__device__ __forceinline__ void gemm_position(int i, int& row, int& lc) {
+  int const lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  int const mt = i >> 4, nt = (i >> 2) & 3, e = i & 3;
+  row = (warp >> 2) * 64 + mt * 16 + (lane >> 2) + (e >> 1) * 8;
+  lc = (warp & 3) * 32 + nt * 8 + 2 * (lane & 3) + (e & 1);
+}
+
+/// f(row of the tile, column within the block tile, accumulator) for every output of this thread with
+/// row < count and column < cols (= min(N − n0, 128)).
+template <class F>
+__device__ __forceinline__ void gemm_for_each(float const (&acc)[4][4][4], int count, int cols, F&& f) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    int row, lc;
+    gemm_position(i, row, lc);
+    if (row < count && lc < cols) f(row, lc, acc[i >> 4][(i >> 2) & 3][i & 3]);
+  }
+}
+
+/// gemm_for_each's positions as a loop that is not unrolled (f(row, column)), for an epilogue too large to
+/// unroll 64 times.
+template <class F>
+__device__ __forceinline__ void gemm_for_each_slow(int count, int cols, F&& f) {
+#pragma unroll 1
+  for (int i = 0; i < 64; ++i) {
+    int row, lc;
+    gemm_position(i, row, lc);
+    if (row < count && lc < cols) f(row, lc);
+  }
+}
+
+/// Columns of the block tile at n0 that exist (N − n0, at most 128).
+__device__ __forceinline__ int tile_cols(int64_t n0, int64_t n) {
+  return static_cast<int>(n - n0 < kGemmBN ? n - n0 : kGemmBN);
+}
+
+/// kUp = false: g = W1·x → act as →bf16(g). kUp = true (the next launch): u = W3·x, and act ← the activation of
+/// the g stored there (by the same thread position of the previous launch) and u.
+template <bool kUp, bool kVec16>
+__device__ __forceinline__ void act_gemm(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, uint16_t* smem) {
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  int const cols = tile_cols(n0, p.inter);
+  auto x_row = [&](RowInfo const& ri) { return p.x + static_cast<int64_t>(ri.token) * p.dim; };
+  auto out = [&](int row) { return p.act + static_cast<int64_t>(rows_s[row].slot) * p.inter + n0; };
+  float acc[4][4][4];
+  if constexpr (!kUp) {
+    gemm_pass<kVec16>(t, rows_s, x_row, smem, expert_w(p.w.w1, p.w.shared_w1, t.expert), n0, p.inter, p.dim, acc);
+    gemm_for_each(acc, t.count, cols, [&](int row, int lc, float g) { out(row)[lc] = bf16_bits_from_float(g); });
+  } else {
+    gemm_pass<kVec16>(t, rows_s, x_row, smem, expert_w(p.w.w3, p.w.shared_w3, t.expert), n0, p.inter, p.dim, acc);
+    // →bf16(u) into the free ring (gemm_block_tile ended with a barrier; 32 KiB ≤ kGemmSmemBytes), then the
+    // activation element by element from g (global) and u (shared, this thread's own): with the accumulators
+    // dead, silu's registers fit under the 128 of two blocks per SM.
+    uint16_t* const us = smem;
+    gemm_for_each(acc, t.count, cols, [&](int row, int lc, float u) { us[row * kGemmBN + lc] = bf16_bits_from_float(u); });
+    bool const routed = t.expert >= 0;
+    gemm_for_each_slow(t.count, cols, [&](int row, int lc) {
+      uint16_t* const dst = out(row) + lc;
+      float const u = float_from_bf16_bits(us[row * kGemmBN + lc]);
+      *dst = act_bits(float_from_bf16_bits(*dst), u, p.limit, routed, rows_s[row].wt);
+    });
+  }
+}
+
+template <bool kUp>
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) uint16_t act_gemm_smem[];
+  __shared__ RowInfo rows_s[kGemmTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t)) return;
+  gemm_rows(p, t, rows_s);
+  uint16_t const* const w = kUp ? expert_w(p.w.w3, p.w.shared_w3, t.expert) : expert_w(p.w.w1, p.w.shared_w1, t.expert);
+  if (p.dim % 8 == 0 && aligned16(w)) act_gemm<kUp, true>(p, t, rows_s, act_gemm_smem);
+  else act_gemm<kUp, false>(p, t, rows_s, act_gemm_smem);
+}
+
+template <bool kVec16>
+__device__ __forceinline__ void down_gemm(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, uint16_t* smem,
+                                          uint16_t const* w2) {
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  float acc[4][4][4];
+  gemm_pass<kVec16>(t, rows_s, [&](RowInfo const& ri) { return p.act + static_cast<int64_t>(ri.slot) * p.inter; },
+                    smem, w2, n0, p.dim, p.inter, acc);
+  gemm_for_each(acc, t.count, tile_cols(n0, p.dim), [&](int row, int lc, float y) {
+    p.ybuf[static_cast<int64_t>(rows_s[row].slot) * p.dim + n0 + lc] = device::round_md(y, true);
+  });
+}
+
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_down_gemm_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) uint16_t down_gemm_smem[];
+  __shared__ RowInfo rows_s[kGemmTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t)) return;
+  gemm_rows(p, t, rows_s);
+  uint16_t const* const w2 = expert_w(p.w.w2, p.w.shared_w2, t.expert);
+  if (p.inter % 8 == 0 && aligned16(w2)) down_gemm<true>(p, t, rows_s, down_gemm_smem, w2);
+  else down_gemm<false>(p, t, rows_s, down_gemm_smem, w2);
+}
+
+/// Routed tile slots then the shared expert's token tiles.
+int64_t grid_tiles(MoeTcParams const& p) {
+  return p.max_routed_tiles + (p.shared ? ceil_div(p.rows, p.tile_rows) : 0);
+}
+
+Status check_grid(int64_t gx, int64_t gy, char const* what) {
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument(std::string(what) + ": grid too large");
+  return {};
+}
+
+}  // namespace
+
+Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st) {
+  if (n <= 0) return {};
+  int64_t const blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
+  moe_tc_convert_x_kernel<<<static_cast<unsigned>(blocks), 256, 0, st>>>(x, xb, n);
+  return launch_status("moe_tc_convert_x_kernel");
+}
+
+Status launch_skinny(MoeTcParams const& p, cudaStream_t st) {
+  constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
+  constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
+  if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");
+  int64_t const xr = p.rows * p.top_k < kSkinnyTileRows ? p.rows * p.top_k : kSkinnyTileRows;  // rows per tile
+  TESSERA_TRY(cuda_status(allow_smem<kAct>(skinny_tile_smem_bytes(2, kActStages, kSkinnyTileRows)),
+                          "moe_tc act skinny: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDown>(skinny_tile_smem_bytes(1, kDownStages, kSkinnyTileRows)),
+                          "moe_tc down skinny: shared memory attribute"));
+  int64_t const gy = grid_tiles(p), ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
+  TESSERA_TRY(check_grid(ga, gy, "moe_tc act skinny"));
+  TESSERA_TRY(check_grid(gd, gy, "moe_tc down skinny"));
+  kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), 32, skinny_tile_smem_bytes(2, kActStages, xr), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
+  kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), 32, skinny_tile_smem_bytes(1, kDownStages, xr), st>>>(p);
+  return launch_status("moe_tc_down_skinny_kernel");
+}
+
+Status launch_gemm(MoeTcParams const& p, cudaStream_t st) {
+  if (p.tile_rows != kGemmTileRows) return invalid_argument("moe_tc gemm: tiles of 128 assignments expected");
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<false>>(kGemmSmemBytes), "moe_tc gate gemm: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<true>>(kGemmSmemBytes), "moe_tc act gemm: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_gemm_kernel>(kGemmSmemBytes), "moe_tc down gemm: shared memory attribute"));
+  int64_t const gy = grid_tiles(p), ga = ceil_div(p.inter, kGemmBN), gd = ceil_div(p.dim, kGemmBN);
+  TESSERA_TRY(check_grid(ga, gy, "moe_tc act gemm"));
+  TESSERA_TRY(check_grid(gd, gy, "moe_tc down gemm"));
+  dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gy));
+  moe_tc_act_gemm_kernel<false><<<grid_a, kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<gate>"));
+  moe_tc_act_gemm_kernel<true><<<grid_a, kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
+  moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  return launch_status("moe_tc_down_gemm_kernel");
+}
+
+}  // namespace tessera::kernels::moe_tc
