@@ -236,6 +236,73 @@ __device__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m)
   for (int64_t i = 0; i < n * n; ++i) comb[i] = c[i];
 }
 
+/// device::lane_sum_seq(kN, v) and device::WarpSoftmaxSum over columns 0..kN−1, for kN ≤ 32 (vec = 1: lane t
+/// holds +0 + v_t for t < kN and +0 beyond; then the halving tree), with compile-time indices so the 32 lanes
+/// live in registers (the sequential versions keep them in local memory).
+template <int kN>
+__device__ __forceinline__ float lane_tree_sum(float const (&v)[kN]) {
+  static_assert(kN >= 1 && kN <= 32, "one value per lane");
+  float lane[32];
+#pragma unroll
+  for (int t = 0; t < 32; ++t) lane[t] = t < kN ? __fadd_rn(0.f, v[t < kN ? t : 0]) : 0.f;
+#pragma unroll
+  for (int h = 16; h > 0; h /= 2)
+#pragma unroll
+    for (int t = 0; t < h; ++t) lane[t] = __fadd_rn(lane[t], lane[t + h]);
+  return lane[0];
+}
+
+/// mix_epilogue for n = kN ≤ 5 by one warp: lane e = j·kN + k < kN² holds c[j][k] (lanes beyond compute
+/// values nobody stores). Every value is the same sequence of fp32 operations as mix_epilogue's: the row max
+/// in k order, the softmax sum and the row sums as lane_tree_sum (= WarpSoftmaxSum / lane_sum_seq), the column
+/// sums from +0 in j order; each lane gathers the row or column it needs by shuffles and forms the sum itself.
+/// 20 Sinkhorn iterations cost ~40 dependent shuffle-sum-divide steps instead of thread 0's ~1,300 divisions
+/// and local-memory lane arrays (measured 145 µs per row on the H200 with the sequential version).
+template <int kN>
+__device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float const* m) {
+  static_assert(kN * kN <= 32, "one element per lane");
+  int const lane = static_cast<int>(threadIdx.x & 31);
+  constexpr int kNN = kN * kN;
+  float const* base = p.base;
+  if (lane < 2 * kN) {
+    if (lane < kN) {
+      float const a = __fmul_rn(m[lane], p.scale[0]);
+      p.pre[row * kN + lane] = __fadd_rn(device::sigmoid(__fadd_rn(a, base[lane]), p.bf16), p.hc_eps);
+    } else {
+      int const k = lane - kN;
+      float const b = __fmul_rn(m[kN + k], p.scale[1]);
+      p.post[row * kN + k] = __fmul_rn(2.f, device::sigmoid(__fadd_rn(b, base[kN + k]), p.bf16));
+    }
+  }
+  int const e = lane < kNN ? lane : 0, j = e / kN, k = e % kN;
+  float c = __fadd_rn(__fmul_rn(m[2 * kN + e], p.scale[2]), base[2 * kN + e]);
+  float rowv[kN];
+  auto gather_row = [&](float v) {
+#pragma unroll
+    for (int kk = 0; kk < kN; ++kk) rowv[kk] = __shfl_sync(0xffffffffu, v, j * kN + kk);
+  };
+  gather_row(c);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int kk = 0; kk < kN; ++kk) mx = device::std_max(mx, rowv[kk]);
+  c = device::exp_md(__fsub_rn(c, mx), p.bf16);
+  gather_row(c);
+  c = __fadd_rn(__fdiv_rn(c, lane_tree_sum<kN>(rowv)), p.hc_eps);
+  auto col_norm = [&] {
+    float s = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < kN; ++jj) s = __fadd_rn(s, __shfl_sync(0xffffffffu, c, jj * kN + k));
+    c = __fdiv_rn(c, __fadd_rn(s, p.hc_eps));
+  };
+  auto row_norm = [&] {
+    gather_row(c);
+    c = __fdiv_rn(c, __fadd_rn(lane_tree_sum<kN>(rowv), p.hc_eps));
+  };
+  col_norm();
+  for (int it = 0; it < p.iters - 1; ++it) { row_norm(); col_norm(); }
+  if (lane < kNN) p.comb[row * kNN + lane] = c;
+}
+
 /// Thread o < nm forms ref::dot's total m_o = S[0, o] (taken as is, not +0 + S[0, o]), then
 /// m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, from coalesced shared-memory tiles of the row's S.
 __global__ void __launch_bounds__(kFinThreads) mhc_mix_finish_kernel(MhcMixParams const p) {
@@ -259,7 +326,15 @@ __global__ void __launch_bounds__(kFinThreads) mhc_mix_finish_kernel(MhcMixParam
   }
   if (t < nm) m[t] = total;
   __syncthreads();
-  if (t == 0) mix_epilogue(p, row, m);
+  if (t >= 32) return;
+  switch (p.n) {  // the released checkpoint has n = 4
+    case 1: mix_epilogue_warp<1>(p, row, m); return;
+    case 2: mix_epilogue_warp<2>(p, row, m); return;
+    case 3: mix_epilogue_warp<3>(p, row, m); return;
+    case 4: mix_epilogue_warp<4>(p, row, m); return;
+    case 5: mix_epilogue_warp<5>(p, row, m); return;
+    default: if (t == 0) mix_epilogue(p, row, m);
+  }
 }
 
 struct MhcCollapseParams {
