@@ -14,6 +14,7 @@
 /// verify/gpu_ops/linear_tc_test.cpp), storing →bf16 widened to fp32. fma_chain is the same order in bf16
 /// (ref::bmm_dot = ref::dot_tc), so wo_a goes there too.
 #include <algorithm>
+#include <vector>
 
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
@@ -277,25 +278,31 @@ __global__ void __launch_bounds__(256) linear_x_bf16_kernel(float const* x, int6
   }
 }
 
-/// The tensor-core path of a bf16-weight, bf16-output call (see the file comment).
+/// The tensor-core path of a bf16-weight, bf16-output call (see the file comment); a grouped call converts
+/// x once and runs its groups as one batched launch (linear_tc_cuda_batch).
 Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
-  int64_t const ldxb = (d.in + 7) / 8 * 8;  // 16-byte rows: the vec16 staging when in % 8 == 0
+  int64_t const cols = d.groups * d.in;
+  int64_t const ldxb = (cols + 7) / 8 * 8;  // 16-byte rows: the vec16 staging when in % 8 == 0
   Scratch ws;
   TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(d.rows * ldxb) * sizeof(uint16_t))));
   auto* xb = static_cast<uint16_t*>(ws.ptr);
-  int64_t const total = d.rows * d.in;
+  int64_t const total = d.rows * cols;
   unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 8192));
-  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a.x.data, a.x.stride[0], d.rows, d.in, xb, ldxb);
+  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a.x.data, a.x.stride[0], d.rows, cols, xb, ldxb);
   TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
-  ops::LinearTcDesc td;
-  td.m = d.rows, td.n = d.out, td.k = d.in;
-  ops::LinearTcArgs ta;
-  ta.x = reinterpret_cast<Bf16 const*>(xb);
-  ta.w = a.w_bf16.data;
-  ta.y = a.y.data;
-  ta.ldx = ldxb, ta.ldw = a.w_bf16.stride[0], ta.ldy = a.y.stride[0];
-  ta.y_round_bf16 = true;
-  return ops::linear_tc_cuda(td, ta, ctx);
+  std::vector<ops::LinearTcDesc> td(static_cast<size_t>(d.groups));
+  std::vector<ops::LinearTcArgs> ta(static_cast<size_t>(d.groups));
+  for (int64_t g = 0; g < d.groups; ++g) {
+    auto& t = td[static_cast<size_t>(g)];
+    t.m = d.rows, t.n = d.out, t.k = d.in;
+    auto& u = ta[static_cast<size_t>(g)];
+    u.x = reinterpret_cast<Bf16 const*>(xb + g * d.in);
+    u.w = a.w_bf16.data + g * d.out * a.w_bf16.stride[0];
+    u.y = a.y.data + g * d.out;
+    u.ldx = ldxb, u.ldw = a.w_bf16.stride[0], u.ldy = a.y.stride[0];
+    u.y_round_bf16 = true;
+  }
+  return ops::linear_tc_cuda_batch(td, ta, ctx);
 }
 
 }  // namespace
@@ -319,6 +326,12 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   p.y_stride = a.y.stride[0];
   p.bf16_out = d.md == DType::kBf16;
   if (d.weight_dtype == DType::kBf16 && p.bf16_out && d.impl == ops::LinearImpl::kAuto) return run_linear_tc(d, a, ctx);
+  if (d.groups > 1) {  // the CUDA-core kernels: one call per group
+    LinearDesc one = d;
+    one.groups = 1;
+    for (int64_t g = 0; g < d.groups; ++g) TESSERA_TRY(run(one, linear_group(d, a, g), ctx));
+    return {};
+  }
   if (d.fma_chain) {
     if (d.rows > 65535) return invalid_argument("linear (fma_chain): rows > 65535 per launch");
     if (d.in > 12288) return invalid_argument("linear (fma_chain): in > 12288 (the x row is staged in shared memory)");

@@ -396,11 +396,12 @@ __device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const*
 /// of the tile that are not staged (M < 16, or the last group) are zero registers. One ldmatrix.x4 on W gives
 /// the B fragments of two consecutive blocks.
 template <TcMma kMma, bool kVec16>
-__global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams const p) {
+__device__ __forceinline__ void skinny_tile(TcLinearParams const& p) {
   extern __shared__ __align__(16) uint16_t skinny_smem[];
   int const lane = static_cast<int>(threadIdx.x);
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
   int64_t const r0 = static_cast<int64_t>(blockIdx.y) * kSkinnyRows;
+  if (n0 >= p.n || r0 >= p.m) return;  // warp-uniform (a batch's grid covers its widest problem)
   int const xr = static_cast<int>(p.m - r0 < kSkinnyRows ? p.m - r0 : kSkinnyRows);  // x rows staged per slab
   uint16_t const* const w[1] = {p.w};
   float acc[1][4];
@@ -410,6 +411,24 @@ __global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams con
   int64_t const col = n0 + 2 * c;
   store_pair(p, r0 + g, col, acc[0][0], acc[0][1]);
   store_pair(p, r0 + g + 8, col, acc[0][2], acc[0][3]);
+}
+
+template <TcMma kMma, bool kVec16>
+__global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams const p) {
+  skinny_tile<kMma, kVec16>(p);
+}
+
+/// Up to kTcMaxBatch independent skinny problems in one launch (grid.z = problem; grid.x, grid.y cover the
+/// widest): the grouped output projection's 8 groups of 1024 columns are 8 × 128 warps at once instead of
+/// 8 launches of 128 warps on 132 SMs. Each problem's outputs are those of its own single launch.
+inline constexpr int kTcMaxBatch = 8;
+struct TcLinearBatch {
+  TcLinearParams p[kTcMaxBatch];
+};
+
+template <TcMma kMma, bool kVec16>
+__global__ void __launch_bounds__(32) linear_tc_skinny_batch_kernel(TcLinearBatch const b) {
+  skinny_tile<kMma, kVec16>(b.p[blockIdx.z]);
 }
 
 }  // namespace tessera::kernels::tc_linear

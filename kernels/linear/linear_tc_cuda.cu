@@ -2,6 +2,8 @@
 /// Host side of the tensor-core bf16 linear (include/tessera/ops/linear_tc.hpp): argument checks, the choice of
 /// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
 /// from the descriptor and the operands' alignment, and the launch.
+#include <algorithm>
+#include <span>
 #include <string>
 
 #include "kernels/common/cuda_util.cuh"
@@ -54,18 +56,20 @@ char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a)
   return names[static_cast<int>(tc_tile_for(d))][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0];
 }
 
-Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx) {
+namespace {
+/// Checks one problem and fills its kernel parameters; `empty` when M or N is 0 (nothing to launch).
+Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linear::TcLinearParams& p, bool& empty) {
   using namespace kernels::tc_linear;
+  empty = false;
   if (d.m < 0 || d.n < 0 || d.k < 0) return invalid_argument("linear_tc: negative dimension");
   if (d.mma != TcMma::kK16 && d.mma != TcMma::kK8x2) return invalid_argument("linear_tc: unknown mma");
   TcTile const tile = tc_tile_for(d);
   if (tile != TcTile::kGemm && tile != TcTile::kSkinny) return invalid_argument("linear_tc: unknown tile");
-  if (d.m == 0 || d.n == 0) return {};
+  if (d.m == 0 || d.n == 0) { empty = true; return {}; }
   if (!a.y && !a.y_bf16) return invalid_argument("linear_tc: no output (y and y_bf16 both null)");
   if (!a.x || !a.w) return invalid_argument("linear_tc: null x or w");
   if (a.ldx < d.k || a.ldw < d.k) return invalid_argument("linear_tc: ldx and ldw must be ≥ k");
   if ((a.y && a.ldy < d.n) || (a.y_bf16 && a.ldy_bf16 < d.n)) return invalid_argument("linear_tc: output stride < n");
-  TcLinearParams p;
   p.x = reinterpret_cast<uint16_t const*>(a.x);
   p.w = reinterpret_cast<uint16_t const*>(a.w);
   p.y = a.y;
@@ -75,7 +79,56 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   p.y_vec2 = a.y && a.ldy % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
   p.y_round_bf16 = a.y_round_bf16;
   p.ybf_vec2 = a.y_bf16 && a.ldy_bf16 % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y_bf16) & 3u) == 0;
-  return kLaunch[static_cast<int>(tile)][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
+  return {};
+}
+}  // namespace
+
+Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx) {
+  using namespace kernels::tc_linear;
+  TcLinearParams p;
+  bool empty = false;
+  TESSERA_TRY(tc_params(d, a, p, empty));
+  if (empty) return {};
+  return kLaunch[static_cast<int>(tc_tile_for(d))][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
+}
+
+Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcArgs const> a, ExecContext& ctx) {
+  using namespace kernels::tc_linear;
+  using kernels::ceil_div, kernels::cuda_status, kernels::launch_status;
+  if (d.size() != a.size()) return invalid_argument("linear_tc batch: descriptor and argument counts differ");
+  bool one_launch = d.size() > 1 && d.size() <= static_cast<size_t>(kTcMaxBatch);
+  for (size_t i = 0; one_launch && i < d.size(); ++i)
+    one_launch = tc_tile_for(d[i]) == TcTile::kSkinny && d[i].mma == d[0].mma && tc_vec16(d[i], a[i]) == tc_vec16(d[0], a[0]);
+  if (!one_launch) {
+    for (size_t i = 0; i < d.size(); ++i) TESSERA_TRY(linear_tc_cuda(d[i], a[i], ctx));
+    return {};
+  }
+  TcLinearBatch b{};
+  int64_t gx = 0, gy = 0, mmax = 0;
+  unsigned count = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    bool empty = false;
+    TESSERA_TRY(tc_params(d[i], a[i], b.p[count], empty));
+    if (empty) continue;
+    gx = std::max(gx, ceil_div(d[i].n, kSkinnyCols));
+    gy = std::max(gy, ceil_div(d[i].m, kSkinnyRows));
+    mmax = std::max(mmax, d[i].m);
+    ++count;
+  }
+  if (count == 0) return {};
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny batch: grid too large");
+  using BatchKernel = void (*)(TcLinearBatch);
+  bool const vec16 = tc_vec16(d[0], a[0]);
+  BatchKernel const k = d[0].mma == TcMma::kK16 ? (vec16 ? linear_tc_skinny_batch_kernel<TcMma::kK16, true>
+                                                         : linear_tc_skinny_batch_kernel<TcMma::kK16, false>)
+                                                : (vec16 ? linear_tc_skinny_batch_kernel<TcMma::kK8x2, true>
+                                                         : linear_tc_skinny_batch_kernel<TcMma::kK8x2, false>);
+  TESSERA_TRY(cuda_status(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(skinny_smem_bytes(kSkinnyRows))),
+                          "linear_tc skinny batch: shared memory attribute"));
+  k<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, skinny_smem_bytes(mmax),
+      kernels::stream_of(ctx)>>>(b);
+  return launch_status("linear_tc_skinny_batch_kernel");
 }
 
 }  // namespace tessera::ops

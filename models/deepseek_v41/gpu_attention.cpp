@@ -248,7 +248,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   rope(o, N, H, hd, b_.d_pos, table, true);
   int64_t const G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
   float* y = tmp_.get<float>(N * G * ro);
-  for (int64_t g = 0; g < G; ++g) lin(o + g * gw, H * hd, N, w.wo_a, y + g * ro, G * ro, md, g * ro, ro, gw, true);
+  lin(o, H * hd, N, w.wo_a, y, G * ro, md, 0, ro, gw, true, G);  // the G groups in one call
   lin(y, N, w.wo_b, out, md);
 }
 

@@ -45,15 +45,15 @@ void ring_read(gpu::Mem const& mem, float const* ring, int64_t cap, int64_t cols
 }
 
 void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
-                  int64_t w_row0, int64_t out, int64_t in, bool fma_chain) {
+                  int64_t w_row0, int64_t out, int64_t in, bool fma_chain, int64_t groups) {
   if (out < 0) out = w.rows;
   if (in < 0) in = w.cols;
-  ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain};
+  ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain, ops::LinearImpl::kAuto, groups};
   ops::LinearArgs a;
-  a.x = CF2(x, {rows, in}, {x_stride, 1}, kDev);
-  if (w.dtype == DType::kBf16) a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {out, in}, kDev);
-  else a.w = CF2(w.f32() + w_row0 * in, {out, in}, kDev);
-  a.y = F2(y, {rows, out}, {y_stride, 1}, kDev);
+  a.x = CF2(x, {rows, groups * in}, {x_stride, 1}, kDev);
+  if (w.dtype == DType::kBf16) a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {groups * out, in}, kDev);
+  else a.w = CF2(w.f32() + w_row0 * in, {groups * out, in}, kDev);
+  a.y = F2(y, {rows, groups * out}, {y_stride, 1}, kDev);
   run<ops::Linear>(ctx_, d, a);
 }
 

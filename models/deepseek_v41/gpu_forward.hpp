@@ -152,9 +152,10 @@ class Forward {
   Forward(GpuDsv41Model::Impl& m, Pass& b, Scratch& keep, Scratch& tmp)
       : m_(m), b_(b), keep_(keep), tmp_(tmp), ctx_(m.ctx), s_(m.mem) {}
 
-  /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride).
+  /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride); with groups > 1
+  /// the grouped form of ops::LinearDesc (group g: x columns g·in.., W rows w_row0 + g·out.., y columns g·out..).
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
-           int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false);
+           int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false, int64_t groups = 1);
   void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }
   void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w);
   void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse);

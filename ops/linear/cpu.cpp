@@ -27,10 +27,11 @@ Status check_rows(TensorView<T, 2> const& v, int64_t rows, int64_t cols, char co
 Status check_linear(LinearDesc const& d, LinearArgs const& a) {
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.rows >= 0 && d.in > 0 && d.out > 0, "linear needs rows >= 0, in > 0, out > 0");
-  TESSERA_TRY(check_rows(a.x, d.rows, d.in, "linear x"));
-  TESSERA_TRY(check_rows(a.y, d.rows, d.out, "linear y"));
-  if (d.weight_dtype == DType::kF32) TESSERA_TRY(check_shape(a.w, {d.out, d.in}, "linear w"));
-  else if (d.weight_dtype == DType::kBf16) TESSERA_TRY(check_shape(a.w_bf16, {d.out, d.in}, "linear w_bf16"));
+  TESSERA_CHECK(d.groups >= 1 && d.groups <= (int64_t{1} << 20), "linear needs 1 <= groups <= 2^20");
+  TESSERA_TRY(check_rows(a.x, d.rows, d.groups * d.in, "linear x"));
+  TESSERA_TRY(check_rows(a.y, d.rows, d.groups * d.out, "linear y"));
+  if (d.weight_dtype == DType::kF32) TESSERA_TRY(check_shape(a.w, {d.groups * d.out, d.in}, "linear w"));
+  else if (d.weight_dtype == DType::kBf16) TESSERA_TRY(check_shape(a.w_bf16, {d.groups * d.out, d.in}, "linear w_bf16"));
   else return invalid_argument("linear weight_dtype must be f32 or bf16");
   TESSERA_CHECK(d.rows == 0 || static_cast<void const*>(a.x.data) != static_cast<void const*>(a.y.data),
                 "linear y must not alias x");
@@ -41,7 +42,7 @@ Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) {
   TESSERA_TRY(check_linear(d, a));
   if (d.weight_dtype == DType::kBf16 && d.md == DType::kBf16) {
     for (int64_t r = 0; r < d.rows; ++r)
-      for (int64_t i = 0; i < d.in; ++i) {
+      for (int64_t i = 0; i < d.groups * d.in; ++i) {
         float const v = a.x(r, i);
         if (v == v && std::bit_cast<uint32_t>(v) != std::bit_cast<uint32_t>(round_to_bf16(v)))
           return invalid_argument("linear x[" + std::to_string(r) + ", " + std::to_string(i) +
@@ -51,7 +52,19 @@ Status Linear<Backend::kCpu>::check(LinearDesc const& d, LinearArgs const& a) {
   return {};
 }
 
-Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
+LinearArgs linear_group(LinearDesc const& d, LinearArgs const& a, int64_t g) {
+  LinearArgs s;
+  s.x = TensorView<float const, 2>(a.x.data + g * d.in, {d.rows, d.in}, {a.x.stride[0], 1}, a.x.device);
+  if (a.w.data) s.w = TensorView<float const, 2>(a.w.data + g * d.out * a.w.stride[0], {d.out, d.in}, a.w.stride, a.w.device);
+  if (a.w_bf16.data)
+    s.w_bf16 = TensorView<Bf16 const, 2>(a.w_bf16.data + g * d.out * a.w_bf16.stride[0], {d.out, d.in}, a.w_bf16.stride,
+                                         a.w_bf16.device);
+  s.y = TensorView<float, 2>(a.y.data + g * d.out, {d.rows, d.out}, {a.y.stride[0], 1}, a.y.device);
+  return s;
+}
+
+namespace {
+Status run_cpu_group(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
   if (d.weight_dtype == DType::kF32) {
     detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r)
@@ -70,6 +83,15 @@ Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, Exec
                                               : ref::gemm_dot(&a.x(r, 0), wrow.data(), d.in, d.md), d.md);
     }
   }, 16);
+  return {};
+}
+}  // namespace
+
+Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
+  if (d.groups == 1) return run_cpu_group(d, a, ctx);
+  LinearDesc one = d;
+  one.groups = 1;
+  for (int64_t g = 0; g < d.groups; ++g) TESSERA_TRY(run_cpu_group(one, linear_group(d, a, g), ctx));
   return {};
 }
 

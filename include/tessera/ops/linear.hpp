@@ -27,24 +27,32 @@ struct LinearDesc {
   /// golden engine: the grouped output projection wo_a; one FMA chain per output in fp32).
   bool fma_chain = false;
   LinearImpl impl = LinearImpl::kAuto;  // CUDA only; the CPU has one implementation
+  /// The grouped form (the grouped output projection wo_a, spec §2.5.6): `groups` independent products,
+  /// group g reading x columns [g·in, (g+1)·in) and W rows [g·out, (g+1)·out), writing y columns
+  /// [g·out, (g+1)·out). x is [rows, groups·in], W [groups·out, in], y [rows, groups·out]. Each group's values
+  /// are those of its own call with groups = 1.
+  int64_t groups = 1;
   friend bool operator==(LinearDesc const&, LinearDesc const&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, LinearDesc const& d) {
   return os << "LinearDesc{ rows=" << d.rows << " in=" << d.in << " out=" << d.out
             << " weight=" << dtype_name(d.weight_dtype) << " md=" << dtype_name(d.md)
-            << " fma_chain=" << d.fma_chain << " impl=" << (d.impl == LinearImpl::kSimt ? "simt" : "auto") << " }";
+            << " fma_chain=" << d.fma_chain << " impl=" << (d.impl == LinearImpl::kSimt ? "simt" : "auto") << " groups=" << d.groups << " }";
 }
 
 /// Operands. With bf16 weights and a bf16 output every x value must be a bf16 value (the golden engine's bf16
 /// nn.Linear sees bf16 activations; the tensor-core order is defined on bf16 operands): the CPU backend checks
 /// this and refuses other x; the CUDA backend rounds x to bf16 (RNE), which is the identity on such values.
 struct LinearArgs {
-  TensorView<float const, 2> x;       // [rows, in]; rows may be strided (inner stride 1)
-  TensorView<float const, 2> w;       // [out, in] when weight_dtype == kF32
-  TensorView<Bf16 const, 2> w_bf16;   // [out, in] when weight_dtype == kBf16
-  TensorView<float, 2> y;             // [rows, out]; rows may be strided (inner stride 1); must not alias x
+  TensorView<float const, 2> x;       // [rows, groups·in]; rows may be strided (inner stride 1)
+  TensorView<float const, 2> w;       // [groups·out, in] when weight_dtype == kF32
+  TensorView<Bf16 const, 2> w_bf16;   // [groups·out, in] when weight_dtype == kBf16
+  TensorView<float, 2> y;             // [rows, groups·out]; rows may be strided (inner stride 1); must not alias x
 };
+
+/// Group g's operands of a grouped call (views into a's tensors).
+LinearArgs linear_group(LinearDesc const& d, LinearArgs const& a, int64_t g);
 
 template <Backend B> struct Linear;
 template <> struct Linear<Backend::kCpu> {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/core/context.hpp"
 #include "tessera/core/dtype.hpp"
@@ -72,5 +73,11 @@ char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a)
 /// Runs the variant on ctx.stream (device pointers). Checks shapes and strides; M, N or K = 0 is allowed
 /// (K = 0 writes +0).
 Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx);
+
+/// Several independent problems: one launch when there are 2..8 of them, all on the skinny tile with the same
+/// mma and staging (grid.z = problem: small-N problems such as the grouped output projection's 8 × 1024
+/// columns fill the GPU together), otherwise one linear_tc_cuda per problem. Values are those of the
+/// problems' own launches.
+Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcArgs const> a, ExecContext& ctx);
 
 }  // namespace tessera::ops
