@@ -18,7 +18,7 @@
 ///            act, down, combine) per path (kSkinny / kGemm on the tensor cores, kEmulated), after an L2 flush;
 ///            GB/s = expert weight bytes touched (3 matrices × 23.6 MB × (distinct routed experts + 1)) / time.
 ///            check: the three paths' outputs are equal bit for bit (each equals the CPU op: verify_gpu_moe_tc).
-/// Usage: tc_bench [--quick] [--decode|--prefill|--moe] [--shape SUBSTR] [--batch M] [--iters N]
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs] [--shape SUBSTR] [--batch M] [--iters N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -161,8 +161,10 @@ struct Cublas {
   }
 };
 
-Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
+Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int64_t m, int64_t k, int64_t n,
+              ops::TcSlab slab = ops::TcSlab::kAuto) {
   ops::LinearTcDesc d{m, n, k};
+  d.slab = slab;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(x);
   a.w = reinterpret_cast<Bf16 const*>(w);
@@ -223,7 +225,7 @@ Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16
 }
 
 struct Options {
-  bool quick = false, decode = true, prefill = true, moe = true;
+  bool quick = false, decode = true, prefill = true, moe = true, slabs = false;
   std::string shape;
   int64_t batch = 0;
   int iters = 20;
@@ -238,6 +240,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--decode") { o.prefill = false; o.moe = false; }
     else if (a == "--prefill") { o.decode = false; o.moe = false; }
     else if (a == "--moe") { o.decode = false; o.prefill = false; }
+    else if (a == "--slabs") { o.decode = false; o.prefill = false; o.moe = false; o.slabs = true; }
     else if (a == "--shape") o.shape = next();
     else if (a == "--batch") o.batch = std::stoll(next());
     else if (a == "--iters") o.iters = std::stoi(next());
@@ -407,6 +410,45 @@ int main(int argc, char** argv) {
                     sh.name, static_cast<long long>(m), c.cublas_differ, c.samples, us, us_s, gbs,
                     100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu_s, cgbs, 100.0 * cgbs * 1e9 / kCopyBandwidth,
                     cu_s / us_s);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (opt.decode || opt.slabs) {
+    std::printf("\n### Skinny tile: K slab × ring depth (same bits; GB/s of the stream, median of %d)\n\n", iters);
+    std::printf("| shape | M | s256x8 | s512x4 | s1024x3 | s512x6 | outputs equal |\n|---|---|---|---|---|---|---|\n");
+    ops::TcSlab const slabs[4] = {ops::TcSlab::k256x8, ops::TcSlab::k512x4, ops::TcSlab::k1024x3, ops::TcSlab::k512x6};
+    for (auto const& sh : shapes) {
+      if (!selected(sh)) continue;
+      auto const hw = random_bf16(static_cast<size_t>(sh.n * sh.k), 1 + sh.n);
+      double const wbytes = 2.0 * static_cast<double>(sh.n * sh.k);
+      int const copies = stream_copies(wbytes);
+      std::vector<Dev<uint16_t>> dws;
+      for (int c = 0; c < copies; ++c) {
+        dws.emplace_back(static_cast<size_t>(sh.n * sh.k));
+        dws.back().upload(hw);
+      }
+      for (int64_t m : {1, 4, 16}) {
+        if (opt.batch && m != opt.batch) continue;
+        auto const hx = random_bf16(static_cast<size_t>(m * sh.k), 100 + m);
+        Dev<uint16_t> dx(hx.size()), yb(static_cast<size_t>(m * sh.n));
+        dx.upload(hx);
+        double const bytes = wbytes + 2.0 * static_cast<double>(m * sh.k + m * sh.n);
+        double gbs[4] = {0, 0, 0, 0};
+        std::vector<uint16_t> outs[4];
+        bool equal = true;
+        for (int v = 0; v < 4; ++v) {
+          if (!run_tc(dws[0].p, dx.p, nullptr, yb.p, m, sh.k, sh.n, slabs[v]).ok()) { equal = false; continue; }
+          CK(cudaDeviceSynchronize());
+          outs[v] = yb.get(static_cast<size_t>(m * sh.n));
+          if (v > 0 && outs[v] != outs[0]) equal = false;
+          auto tc = [&](int cp) { (void)run_tc(dws[static_cast<size_t>(cp)].p, dx.p, nullptr, yb.p, m, sh.k, sh.n, slabs[v]); };
+          gbs[v] = bytes / (timer.median_stream_us(tc, copies, iters) * 1e-6) / 1e9;
+        }
+        if (!equal) ++failures;
+        std::printf("| %s | %lld | %.0f | %.0f | %.0f | %.0f | %s |\n", sh.name, static_cast<long long>(m), gbs[0], gbs[1],
+                    gbs[2], gbs[3], equal ? "yes" : "NO");
         std::fflush(stdout);
       }
     }

@@ -80,8 +80,8 @@ inline constexpr int kSkinnyStages = 8;
 inline constexpr int kSkinnyLds = kSkinnyBK + 8;
 /// Dynamic shared memory: 8 stages × (8 W rows + min(M, 16) x rows) × 528 B; 38 KiB at M = 1, 99 KiB at
 /// M ≥ 16 (7 stages = 28 KiB of W in flight per warp).
-inline constexpr size_t skinny_tile_smem_bytes(int mats, int stages, int64_t xr) {
-  return size_t(stages) * size_t(mats * kSkinnyCols + xr) * kSkinnyLds * sizeof(uint16_t);
+inline constexpr size_t skinny_tile_smem_bytes(int mats, int stages, int64_t xr, int bk = kSkinnyBK) {
+  return size_t(stages) * size_t(mats * kSkinnyCols + xr) * size_t(bk + 8) * sizeof(uint16_t);
 }
 inline constexpr size_t skinny_smem_bytes(int64_t m) {
   return skinny_tile_smem_bytes(1, kSkinnyStages, m < kSkinnyRows ? m : kSkinnyRows);
@@ -327,23 +327,28 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
 /// xr x rows into a kStages ring, so kStages − 1 slabs are in flight. Shared memory: smem (16-byte aligned) ≥
 /// skinny_tile_smem_bytes(kMats, kStages, xr) bytes. kVec16: 16-byte staging (k % 8 == 0, ldw % 8 == 0, every
 /// w[i] and x row 16-byte aligned); otherwise element loads. All 32 lanes call it; everything is warp-uniform.
-template <TcMma kMma, bool kVec16, int kMats, int kStages, class XRow>
+template <TcMma kMma, bool kVec16, int kMats, int kStages, int kBK = kSkinnyBK, class XRow>
 __device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const* const (&w)[kMats], int64_t ldw,
                                                  int64_t n0, int64_t n, int64_t k, int xr, XRow const& xrow,
                                                  float (&acc)[kMats][4]) {
-  static_assert(kStages >= 2 && kMats >= 1);
+  static_assert(kStages >= 2 && kMats >= 1 && kBK % 256 == 0, "a slab row is whole 16-byte chunks of every lane");
+  constexpr int kLds = kBK + 8;  // ≡ 16 bytes mod 128: conflict-free ldmatrix phases (see kLds)
   int const lane = static_cast<int>(threadIdx.x & 31);
-  int const stage_halves = (kMats * kSkinnyCols + xr) * kSkinnyLds;
-  auto slab_w = [&](int s, int i) { return smem + s * stage_halves + i * kSkinnyCols * kSkinnyLds; };
-  auto slab_x = [&](int s) { return smem + s * stage_halves + kMats * kSkinnyCols * kSkinnyLds; };
+  int const stage_halves = (kMats * kSkinnyCols + xr) * kLds;
+  auto slab_w = [&](int s, int i) { return smem + s * stage_halves + i * kSkinnyCols * kLds; };
+  auto slab_x = [&](int s) { return smem + s * stage_halves + kMats * kSkinnyCols * kLds; };
   auto stage = [&](int64_t ks, int s) {
-    int64_t const k0 = ks * kSkinnyBK + lane * 8;
 #pragma unroll
-    for (int i = 0; i < kMats; ++i)
+    for (int c = 0; c < kBK / 256; ++c) {  // a slab row is kBK / 256 runs of 512 contiguous bytes per warp
+      int const off = c * 256 + lane * 8;
+      int64_t const k0 = ks * kBK + off;
 #pragma unroll
-      for (int j = 0; j < kSkinnyCols; ++j)
-        stage_chunk<kVec16>(slab_w(s, i) + j * kSkinnyLds + lane * 8, w[i], ldw, n0 + j, n, k0, k);
-    for (int j = 0; j < xr; ++j) stage_chunk<kVec16>(slab_x(s) + j * kSkinnyLds + lane * 8, xrow(j), 0, 0, 1, k0, k);
+      for (int i = 0; i < kMats; ++i)
+#pragma unroll
+        for (int j = 0; j < kSkinnyCols; ++j)
+          stage_chunk<kVec16>(slab_w(s, i) + j * kLds + off, w[i], ldw, n0 + j, n, k0, k);
+      for (int j = 0; j < xr; ++j) stage_chunk<kVec16>(slab_x(s) + j * kLds + off, xrow(j), 0, 0, 1, k0, k);
+    }
   };
 
 #pragma unroll
@@ -354,7 +359,7 @@ __device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const*
   int const arow = (lane & 15) < xr ? (lane & 15) : xr - 1;  // ldmatrix row address (clamped; zeroed below)
   bool const lo_ok = g < xr, hi_ok = g + 8 < xr;                // fragment rows g and g + 8 are staged
 
-  int64_t const slabs = (k + kSkinnyBK - 1) / kSkinnyBK;
+  int64_t const slabs = (k + kBK - 1) / kBK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < slabs) stage(s, s);
@@ -367,19 +372,19 @@ __device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const*
     cp_async_commit();
     int const s = static_cast<int>(ks % kStages);
     uint16_t const* sx = slab_x(s);
-    int64_t const kbase = ks * kSkinnyBK;
+    int64_t const kbase = ks * kBK;
 #pragma unroll 2
-    for (int kk = 0; kk < kSkinnyBK; kk += 32) {
+    for (int kk = 0; kk < kBK; kk += 32) {
       if (kbase + kk >= k) break;
       uint32_t b[kMats][4];  // per matrix: (n 0-7) × k kk+0..7, kk+8..15, kk+16..23, kk+24..31
 #pragma unroll
       for (int i = 0; i < kMats; ++i)
-        ldmatrix_x4(b[i], smem_addr(slab_w(s, i) + (lane & 7) * kSkinnyLds + kk + (lane >> 3) * 8));
+        ldmatrix_x4(b[i], smem_addr(slab_w(s, i) + (lane & 7) * kLds + kk + (lane >> 3) * 8));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (kbase + kk + 16 * h >= k) break;  // exactly ⌈k/16⌉ block steps
         uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(sx + arow * kSkinnyLds + kk + 16 * h + (lane >> 4) * 8));
+        ldmatrix_x4(a, smem_addr(sx + arow * kLds + kk + 16 * h + (lane >> 4) * 8));
         if (!lo_ok) a[0] = a[2] = 0u;
         if (!hi_ok) a[1] = a[3] = 0u;
 #pragma unroll
@@ -395,7 +400,7 @@ __device__ __forceinline__ void skinny_warp_tile(uint16_t* smem, uint16_t const*
 /// one m16n8 accumulator tile (4 registers per thread), 7 slabs (28 KiB of W) in flight per warp; the x rows
 /// of the tile that are not staged (M < 16, or the last group) are zero registers. One ldmatrix.x4 on W gives
 /// the B fragments of two consecutive blocks.
-template <TcMma kMma, bool kVec16>
+template <TcMma kMma, bool kVec16, int kBK = kSkinnyBK, int kStages = kSkinnyStages>
 __device__ __forceinline__ void skinny_tile(TcLinearParams const& p) {
   extern __shared__ __align__(16) uint16_t skinny_smem[];
   int const lane = static_cast<int>(threadIdx.x);
@@ -405,7 +410,7 @@ __device__ __forceinline__ void skinny_tile(TcLinearParams const& p) {
   int const xr = static_cast<int>(p.m - r0 < kSkinnyRows ? p.m - r0 : kSkinnyRows);  // x rows staged per slab
   uint16_t const* const w[1] = {p.w};
   float acc[1][4];
-  skinny_warp_tile<kMma, kVec16, 1, kSkinnyStages>(skinny_smem, w, p.ldw, n0, p.n, p.k, xr,
+  skinny_warp_tile<kMma, kVec16, 1, kStages, kBK>(skinny_smem, w, p.ldw, n0, p.n, p.k, xr,
                                                    [&](int j) { return p.x + (r0 + j) * p.ldx; }, acc);
   int const g = lane >> 2, c = lane & 3;
   int64_t const col = n0 + 2 * c;
@@ -413,9 +418,9 @@ __device__ __forceinline__ void skinny_tile(TcLinearParams const& p) {
   store_pair(p, r0 + g + 8, col, acc[0][2], acc[0][3]);
 }
 
-template <TcMma kMma, bool kVec16>
+template <TcMma kMma, bool kVec16, int kBK = kSkinnyBK, int kStages = kSkinnyStages>
 __global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams const p) {
-  skinny_tile<kMma, kVec16>(p);
+  skinny_tile<kMma, kVec16, kBK, kStages>(p);
 }
 
 /// Up to kTcMaxBatch independent skinny problems in one launch (grid.z = problem; grid.x, grid.y cover the

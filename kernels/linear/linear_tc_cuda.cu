@@ -3,6 +3,7 @@
 /// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
 /// from the descriptor and the operands' alignment, and the launch.
 #include <algorithm>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -36,6 +37,26 @@ Status launch_skinny(TcLinearParams const& p, cudaStream_t stream) {
 
 using Launch = Status (*)(TcLinearParams const&, cudaStream_t);
 
+/// Skinny with another K slab / ring depth (m16n8k16 only): the same launch with kBK-wide slabs in kStages.
+template <bool kVec16, int kBK, int kStages>
+Status launch_skinny_slab(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_kernel<TcMma::kK16, kVec16, kBK, kStages>;
+  auto const bytes = [&](int64_t m) { return skinny_tile_smem_bytes(1, kStages, m < kSkinnyRows ? m : kSkinnyRows, kBK); };
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(bytes(kSkinnyRows)), "linear_tc skinny: shared memory attribute"));
+  int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
+  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, bytes(p.m), stream>>>(p);
+  return launch_status("linear_tc_skinny_kernel");
+}
+
+/// Indexed [slab][vec16] for TcSlab k256x8, k512x4, k1024x3, k512x6.
+constexpr Launch kSkinnySlab[4][2] = {
+    {launch_skinny<TcMma::kK16, false>, launch_skinny<TcMma::kK16, true>},
+    {launch_skinny_slab<false, 512, 4>, launch_skinny_slab<true, 512, 4>},
+    {launch_skinny_slab<false, 1024, 3>, launch_skinny_slab<true, 1024, 3>},
+    {launch_skinny_slab<false, 512, 6>, launch_skinny_slab<true, 512, 6>},
+};
+
 /// The compiled set, indexed [tile][mma][vec16].
 constexpr Launch kLaunch[2][2][2] = {
     {{launch_gemm<TcMma::kK16, false>, launch_gemm<TcMma::kK16, true>},
@@ -49,10 +70,35 @@ constexpr Launch kLaunch[2][2][2] = {
 
 namespace tessera::ops {
 
+TcSlab tc_default_slab() {
+  static TcSlab const slab = [] {
+    char const* e = std::getenv("TESSERA_TC_SLAB");
+    if (!e) return kTcDefaultSlab;
+    std::string const v(e);
+    if (v == "256x8") return TcSlab::k256x8;
+    if (v == "512x4") return TcSlab::k512x4;
+    if (v == "1024x3") return TcSlab::k1024x3;
+    if (v == "512x6") return TcSlab::k512x6;
+    return kTcDefaultSlab;
+  }();
+  return slab;
+}
+
+}  // namespace tessera::ops
+
+namespace tessera::ops {
+
 char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a) {
   static char const* const names[2][2][2] = {
       {{"gemm/k16/elem", "gemm/k16/vec16"}, {"gemm/k8x2/elem", "gemm/k8x2/vec16"}},
       {{"skinny/k16/elem", "skinny/k16/vec16"}, {"skinny/k8x2/elem", "skinny/k8x2/vec16"}}};
+  static char const* const slab_names[4][2] = {{"skinny/k16/elem", "skinny/k16/vec16"},
+                                               {"skinny/k16/elem/s512x4", "skinny/k16/vec16/s512x4"},
+                                               {"skinny/k16/elem/s1024x3", "skinny/k16/vec16/s1024x3"},
+                                               {"skinny/k16/elem/s512x6", "skinny/k16/vec16/s512x6"}};
+  TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
+  if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && static_cast<int>(slab) >= 0 && static_cast<int>(slab) < 4)
+    return slab_names[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0];
   return names[static_cast<int>(tc_tile_for(d))][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0];
 }
 
@@ -65,6 +111,7 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
   if (d.mma != TcMma::kK16 && d.mma != TcMma::kK8x2) return invalid_argument("linear_tc: unknown mma");
   TcTile const tile = tc_tile_for(d);
   if (tile != TcTile::kGemm && tile != TcTile::kSkinny) return invalid_argument("linear_tc: unknown tile");
+  if (static_cast<int>(d.slab) < -1 || static_cast<int>(d.slab) > 3) return invalid_argument("linear_tc: unknown slab");
   if (d.m == 0 || d.n == 0) { empty = true; return {}; }
   if (!a.y && !a.y_bf16) return invalid_argument("linear_tc: no output (y and y_bf16 both null)");
   if (!a.x || !a.w) return invalid_argument("linear_tc: null x or w");
@@ -89,6 +136,9 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   bool empty = false;
   TESSERA_TRY(tc_params(d, a, p, empty));
   if (empty) return {};
+  TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
+  if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && slab != TcSlab::k256x8)
+    return kSkinnySlab[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
   return kLaunch[static_cast<int>(tc_tile_for(d))][static_cast<int>(d.mma)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
 }
 

@@ -133,9 +133,14 @@ struct Tally {
 struct Variant {
   TcTile tile;
   TcMma mma;
+  ops::TcSlab slab = ops::TcSlab::k256x8;
 };
-Variant const kVariants[] = {{TcTile::kGemm, TcMma::kK16}, {TcTile::kSkinny, TcMma::kK16},
-                             {TcTile::kGemm, TcMma::kK8x2}, {TcTile::kSkinny, TcMma::kK8x2}};
+/// The skinny tile's other slabs (512/1024-wide K slabs, 3–6 stages) must give the same bits as every variant.
+Variant const kVariants[] = {{TcTile::kGemm, TcMma::kK16},   {TcTile::kSkinny, TcMma::kK16},
+                             {TcTile::kGemm, TcMma::kK8x2},  {TcTile::kSkinny, TcMma::kK8x2},
+                             {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k512x4},
+                             {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k1024x3},
+                             {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k512x6}};
 
 /// Tallies by variant name ("gemm/k16/vec16", …) and by "category | variant" (printed by the last case).
 std::map<std::string, Tally> g_by_variant, g_by_category;
@@ -152,7 +157,7 @@ GpuResult run_variant(Problem const& p, DeviceBuffer<uint16_t> const& dx, Device
   std::vector<uint16_t> ybs(static_cast<size_t>(p.m * p.n), uint16_t{0x7FAB});
   DeviceBuffer<float> dy(ys);
   DeviceBuffer<uint16_t> dyb(ybs);
-  ops::LinearTcDesc d{p.m, p.n, p.k, v.mma, v.tile};
+  ops::LinearTcDesc d{p.m, p.n, p.k, v.mma, v.tile, v.slab};
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(dx.data() + p.x_off);
   a.w = reinterpret_cast<Bf16 const*>(dw.data());

@@ -38,10 +38,21 @@ enum class TcTile : int { kAuto = -1, kGemm = 0, kSkinny = 1 };
 
 inline constexpr int64_t kTcGemmMinRows = 64;
 
+/// The skinny tile's K slab and ring depth (k256x8: 256-wide slabs, 8 stages; …). Values are identical for every
+/// choice (the block order does not depend on the staging); what differs is the length of each W row's
+/// contiguous run per request (512 B to 2 KiB) and the shared memory per warp (occupancy). kAuto: kTcDefaultSlab.
+/// The m16n8k8 diagnostic variant always runs k256x8.
+enum class TcSlab : int { kAuto = -1, k256x8 = 0, k512x4 = 1, k1024x3 = 2, k512x6 = 3 };
+inline constexpr TcSlab kTcDefaultSlab = TcSlab::k256x8;
+/// The slab kAuto runs: kTcDefaultSlab, or TESSERA_TC_SLAB=256x8|512x4|1024x3|512x6 (read once; for benchmarks:
+/// the values never change, only the speed).
+TcSlab tc_default_slab();
+
 struct LinearTcDesc {
   int64_t m = 0, n = 0, k = 0;
   TcMma mma = TcMma::kK16;
   TcTile tile = TcTile::kAuto;  // kAuto: tc_tile_for(m)
+  TcSlab slab = TcSlab::kAuto;  // skinny tile only
 };
 
 struct LinearTcArgs {
