@@ -18,7 +18,11 @@
 ///            act, down, combine) per path (kSkinny / kGemm on the tensor cores, kEmulated), after an L2 flush;
 ///            GB/s = expert weight bytes touched (3 matrices × 23.6 MB × (distinct routed experts + 1)) / time.
 ///            check: the three paths' outputs are equal bit for bit (each equals the CPU op: verify_gpu_moe_tc).
-/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs] [--shape SUBSTR] [--batch M] [--iters N]
+///   quant    the skinny tile on block-scaled weights (FP8 e4m3 + 32×32-block ue8m0, FP4 e2m1 + per-row-per-32
+///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
+///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
+///            block-scaled launch equals the bf16 launch on the decoded weights (ops::scaled_weight) bit for bit.
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +37,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ops/linear_tc.hpp"
 #include "tessera/ops/moe.hpp"
 #include "tessera/ref/common_ref.hpp"
@@ -178,6 +183,22 @@ Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int6
   return ops::linear_tc_cuda(d, a, ctx);
 }
 
+/// The skinny tile on block-scaled W (codes [n, k or k/2] contiguous, scales [srows, ⌈k/32⌉]), bf16 output.
+Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
+  ops::LinearTcDesc d{m, n, k};
+  ops::LinearTcArgs a;
+  a.x = reinterpret_cast<Bf16 const*>(x);
+  a.ldx = k;
+  a.w_format = fmt;
+  a.w_q = q, a.ldw_q = fmt == DType::kF4E2m1x2 ? k / 2 : k;
+  a.w_scale = sc, a.ldw_scale = (k + 31) / 32;
+  a.y_bf16 = reinterpret_cast<Bf16*>(yb);
+  a.ldy_bf16 = n;
+  ExecContext ctx;
+  ctx.backend = Backend::kCuda;
+  return ops::linear_tc_cuda(d, a, ctx);
+}
+
 struct Check {
   bool ok = true;
   std::string why;
@@ -225,7 +246,7 @@ Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16
 }
 
 struct Options {
-  bool quick = false, decode = true, prefill = true, moe = true, slabs = false;
+  bool quick = false, decode = true, prefill = true, moe = true, slabs = false, quant = false;
   std::string shape;
   int64_t batch = 0;
   int iters = 20;
@@ -241,6 +262,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--prefill") { o.decode = false; o.moe = false; }
     else if (a == "--moe") { o.decode = false; o.prefill = false; }
     else if (a == "--slabs") { o.decode = false; o.prefill = false; o.moe = false; o.slabs = true; }
+    else if (a == "--quant") { o.decode = false; o.prefill = false; o.moe = false; o.quant = true; }
     else if (a == "--shape") o.shape = next();
     else if (a == "--batch") o.batch = std::stoll(next());
     else if (a == "--iters") o.iters = std::stoi(next());
@@ -449,6 +471,81 @@ int main(int argc, char** argv) {
         if (!equal) ++failures;
         std::printf("| %s | %lld | %.0f | %.0f | %.0f | %.0f | %s |\n", sh.name, static_cast<long long>(m), gbs[0], gbs[1],
                     gbs[2], gbs[3], equal ? "yes" : "NO");
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (opt.quant) {
+    std::printf("\n### Skinny tile on block-scaled weights vs bf16 (stream timing, median of %d)\n\n", iters);
+    std::printf("GB/s = bytes read (codes + scales + x + y) / time; speedup = bf16 time / block-scaled time. check: the "
+                "block-scaled outputs equal the bf16 launch on the decoded weights, all outputs.\n\n");
+    std::printf("| shape | M | bf16 us | bf16 GB/s | fp8 us | fp8 GB/s | fp8 %% of 4.27 TB/s | fp8 speedup | fp4 us | "
+                "fp4 GB/s | fp4 %% of 4.27 TB/s | fp4 speedup | check |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::vector<Shape> qshapes(std::begin(shapes), std::end(shapes));
+    if (!opt.quick) qshapes.push_back({5120, 129280, "head 5120x129280"});
+    for (auto const& sh : qshapes) {
+      if (!selected(sh)) continue;
+      int64_t const kb = (sh.k + 31) / 32;
+      // Codes: random bytes (e4m3 NaN codes replaced), scales 2^-4 … 2^3; the decoded bf16 W for the reference run.
+      std::mt19937_64 g(static_cast<uint64_t>(sh.n * 31 + sh.k));
+      std::vector<uint8_t> q8(static_cast<size_t>(sh.n * sh.k)), q4(static_cast<size_t>(sh.n * sh.k / 2));
+      for (auto& b : q8) { b = static_cast<uint8_t>(g()); if ((b & 0x7F) == 0x7F) b &= 0xFE; }
+      for (auto& b : q4) b = static_cast<uint8_t>(g());
+      std::vector<uint8_t> s8(static_cast<size_t>((sh.n + 31) / 32 * kb)), s4(static_cast<size_t>(sh.n * kb));
+      for (auto& b : s8) b = static_cast<uint8_t>(123 + g() % 8);
+      for (auto& b : s4) b = static_cast<uint8_t>(123 + g() % 8);
+      double const wb16 = 2.0 * static_cast<double>(sh.n * sh.k);
+      int const copies = stream_copies(wb16 / 4);
+      std::vector<Dev<uint16_t>> dw16;
+      std::vector<Dev<uint8_t>> dq8, dq4, ds8, ds4;
+      for (int c = 0; c < copies; ++c) {
+        dq8.emplace_back(q8.size()); dq8.back().upload(q8);
+        dq4.emplace_back(q4.size()); dq4.back().upload(q4);
+        ds8.emplace_back(s8.size()); ds8.back().upload(s8);
+        ds4.emplace_back(s4.size()); ds4.back().upload(s4);
+        if (c < stream_copies(wb16)) dw16.emplace_back(static_cast<size_t>(sh.n * sh.k));
+      }
+      auto decoded = [&](DType fmt) {
+        std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
+        bool const fp4 = fmt == DType::kF4E2m1x2;
+        for (int64_t o = 0; o < sh.n; ++o)
+          for (int64_t i = 0; i < sh.k; ++i)
+            w[static_cast<size_t>(o * sh.k + i)] = bf16_bits_from_float(
+                ops::scaled_weight(fmt, fp4 ? q4.data() : q8.data(), fp4 ? sh.k / 2 : sh.k, fp4 ? s4.data() : s8.data(), kb, o, i));
+        return w;
+      };
+      auto const w8 = decoded(DType::kF8E4m3), w4 = decoded(DType::kF4E2m1x2);
+      for (auto& d : dw16) d.upload(w8);
+      for (int64_t m : {1, 4, 16}) {
+        if (opt.batch && m != opt.batch) continue;
+        auto const hx = random_bf16(static_cast<size_t>(m * sh.k), 300 + m);
+        Dev<uint16_t> dx(hx.size()), y16(static_cast<size_t>(m * sh.n)), yq(static_cast<size_t>(m * sh.n));
+        dx.upload(hx);
+        bool ok = true;
+        // Check: fp8 against bf16 on w8, then fp4 against bf16 on w4 (copy 0 of dw16 reloaded).
+        for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2}) {
+          bool const fp4 = fmt == DType::kF4E2m1x2;
+          dw16[0].upload(fp4 ? w4 : w8);
+          ok = ok && run_tc(dw16[0].p, dx.p, nullptr, y16.p, m, sh.k, sh.n).ok();
+          ok = ok && run_q(fmt, fp4 ? dq4[0].p : dq8[0].p, fp4 ? ds4[0].p : ds8[0].p, dx.p, yq.p, m, sh.k, sh.n).ok();
+          CK(cudaDeviceSynchronize());
+          ok = ok && y16.get(static_cast<size_t>(m * sh.n)) == yq.get(static_cast<size_t>(m * sh.n));
+        }
+        dw16[0].upload(w8);
+        if (!ok) ++failures;
+        double const xy = 2.0 * static_cast<double>(m * sh.k + m * sh.n);
+        auto t16 = [&](int cp) { (void)run_tc(dw16[static_cast<size_t>(cp)].p, dx.p, nullptr, y16.p, m, sh.k, sh.n); };
+        auto t8 = [&](int cp) { (void)run_q(DType::kF8E4m3, dq8[static_cast<size_t>(cp)].p, ds8[static_cast<size_t>(cp)].p, dx.p, yq.p, m, sh.k, sh.n); };
+        auto t4 = [&](int cp) { (void)run_q(DType::kF4E2m1x2, dq4[static_cast<size_t>(cp)].p, ds4[static_cast<size_t>(cp)].p, dx.p, yq.p, m, sh.k, sh.n); };
+        double const us16 = timer.median_stream_us(t16, static_cast<int>(dw16.size()), iters);
+        double const us8 = timer.median_stream_us(t8, copies, iters);
+        double const us4 = timer.median_stream_us(t4, copies, iters);
+        double const b8 = static_cast<double>(q8.size() + s8.size()) + xy, b4 = static_cast<double>(q4.size() + s4.size()) + xy;
+        auto gbs = [](double bytes, double us) { return bytes / (us * 1e-6) / 1e9; };
+        std::printf("| %s | %lld | %.1f | %.0f | %.1f | %.0f | %.1f | %.2fx | %.1f | %.0f | %.1f | %.2fx | %s |\n", sh.name,
+                    static_cast<long long>(m), us16, gbs(wb16 + xy, us16), us8, gbs(b8, us8), 100.0 * gbs(b8, us8) * 1e9 / kCopyBandwidth,
+                    us16 / us8, us4, gbs(b4, us4), 100.0 * gbs(b4, us4) * 1e9 / kCopyBandwidth, us16 / us4, ok ? "ok" : "FAIL");
         std::fflush(stdout);
       }
     }

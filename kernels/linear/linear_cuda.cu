@@ -8,6 +8,9 @@
 ///   rows ≥ 32 (prefill): a 64×64 register-tiled SIMT GEMM (linear_gemm_kernel);
 ///   otherwise: 4 warps × 32 outputs × 8 rows over 32×32 shared tiles (linear_rows_kernel);
 ///   fma_chain (wo_a): one thread per (row, output) (linear_fma_chain_kernel).
+/// Block-scaled FP8 / FP4 weights (ops::is_block_scaled) run like bf16 weights holding ops::scaled_weight: decode
+/// shapes on the skinny tile decoding the codes in shared memory (kernels/linear/linear_tc_quant.cuh), other calls
+/// after decoding W to bf16 in stream-ordered memory (linear_dequant_kernel).
 /// bf16 weights with a bf16 output (desc.impl = kAuto) run on the tensor cores instead: x is copied to bf16
 /// in stream-ordered scratch (linear_x_bf16_kernel; exact, x holds bf16 values) and ops::linear_tc_cuda
 /// computes ref::dot_tc with mma.sync m16n8k16 (equal to tc::BlockAcc bit for bit, measured by
@@ -278,8 +281,8 @@ __global__ void __launch_bounds__(256) linear_x_bf16_kernel(float const* x, int6
   }
 }
 
-/// The tensor-core path of a bf16-weight, bf16-output call (see the file comment); a grouped call converts
-/// x once and runs its groups as one batched launch (linear_tc_cuda_batch).
+/// The tensor-core path of a bf16-weight (or block-scaled, fused) bf16-output call (see the file comment); a
+/// grouped call converts x once and runs its groups as one batched launch (linear_tc_cuda_batch).
 Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
   int64_t const cols = d.groups * d.in;
   int64_t const ldxb = (cols + 7) / 8 * 8;  // 16-byte rows: the vec16 staging when in % 8 == 0
@@ -290,6 +293,7 @@ Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecCon
   unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 8192));
   linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a.x.data, a.x.stride[0], d.rows, cols, xb, ldxb);
   TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
+  bool const scaled = ops::is_block_scaled(d.weight_dtype);
   std::vector<ops::LinearTcDesc> td(static_cast<size_t>(d.groups));
   std::vector<ops::LinearTcArgs> ta(static_cast<size_t>(d.groups));
   for (int64_t g = 0; g < d.groups; ++g) {
@@ -297,12 +301,66 @@ Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecCon
     t.m = d.rows, t.n = d.out, t.k = d.in;
     auto& u = ta[static_cast<size_t>(g)];
     u.x = reinterpret_cast<Bf16 const*>(xb + g * d.in);
-    u.w = a.w_bf16.data + g * d.out * a.w_bf16.stride[0];
+    if (scaled) {
+      ops::LinearArgs const ga = ops::linear_group(d, a, g);
+      u.w_format = d.weight_dtype;
+      u.w_q = ga.w_q.data, u.ldw_q = ga.w_q.stride[0];
+      u.w_scale = ga.w_scale.data, u.ldw_scale = ga.w_scale.stride[0];
+    } else {
+      u.w = a.w_bf16.data + g * d.out * a.w_bf16.stride[0];
+      u.ldw = a.w_bf16.stride[0];
+    }
     u.y = a.y.data + g * d.out;
-    u.ldx = ldxb, u.ldw = a.w_bf16.stride[0], u.ldy = a.y.stride[0];
+    u.ldx = ldxb, u.ldy = a.y.stride[0];
     u.y_round_bf16 = true;
   }
   return ops::linear_tc_cuda_batch(td, ta, ctx);
+}
+
+/// W[o, i] = ops::scaled_weight(...) as bf16 bits, [rows, cols] contiguous.
+__global__ void __launch_bounds__(256) linear_dequant_kernel(DType fmt, uint8_t const* q, int64_t ldq, uint8_t const* s,
+                                                             int64_t lds, int64_t rows, int64_t cols, uint16_t* out) {
+  int64_t const total = rows * cols;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t const r = t / cols, i = t - r * cols;
+    out[t] = bf16_bits_from_float(ops::scaled_weight(fmt, q, ldq, s, lds, r, i));
+  }
+}
+
+/// Block-scaled weights: the fused skinny tile when the call is a bf16-output decode shape it takes (every
+/// group ops::tc_quant_ok), otherwise the weights decoded to bf16 in stream-ordered memory and the bf16 call.
+Status run_linear_scaled(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
+  if (d.md == DType::kBf16 && d.impl == ops::LinearImpl::kAuto && d.rows < ops::kTcGemmMinRows) {
+    bool fused = true;
+    for (int64_t g = 0; fused && g < d.groups; ++g) {
+      ops::LinearArgs const ga = ops::linear_group(d, a, g);
+      ops::LinearTcDesc const t{d.rows, d.out, d.in};
+      fused = ops::tc_quant_weight_ok(t, d.weight_dtype, ga.w_q.data, ga.w_q.stride[0]);  // x: 16-byte scratch rows
+    }
+    if (fused) return run_linear_tc(d, a, ctx);
+  }
+  int64_t const wrows = d.groups * d.out;
+  cudaStream_t const st = stream_of(ctx);
+  void* wb = nullptr;  // own memory: the bf16 call below takes ctx.workspace for its x copy
+  TESSERA_TRY(cuda_status(cudaMallocAsync(&wb, static_cast<size_t>(wrows * d.in) * sizeof(uint16_t), st), "linear: weight decode buffer"));
+  unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(wrows * d.in, 256), 65535));
+  linear_dequant_kernel<<<blocks, 256, 0, st>>>(d.weight_dtype, a.w_q.data, a.w_q.stride[0], a.w_scale.data,
+                                                a.w_scale.stride[0], wrows, d.in, static_cast<uint16_t*>(wb));
+  auto bf16_call = [&]() -> Status {
+    TESSERA_TRY(launch_status("linear_dequant_kernel"));
+    ops::LinearDesc bd = d;
+    bd.weight_dtype = DType::kBf16;
+    ops::LinearArgs ba = a;
+    ba.w_q = {};
+    ba.w_scale = {};
+    ba.w_bf16 = TensorView<Bf16 const, 2>(static_cast<Bf16 const*>(wb), {wrows, d.in}, a.y.device);
+    return ops::Linear<Backend::kCuda>::run(bd, ba, ctx);
+  };
+  Status const s = bf16_call();
+  cudaError_t const e = cudaFreeAsync(wb, st);
+  TESSERA_TRY(s);
+  return cuda_status(e, "linear: weight decode buffer release");
 }
 
 }  // namespace
@@ -325,6 +383,7 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
   p.x_stride = a.x.stride[0];
   p.y_stride = a.y.stride[0];
   p.bf16_out = d.md == DType::kBf16;
+  if (ops::is_block_scaled(d.weight_dtype)) return run_linear_scaled(d, a, ctx);
   if (d.weight_dtype == DType::kBf16 && p.bf16_out && d.impl == ops::LinearImpl::kAuto) return run_linear_tc(d, a, ctx);
   if (d.groups > 1) {  // the CUDA-core kernels: one call per group
     LinearDesc one = d;

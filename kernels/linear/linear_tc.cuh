@@ -55,6 +55,10 @@ struct TcLinearParams {
   int64_t m = 0, n = 0, k = 0, ldx = 0, ldw = 0, ldy = 0, ldy_bf16 = 0;
   bool y_vec2 = false, ybf_vec2 = false;
   bool y_round_bf16 = false;  // y holds →bf16(D) widened to fp32 instead of D
+  // Block-scaled W (linear_tc_quant.cuh) instead of w: codes (row stride ldwq bytes) and ue8m0 scales.
+  uint8_t const* wq = nullptr;
+  uint8_t const* wscale = nullptr;
+  int64_t ldwq = 0, ldwscale = 0;
 };
 
 // ---- GEMM tile: 128 × 128 outputs, K slabs of 32, 8 warps (2 along M × 4 along N, warp tile 64 × 32) ----

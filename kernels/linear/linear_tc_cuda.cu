@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Host side of the tensor-core bf16 linear (include/tessera/ops/linear_tc.hpp): argument checks, the choice of
 /// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
-/// from the descriptor and the operands' alignment, and the launch.
+/// from the descriptor and the operands' alignment (plus the K-slab variants of the skinny tile and its
+/// block-scaled FP8 / FP4 forms, linear_tc_quant.cuh), and the launch.
 #include <algorithm>
 #include <cstdlib>
 #include <span>
@@ -9,6 +10,7 @@
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/linear/linear_tc.cuh"
+#include "kernels/linear/linear_tc_quant.cuh"
 
 namespace tessera::kernels::tc_linear {
 namespace {
@@ -36,6 +38,18 @@ Status launch_skinny(TcLinearParams const& p, cudaStream_t stream) {
 }
 
 using Launch = Status (*)(TcLinearParams const&, cudaStream_t);
+
+/// Block-scaled W on the skinny tile (linear_tc_quant.cuh).
+template <DType kFmt>
+Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_q_kernel<kFmt>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(skinny_q_launch_smem<kFmt>(kSkinnyRows, ops::kTcQuantMaxK)),
+                          "linear_tc skinny (block-scaled): shared memory attribute"));
+  int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
+  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_q_launch_smem<kFmt>(p.m, p.k), stream>>>(p);
+  return launch_status("linear_tc_skinny_q_kernel");
+}
 
 /// Skinny with another K slab / ring depth (m16n8k16 only): the same launch with kBK-wide slabs in kStages.
 template <bool kVec16, int kBK, int kStages>
@@ -96,6 +110,8 @@ char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a)
                                                {"skinny/k16/elem/s512x4", "skinny/k16/vec16/s512x4"},
                                                {"skinny/k16/elem/s1024x3", "skinny/k16/vec16/s1024x3"},
                                                {"skinny/k16/elem/s512x6", "skinny/k16/vec16/s512x6"}};
+  if (a.w_format == DType::kF8E4m3) return tc_quant_ok(d, a) ? "skinny/k16/fp8" : "unsupported/fp8";
+  if (a.w_format == DType::kF4E2m1x2) return tc_quant_ok(d, a) ? "skinny/k16/fp4" : "unsupported/fp4";
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && static_cast<int>(slab) >= 0 && static_cast<int>(slab) < 4)
     return slab_names[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0];
@@ -114,8 +130,21 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
   if (static_cast<int>(d.slab) < -1 || static_cast<int>(d.slab) > 3) return invalid_argument("linear_tc: unknown slab");
   if (d.m == 0 || d.n == 0) { empty = true; return {}; }
   if (!a.y && !a.y_bf16) return invalid_argument("linear_tc: no output (y and y_bf16 both null)");
-  if (!a.x || !a.w) return invalid_argument("linear_tc: null x or w");
-  if (a.ldx < d.k || a.ldw < d.k) return invalid_argument("linear_tc: ldx and ldw must be ≥ k");
+  bool const quant = a.w_format != DType::kBf16;
+  if (quant) {
+    if (a.w_format != DType::kF8E4m3 && a.w_format != DType::kF4E2m1x2)
+      return invalid_argument("linear_tc: w_format must be bf16, f8_e4m3 or f4_e2m1x2");
+    if (!tc_quant_ok(d, a))
+      return not_supported("linear_tc: block-scaled W runs on the skinny m16n8k16 tile only, with k % 32 == 0, k <= " +
+                           std::to_string(kTcQuantMaxK) + ", 16-byte aligned codes and x rows (ops::tc_quant_ok)");
+    if (!a.x || !a.w_q || !a.w_scale) return invalid_argument("linear_tc: null x, w_q or w_scale");
+    int64_t const row_bytes = a.w_format == DType::kF4E2m1x2 ? d.k / 2 : d.k;
+    if (a.ldx < d.k || a.ldw_q < row_bytes || a.ldw_scale < (d.k + 31) / 32)
+      return invalid_argument("linear_tc: ldx, ldw_q or ldw_scale too small for k");
+  } else {
+    if (!a.x || !a.w) return invalid_argument("linear_tc: null x or w");
+    if (a.ldx < d.k || a.ldw < d.k) return invalid_argument("linear_tc: ldx and ldw must be ≥ k");
+  }
   if ((a.y && a.ldy < d.n) || (a.y_bf16 && a.ldy_bf16 < d.n)) return invalid_argument("linear_tc: output stride < n");
   p.x = reinterpret_cast<uint16_t const*>(a.x);
   p.w = reinterpret_cast<uint16_t const*>(a.w);
@@ -123,6 +152,7 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
   p.y_bf16 = reinterpret_cast<uint16_t*>(a.y_bf16);
   p.m = d.m; p.n = d.n; p.k = d.k;
   p.ldx = a.ldx; p.ldw = a.ldw; p.ldy = a.ldy; p.ldy_bf16 = a.ldy_bf16;
+  p.wq = a.w_q; p.wscale = a.w_scale; p.ldwq = a.ldw_q; p.ldwscale = a.ldw_scale;
   p.y_vec2 = a.y && a.ldy % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
   p.y_round_bf16 = a.y_round_bf16;
   p.ybf_vec2 = a.y_bf16 && a.ldy_bf16 % 2 == 0 && (reinterpret_cast<uintptr_t>(a.y_bf16) & 3u) == 0;
@@ -136,6 +166,8 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   bool empty = false;
   TESSERA_TRY(tc_params(d, a, p, empty));
   if (empty) return {};
+  if (a.w_format == DType::kF8E4m3) return launch_skinny_q<DType::kF8E4m3>(p, kernels::stream_of(ctx));
+  if (a.w_format == DType::kF4E2m1x2) return launch_skinny_q<DType::kF4E2m1x2>(p, kernels::stream_of(ctx));
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && slab != TcSlab::k256x8)
     return kSkinnySlab[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
@@ -148,7 +180,8 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
   if (d.size() != a.size()) return invalid_argument("linear_tc batch: descriptor and argument counts differ");
   bool one_launch = d.size() > 1 && d.size() <= static_cast<size_t>(kTcMaxBatch);
   for (size_t i = 0; one_launch && i < d.size(); ++i)
-    one_launch = tc_tile_for(d[i]) == TcTile::kSkinny && d[i].mma == d[0].mma && tc_vec16(d[i], a[i]) == tc_vec16(d[0], a[0]);
+    one_launch = tc_tile_for(d[i]) == TcTile::kSkinny && d[i].mma == d[0].mma && a[i].w_format == a[0].w_format &&
+                 (a[0].w_format != DType::kBf16 ? tc_quant_ok(d[i], a[i]) : tc_vec16(d[i], a[i]) == tc_vec16(d[0], a[0]));
   if (!one_launch) {
     for (size_t i = 0; i < d.size(); ++i) TESSERA_TRY(linear_tc_cuda(d[i], a[i], ctx));
     return {};
@@ -168,6 +201,19 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
   if (count == 0) return {};
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny batch: grid too large");
   using BatchKernel = void (*)(TcLinearBatch);
+  if (a[0].w_format != DType::kBf16) {
+    int64_t kmax = 0;
+    for (size_t i = 0; i < d.size(); ++i) kmax = std::max(kmax, d[i].k);
+    bool const fp4 = a[0].w_format == DType::kF4E2m1x2;
+    BatchKernel const kq = fp4 ? linear_tc_skinny_q_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_q_batch_kernel<DType::kF8E4m3>;
+    size_t const smax = fp4 ? skinny_q_launch_smem<DType::kF4E2m1x2>(kSkinnyRows, ops::kTcQuantMaxK)
+                            : skinny_q_launch_smem<DType::kF8E4m3>(kSkinnyRows, ops::kTcQuantMaxK);
+    size_t const smem = fp4 ? skinny_q_launch_smem<DType::kF4E2m1x2>(mmax, kmax) : skinny_q_launch_smem<DType::kF8E4m3>(mmax, kmax);
+    TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smax)),
+                            "linear_tc skinny batch (block-scaled): shared memory attribute"));
+    kq<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, smem, kernels::stream_of(ctx)>>>(b);
+    return launch_status("linear_tc_skinny_q_batch_kernel");
+  }
   bool const vec16 = tc_vec16(d[0], a[0]);
   BatchKernel const k = d[0].mma == TcMma::kK16 ? (vec16 ? linear_tc_skinny_batch_kernel<TcMma::kK16, true>
                                                          : linear_tc_skinny_batch_kernel<TcMma::kK16, false>)

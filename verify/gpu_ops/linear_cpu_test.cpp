@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CPU backend of the linear family: fp32 and bf16-stored weights both give ref::linear_row over rows bit
-/// for bit (bf16 widening is exact), md fp32 and bf16; strided rows; shape errors name the argument. The
+/// for bit (bf16 widening is exact), md fp32 and bf16; strided rows; shape errors name the argument;
+/// block-scaled FP8 / FP4 weights give what bf16 weights holding their decoded values give. The
 /// CUDA backend is checked against this in linear_test.cpp (gpu suite).
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <array>
 #include <bit>
+#include <cmath>
+#include <random>
 #include <string>
 
 #include "tessera/ops/linear.hpp"
@@ -129,4 +134,101 @@ BOOST_AUTO_TEST_CASE(linear_cpu_grouped_matches_per_group_ref) {
   s = ops::linear(ctx, ops::LinearDesc{rows, in, out, DType::kF32, DType::kF32, false, ops::LinearImpl::kAuto, 0}, a);
   BOOST_TEST(!s.ok());
   BOOST_TEST(s.to_string().find("groups") != std::string::npos);
+}
+
+namespace {
+/// The e4m3 value of a byte from the format's definition (bias 7, subnormals below exponent field 1), and the
+/// e2m1 value from its table (spec §4.2): formulated independently of core/dtype.hpp's decoders.
+double e4m3_value(uint8_t b) {
+  int const sign = b & 0x80 ? -1 : 1, e = (b >> 3) & 15, m = b & 7;
+  return sign * (e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7));
+}
+double e2m1_value(uint8_t c) {
+  double const mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (c & 8 ? -1 : 1) * mag[c & 7];
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(linear_cpu_block_scaled_weights_are_their_decoded_bf16_values) {
+  // FP8 (32×32-block scales) and FP4 (per-row-per-32 scales) codes against bf16 weights holding the decoded
+  // values: bit-identical y, for md fp32 and bf16, K with a partial last scale block, strided code rows, and a
+  // grouped call (the grouped output projection's layout: group g = code rows [g·out, (g+1)·out)).
+  uint64_t const seed = verify::test_seed(733);
+  std::mt19937_64 g(seed);
+  struct Shape { DType fmt; int64_t rows, in, out, groups; };
+  Shape const shapes[] = {{DType::kF8E4m3, 5, 96, 45, 1}, {DType::kF8E4m3, 3, 80, 70, 1}, {DType::kF8E4m3, 4, 64, 32, 3},
+                          {DType::kF4E2m1x2, 5, 96, 45, 1}, {DType::kF4E2m1x2, 2, 70, 9, 1}, {DType::kF4E2m1x2, 3, 64, 5, 2}};
+  for (Shape const& sh : shapes) {
+    bool const fp4 = sh.fmt == DType::kF4E2m1x2;
+    int64_t const wrows = sh.groups * sh.out, kb = (sh.in + 31) / 32, qcols = fp4 ? sh.in / 2 : sh.in, ldq = qcols + 3;
+    int64_t const srows = fp4 ? wrows : (wrows + 31) / 32;
+    std::vector<uint8_t> q(static_cast<size_t>(wrows * ldq), 0xFF), s(static_cast<size_t>(srows * kb));
+    for (int64_t o = 0; o < wrows; ++o)
+      for (int64_t j = 0; j < qcols; ++j) {
+        auto v = static_cast<uint8_t>(g() & 0xFF);
+        if (!fp4 && (v & 0x7F) == 0x7F) v = 0x00;  // e4m3 NaN codes are not weights
+        q[static_cast<size_t>(o * ldq + j)] = v;
+      }
+    for (auto& v : s) v = static_cast<uint8_t>(120 + g() % 14);
+    std::vector<Bf16> wb(static_cast<size_t>(wrows * sh.in));
+    for (int64_t o = 0; o < wrows; ++o)
+      for (int64_t i = 0; i < sh.in; ++i) {
+        uint8_t const byte = q[static_cast<size_t>(o * ldq + (fp4 ? i / 2 : i))];
+        double const code = fp4 ? e2m1_value(i % 2 ? byte >> 4 : byte & 15) : e4m3_value(byte);
+        int const scale = s[static_cast<size_t>((fp4 ? o : o / 32) * kb + i / 32)] - 127;
+        wb[static_cast<size_t>(o * sh.in + i)] = Bf16::from_float(static_cast<float>(std::ldexp(code, scale)));
+      }
+    auto x = verify::randn(static_cast<size_t>(sh.rows * sh.groups * sh.in), seed + 9);
+    for (auto& v : x) v = round_to_bf16(v);
+    for (DType md : {DType::kF32, DType::kBf16}) {
+      int64_t const ycols = sh.groups * sh.out;
+      std::vector<float> y_q(static_cast<size_t>(sh.rows * ycols), -3.f), y_b(y_q);
+      ExecContext ctx;
+      ops::LinearArgs a;
+      a.x = TensorView<float const, 2>(x.data(), {sh.rows, sh.groups * sh.in});
+      a.y = TensorView<float, 2>(y_b.data(), {sh.rows, ycols});
+      a.w_bf16 = TensorView<Bf16 const, 2>(wb.data(), {wrows, sh.in});
+      auto st = ops::linear(ctx, ops::LinearDesc{sh.rows, sh.in, sh.out, DType::kBf16, md, false, ops::LinearImpl::kAuto, sh.groups}, a);
+      BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+      a.w_bf16 = {};
+      a.w_q = TensorView<uint8_t const, 2>(q.data(), {wrows, qcols}, {ldq, 1});
+      a.w_scale = TensorView<uint8_t const, 2>(s.data(), {srows, kb});
+      a.y = TensorView<float, 2>(y_q.data(), {sh.rows, ycols});
+      st = ops::linear(ctx, ops::LinearDesc{sh.rows, sh.in, sh.out, sh.fmt, md, false, ops::LinearImpl::kAuto, sh.groups}, a);
+      BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+      int64_t bad = 0;
+      for (size_t i = 0; i < y_q.size(); ++i) bad += std::bit_cast<uint32_t>(y_q[i]) != std::bit_cast<uint32_t>(y_b[i]);
+      BOOST_TEST_INFO(dtype_name(sh.fmt) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << " groups "
+                                         << sh.groups << " md " << dtype_name(md));
+      BOOST_TEST(bad == 0);
+      BOOST_TEST(std::all_of(y_q.begin(), y_q.end(), [](float v) { return v != -3.f; }));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(linear_cpu_block_scaled_weights_reject_bad_shapes) {
+  std::vector<float> x(4 * 64), y(4 * 64);
+  std::vector<uint8_t> q(64 * 64), s(64 * 2);
+  ExecContext ctx;
+  auto call = [&](DType fmt, int64_t in, int64_t out, int64_t groups, std::array<int64_t, 2> qs, std::array<int64_t, 2> ss) {
+    ops::LinearArgs a;
+    a.x = TensorView<float const, 2>(x.data(), {4, groups * in});
+    a.y = TensorView<float, 2>(y.data(), {4, groups * out});
+    a.w_q = TensorView<uint8_t const, 2>(q.data(), qs);
+    a.w_scale = TensorView<uint8_t const, 2>(s.data(), ss);
+    return ops::linear(ctx, ops::LinearDesc{4, in, out, fmt, DType::kF32, false, ops::LinearImpl::kAuto, groups}, a);
+  };
+  BOOST_TEST(call(DType::kF8E4m3, 64, 40, 1, {40, 64}, {2, 2}).ok());
+  auto st = call(DType::kF8E4m3, 64, 40, 1, {40, 64}, {40, 2});  // per-row scales given for 32×32 blocks
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.to_string().find("w_scale") != std::string::npos);
+  st = call(DType::kF8E4m3, 32, 20, 2, {40, 32}, {2, 1});  // groups that split a 32-row scale block
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.to_string().find("out % 32") != std::string::npos);
+  BOOST_TEST(call(DType::kF4E2m1x2, 64, 40, 1, {40, 32}, {40, 2}).ok());
+  st = call(DType::kF4E2m1x2, 63, 40, 1, {40, 32}, {40, 2});  // odd in: codes come in pairs
+  BOOST_TEST(!st.ok());
+  st = call(DType::kF4E2m1x2, 64, 40, 1, {40, 64}, {40, 2});  // unpacked code width
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.to_string().find("w_q") != std::string::npos);
 }

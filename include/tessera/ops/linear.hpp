@@ -19,9 +19,30 @@ enum class LinearImpl : uint8_t {
   kSimt = 1,  // the CUDA-core emulation of tc::BlockAcc (linear_chunks / rows / gemm / fma_chain kernels)
 };
 
+/// Block-scaled weights (the native release layout, spec/deepseek-v41.md §4.2), held as stored:
+///   kF8E4m3    w_q [groups·out, in] e4m3 codes, w_scale [⌈groups·out/32⌉, ⌈in/32⌉] ue8m0, one per 32×32 block;
+///   kF4E2m1x2  w_q [groups·out, in/2] e2m1 codes two per byte (even column in the low nibble), w_scale
+///              [groups·out, ⌈in/32⌉] ue8m0, one per row and 32 columns.
+/// They are a compressed store of bf16 weights: the weight's value is scaled_weight() = →bf16(code·2^(s−127))
+/// (the product is exact in fp32; →bf16 is the identity for every product inside bf16's normal range, which is
+/// the loader's dequantised value rounded as a bf16 model rounds its weights), and the op then behaves exactly
+/// as with weight_dtype kBf16 holding those values.
+inline bool is_block_scaled(DType t) { return t == DType::kF8E4m3 || t == DType::kF4E2m1x2; }
+
+/// The bf16 value of weight (o, i) of a block-scaled weight (codes q with row stride ldq bytes, scales s with
+/// row stride lds).
+TESSERA_HOST_DEVICE inline float scaled_weight(DType t, uint8_t const* q, int64_t ldq, uint8_t const* s, int64_t lds,
+                                               int64_t o, int64_t i) {
+  if (t == DType::kF8E4m3)
+    return round_to_bf16(float_from_fp8_e4m3(q[o * ldq + i]) * float_from_e8m0(s[(o / 32) * lds + i / 32]));
+  uint8_t const b = q[o * ldq + i / 2];
+  return round_to_bf16(float_from_fp4_e2m1(i % 2 ? b >> 4 : b & 0xF) * float_from_e8m0(s[o * lds + i / 32]));
+}
+
 struct LinearDesc {
   int64_t rows = 0, in = 0, out = 0;
-  DType weight_dtype = DType::kF32;  // kF32 (LinearArgs::w) or kBf16 (LinearArgs::w_bf16)
+  /// kF32 (LinearArgs::w), kBf16 (LinearArgs::w_bf16), or block-scaled kF8E4m3 / kF4E2m1x2 (w_q, w_scale)
+  DType weight_dtype = DType::kF32;
   DType md = DType::kF32;            // rounding of y: kF32 = none, kBf16 = →bf16
   /// false: ref::gemm_dot's order (nn.Linear in the golden engine); true: ref::bmm_dot's (a torch.bmm in the
   /// golden engine: the grouped output projection wo_a; one FMA chain per output in fp32).
@@ -41,13 +62,15 @@ inline std::ostream& operator<<(std::ostream& os, LinearDesc const& d) {
             << " fma_chain=" << d.fma_chain << " impl=" << (d.impl == LinearImpl::kSimt ? "simt" : "auto") << " groups=" << d.groups << " }";
 }
 
-/// Operands. With bf16 weights and a bf16 output every x value must be a bf16 value (the golden engine's bf16
+/// Operands. With bf16 (or block-scaled) weights and a bf16 output every x value must be a bf16 value (the golden engine's bf16
 /// nn.Linear sees bf16 activations; the tensor-core order is defined on bf16 operands): the CPU backend checks
 /// this and refuses other x; the CUDA backend rounds x to bf16 (RNE), which is the identity on such values.
 struct LinearArgs {
   TensorView<float const, 2> x;       // [rows, groups·in]; rows may be strided (inner stride 1)
   TensorView<float const, 2> w;       // [groups·out, in] when weight_dtype == kF32
   TensorView<Bf16 const, 2> w_bf16;   // [groups·out, in] when weight_dtype == kBf16
+  TensorView<uint8_t const, 2> w_q;      // block-scaled codes (see is_block_scaled); rows may be strided
+  TensorView<uint8_t const, 2> w_scale;  // their ue8m0 scales; rows may be strided
   TensorView<float, 2> y;             // [rows, groups·out]; rows may be strided (inner stride 1); must not alias x
 };
 

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+/// Block-scaled weights (FP8 e4m3 with 32×32-block ue8m0 scales, FP4 e2m1 with per-row-per-32 scales) on the GPU:
+///  * the fused skinny tile (ops::linear_tc_cuda with LinearTcArgs::w_format; codes decoded in shared memory)
+///    against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
+///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over the whole ue8m0 range,
+///    M = 1..16 and 17 (two row groups), N off the 8- and 32-row blocks, K from 32 to kTcQuantMaxK, strided codes;
+///  * calls the fused tile does not take are refused (not_supported), never run wrong;
+///  * ops::Linear<kCuda> with block-scaled weights (fused decode rows, the decode-to-bf16 path for M ≥ 64, md fp32,
+///    the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/ops/linear.hpp"
+#include "tessera/ops/linear_tc.hpp"
+#include "tessera/ref/common_ref.hpp"
+#include "verify/gpu_ops/device_buffer.hpp"
+
+using namespace tessera;
+using namespace tessera::verify;
+
+namespace {
+
+/// A block-scaled weight on the host: codes [n, ldq bytes], scales [srows, lds] and the decoded values [n, k].
+struct ScaledW {
+  DType fmt = DType::kF8E4m3;
+  int64_t n = 0, k = 0, ldq = 0, lds = 0;
+  std::vector<uint8_t> q, s;
+  std::vector<float> w;
+};
+
+ScaledW make_scaled(DType fmt, int64_t n, int64_t k, int64_t q_pad, bool extreme_scales, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  ScaledW r;
+  r.fmt = fmt;
+  r.n = n, r.k = k;
+  int64_t const row_bytes = fmt == DType::kF4E2m1x2 ? k / 2 : k;
+  r.ldq = row_bytes + q_pad;
+  r.lds = (k + 31) / 32 + 1;  // one spare scale column: strided scale rows
+  int64_t const srows = fmt == DType::kF8E4m3 ? (n + 31) / 32 : n;
+  r.q.assign(static_cast<size_t>(n * r.ldq), 0xEE);
+  r.s.assign(static_cast<size_t>(srows * r.lds), 0xFF);  // NaN scale in the spare column: a stray read shows
+  std::uniform_int_distribution<int> byte(0, 255), near(117, 137), any(0, 254);
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t b = 0; b < row_bytes; ++b) {
+      int v = byte(g);
+      if (fmt == DType::kF8E4m3 && (v & 0x7F) == 0x7F) v &= 0xFE;  // e4m3 NaN codes are not weights
+      r.q[static_cast<size_t>(o * r.ldq + b)] = static_cast<uint8_t>(v);
+    }
+  for (int64_t sr = 0; sr < srows; ++sr)
+    for (int64_t c = 0; c < (k + 31) / 32; ++c)
+      r.s[static_cast<size_t>(sr * r.lds + c)] = static_cast<uint8_t>(extreme_scales ? any(g) : near(g));
+  r.w.resize(static_cast<size_t>(n * k));
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t i = 0; i < k; ++i)
+      r.w[static_cast<size_t>(o * k + i)] = ops::scaled_weight(fmt, r.q.data(), r.ldq, r.s.data(), r.lds, o, i);
+  return r;
+}
+
+std::vector<uint16_t> random_x(int64_t m, int64_t ldx, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> x(static_cast<size_t>(m * ldx), 0x7FC1);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < ldx; ++i) x[static_cast<size_t>(r * ldx + i)] = bf16_bits_from_float(nd(g));
+  return x;
+}
+
+int64_t g_outputs = 0;
+
+/// The fused tile on one problem against ref::dot_tc; returns the mismatch count (fp32 + bf16).
+int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string const& what) {
+  int64_t const ldx = w.k + 8;
+  auto const xb = random_x(m, ldx, seed);
+  std::vector<float> xf(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) xf[i] = float_from_bf16_bits(xb[i]);
+  DeviceBuffer<uint16_t> dx(xb);
+  DeviceBuffer<uint8_t> dq(w.q), ds(w.s);
+  DeviceBuffer<float> dy(std::vector<float>(static_cast<size_t>(m * w.n), -7.f));
+  DeviceBuffer<uint16_t> dyb(std::vector<uint16_t>(static_cast<size_t>(m * w.n), 0x7FAB));
+  ops::LinearTcDesc d{m, w.n, w.k};
+  ops::LinearTcArgs a;
+  a.x = reinterpret_cast<Bf16 const*>(dx.data());
+  a.ldx = ldx;
+  a.w_format = w.fmt;
+  a.w_q = dq.data(), a.ldw_q = w.ldq;
+  a.w_scale = ds.data(), a.ldw_scale = w.lds;
+  a.y = dy.data(), a.ldy = w.n;
+  a.y_bf16 = reinterpret_cast<Bf16*>(dyb.data()), a.ldy_bf16 = w.n;
+  BOOST_REQUIRE(ops::tc_quant_ok(d, a));
+  ExecContext ctx = cuda_ctx();
+  Status const s = ops::linear_tc_cuda(d, a, ctx);
+  BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+  auto const y = dy.get();
+  auto const yb = dyb.get();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t o = 0; o < w.n; ++o) {
+      float const want = ref::dot_tc(xf.data() + r * ldx, w.w.data() + o * w.k, w.k);
+      float const got = y[static_cast<size_t>(r * w.n + o)];
+      bool const ok32 = std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want);
+      bool const ok16 = yb[static_cast<size_t>(r * w.n + o)] == bf16_bits_from_float(want);
+      if ((!ok32 || !ok16) && bad < 2)
+        std::printf("    %s [%lld, %lld]: got %08x, ref::dot_tc %08x\n", what.c_str(), static_cast<long long>(r),
+                    static_cast<long long>(o), std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want));
+      bad += !ok32 + !ok16;
+    }
+  g_outputs += m * w.n;
+  std::printf("%-40s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(), static_cast<long long>(m),
+              static_cast<long long>(w.n), static_cast<long long>(w.k), static_cast<long long>(w.ldq),
+              static_cast<long long>(bad));
+  return bad;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(linear_scaled)
+
+BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
+  // (N, K, code row padding): N off the 8-column tiles and 32-row scale blocks; K from one scale block to the
+  // largest; padded code rows (stride a multiple of 16 bytes).
+  int64_t const shapes[][3] = {{40, 32, 0}, {72, 96, 16}, {136, 5120, 0}, {33, 1280, 32}, {264, 2304, 0},
+                               {17, 16384, 0}, {8, 544, 16}};
+  int64_t const ms[] = {1, 2, 5, 8, 16, 17, 40};
+  uint64_t seed = 7000;
+  for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
+    for (bool extreme : {false, true})
+      for (auto const& sh : shapes) {
+        // FP4 codes: the packed row stride must stay a multiple of 16 bytes.
+        ScaledW const w = make_scaled(fmt, sh[0], sh[1], sh[2], extreme, seed++);
+        for (int64_t m : ms) {
+          char const* const what = fmt == DType::kF8E4m3 ? (extreme ? "fp8 all-scales" : "fp8 scales~1")
+                                                         : (extreme ? "fp4 all-scales" : "fp4 scales~1");
+          BOOST_TEST_INFO(what << " M " << m << " N " << w.n << " K " << w.k);
+          BOOST_TEST(check_fused(w, m, seed++, what) == 0);
+        }
+      }
+  // Real DeepSeek-V4.1-Flash decode shapes.
+  int64_t const real[][2] = {{1280, 5120}, {2304, 5120}, {5120, 2304}, {1024, 4096}, {5120, 8192}};
+  for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
+    for (auto const& sh : real) {
+      ScaledW const w = make_scaled(fmt, sh[0], sh[1], 0, false, seed++);
+      for (int64_t m : {int64_t{1}, int64_t{4}}) {
+        BOOST_TEST_INFO("real shape " << sh[0] << "x" << sh[1] << " M " << m);
+        BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real") == 0);
+      }
+    }
+  std::printf("fused block-scaled tile: %lld outputs compared\n", static_cast<long long>(g_outputs));
+}
+
+BOOST_AUTO_TEST_CASE(fused_tile_refuses_what_it_does_not_take) {
+  ScaledW const w = make_scaled(DType::kF8E4m3, 16, 64, 0, false, 1);
+  DeviceBuffer<uint8_t> dq(w.q), ds(w.s);
+  DeviceBuffer<uint16_t> dx(random_x(64, 72, 2));
+  DeviceBuffer<float> dy(std::vector<float>(64 * 16, 0.f));
+  ExecContext ctx = cuda_ctx();
+  auto run = [&](ops::LinearTcDesc d, int64_t ldq) {
+    ops::LinearTcArgs a;
+    a.x = reinterpret_cast<Bf16 const*>(dx.data()), a.ldx = 72;
+    a.w_format = DType::kF8E4m3;
+    a.w_q = dq.data(), a.ldw_q = ldq, a.w_scale = ds.data(), a.ldw_scale = w.lds;
+    a.y = dy.data(), a.ldy = 16;
+    return ops::linear_tc_cuda(d, a, ctx);
+  };
+  BOOST_TEST(run({1, 16, 64}, w.ldq).ok());
+  BOOST_TEST((run({64, 16, 64}, w.ldq).code() == StatusCode::kNotSupported));  // GEMM-sized: not the skinny tile
+  BOOST_TEST((run({1, 16, 48}, w.ldq).code() == StatusCode::kNotSupported));   // k % 32 != 0
+  BOOST_TEST((run({1, 8, 64}, 72).code() == StatusCode::kNotSupported));       // code rows not 16-byte strided
+  BOOST_TEST((run({1, 16, 64, ops::TcMma::kK8x2}, w.ldq).code() == StatusCode::kNotSupported));
+}
+
+BOOST_AUTO_TEST_CASE(linear_op_cuda_equals_cpu) {
+  struct Case {
+    DType fmt;
+    int64_t rows, in, out, groups;
+    DType md;
+  };
+  Case const cases[] = {
+      {DType::kF8E4m3, 1, 1280, 136, 1, DType::kBf16},    {DType::kF8E4m3, 3, 5120, 72, 1, DType::kBf16},
+      {DType::kF8E4m3, 17, 544, 40, 1, DType::kBf16},     {DType::kF8E4m3, 64, 1280, 72, 1, DType::kBf16},
+      {DType::kF8E4m3, 130, 96, 33, 1, DType::kBf16},     {DType::kF8E4m3, 5, 100, 40, 1, DType::kBf16},
+      {DType::kF8E4m3, 4, 512, 64, 8, DType::kBf16},      {DType::kF8E4m3, 70, 256, 32, 8, DType::kBf16},
+      {DType::kF8E4m3, 3, 1280, 72, 1, DType::kF32},      {DType::kF4E2m1x2, 1, 2304, 136, 1, DType::kBf16},
+      {DType::kF4E2m1x2, 8, 5120, 48, 1, DType::kBf16},   {DType::kF4E2m1x2, 100, 512, 40, 1, DType::kBf16},
+      {DType::kF4E2m1x2, 2, 100, 24, 1, DType::kBf16},    {DType::kF4E2m1x2, 6, 256, 16, 4, DType::kBf16},
+      {DType::kF4E2m1x2, 4, 512, 24, 1, DType::kF32}};
+  uint64_t seed = 9100;
+  for (Case const& c : cases) {
+    ScaledW const w = make_scaled(c.fmt, c.groups * c.out, c.in, c.fmt == DType::kF4E2m1x2 ? 0 : 16, false, seed++);
+    int64_t const cols = c.groups * c.in, ldx = cols + 3;
+    auto const xb = random_x(c.rows, ldx, seed++);
+    std::vector<float> x(xb.size());
+    for (size_t i = 0; i < xb.size(); ++i) x[i] = float_from_bf16_bits(xb[i]);
+    int64_t const ldy = c.groups * c.out + 1;
+    std::vector<float> y_cpu(static_cast<size_t>(c.rows * ldy), -5.f);
+    int64_t const qcols = c.fmt == DType::kF4E2m1x2 ? c.in / 2 : c.in;
+    int64_t const srows = c.fmt == DType::kF8E4m3 ? (c.groups * c.out + 31) / 32 : c.groups * c.out;
+    ops::LinearDesc const d{c.rows, c.in, c.out, c.fmt, c.md, false, ops::LinearImpl::kAuto, c.groups};
+    ops::LinearArgs a;
+    a.x = TensorView<float const, 2>(x.data(), {c.rows, cols}, {ldx, 1});
+    a.w_q = TensorView<uint8_t const, 2>(w.q.data(), {c.groups * c.out, qcols}, {w.ldq, 1});
+    a.w_scale = TensorView<uint8_t const, 2>(w.s.data(), {srows, (c.in + 31) / 32}, {w.lds, 1});
+    a.y = TensorView<float, 2>(y_cpu.data(), {c.rows, c.groups * c.out}, {ldy, 1});
+    ExecContext cpu;
+    Status s = ops::dispatch<ops::Linear>(cpu, d, a);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint8_t> dq(w.q), ds(w.s);
+    DeviceBuffer<float> dy(std::vector<float>(y_cpu.size(), -5.f));
+    ops::LinearArgs g;
+    g.x = TensorView<float const, 2>(dx.data(), {c.rows, cols}, {ldx, 1}, Device::kCuda);
+    g.w_q = TensorView<uint8_t const, 2>(dq.data(), {c.groups * c.out, qcols}, {w.ldq, 1}, Device::kCuda);
+    g.w_scale = TensorView<uint8_t const, 2>(ds.data(), {srows, (c.in + 31) / 32}, {w.lds, 1}, Device::kCuda);
+    g.y = TensorView<float, 2>(dy.data(), {c.rows, c.groups * c.out}, {ldy, 1}, Device::kCuda);
+    ExecContext gpu = cuda_ctx();
+    s = ops::dispatch<ops::Linear>(gpu, d, g);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    auto const y_gpu = dy.get();
+    int64_t bad = 0;
+    for (size_t i = 0; i < y_cpu.size(); ++i) bad += std::bit_cast<uint32_t>(y_cpu[i]) != std::bit_cast<uint32_t>(y_gpu[i]);
+    std::printf("Linear %s rows %lld in %lld out %lld groups %lld md %s: %lld of %zu differ\n",
+                c.fmt == DType::kF8E4m3 ? "fp8" : "fp4", static_cast<long long>(c.rows), static_cast<long long>(c.in),
+                static_cast<long long>(c.out), static_cast<long long>(c.groups), std::string(dtype_name(c.md)).c_str(),
+                static_cast<long long>(bad), y_cpu.size());
+    BOOST_TEST_INFO("rows " << c.rows << " in " << c.in << " out " << c.out << " groups " << c.groups);
+    BOOST_TEST(bad == 0);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
