@@ -17,7 +17,8 @@
 ///            16 experts allocated, top-6 + the shared expert, tokens 1, 4, 16, 64: one call (sort, tiles, x → bf16,
 ///            act, down, combine) per path (kSkinny / kGemm on the tensor cores, kEmulated), after an L2 flush;
 ///            GB/s = expert weight bytes touched (3 matrices × 23.6 MB × (distinct routed experts + 1)) / time.
-///            check: the three paths' outputs are equal bit for bit (each equals the CPU op: verify_gpu_moe_tc).
+///            check: the three paths' outputs are equal bit for bit (each equals the CPU op: verify_gpu_moe_tc). Beside
+///            them the routed experts block-scaled (FP4, MoeExpertsDesc::routed_scaled) on kSkinny.
 ///   quant    the skinny tile on block-scaled weights (FP8 e4m3 + 32×32-block ue8m0, FP4 e2m1 + per-row-per-32
 ///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
 ///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
@@ -279,9 +280,12 @@ int bench_moe(Timer& timer, Options const& opt) {
               static_cast<long long>(kDim), static_cast<long long>(kInter), static_cast<long long>(kExperts),
               static_cast<long long>(kTopK), opt.iters);
   std::printf("GB/s = expert weight bytes touched / call time (one call after an L2 flush, launch included).\n\n");
+  std::printf("fp4 = the routed experts block-scaled (FP4 e2m1 codes + per-row-per-32 ue8m0 scales, routed_scaled; the "
+              "shared expert bf16), kSkinny: MB and GB/s count the bytes it reads; its values equal the CPU op on the "
+              "decoded weights (asserted by verify_gpu_moe_scaled, not re-checked here).\n\n");
   std::printf("| tokens | experts touched | weight MB | check | skinny us | GB/s | %% of 4.27 TB/s | gemm us | GB/s | "
-              "%% | emulated us | GB/s | %% |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "%% | emulated us | GB/s | %% | fp4 MB | fp4 us | fp4 GB/s | fp4 %% | fp4 speedup vs skinny |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   size_t const mat = static_cast<size_t>(kDim * kInter);
   std::vector<Dev<uint16_t>> w;  // [3 · (experts + 1)]: w1, w3, w2 of expert e at 3e .. 3e + 2; the shared last
   std::vector<uint64_t> p1, p3, p2;
@@ -300,6 +304,32 @@ int bench_moe(Timer& timer, Options const& opt) {
   dev.shared_w1 = reinterpret_cast<void const*>(p1.back());
   dev.shared_w3 = reinterpret_cast<void const*>(p3.back());
   dev.shared_w2 = reinterpret_cast<void const*>(p2.back());
+  // FP4 routed experts: codes [rows, cols/2], scales [rows, cols/32] per matrix.
+  std::vector<Dev<uint8_t>> q;
+  std::vector<uint64_t> c1, c3, c2, s1, s3, s2;
+  std::mt19937_64 gq(99);
+  auto put_q = [&](size_t bytes, bool scale) {
+    std::vector<uint8_t> h(bytes);
+    for (auto& b : h) b = static_cast<uint8_t>(scale ? 122 + gq() % 3 : gq());
+    q.emplace_back(bytes);
+    q.back().upload(h);
+    return reinterpret_cast<uint64_t>(q.back().p);
+  };
+  q.reserve(6 * kExperts);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    c1.push_back(put_q(mat / 2, false)); s1.push_back(put_q(mat / 32, true));
+    c3.push_back(put_q(mat / 2, false)); s3.push_back(put_q(mat / 32, true));
+    c2.push_back(put_q(mat / 2, false)); s2.push_back(put_q(mat / 32, true));
+  }
+  Dev<uint64_t> tc1(c1.size()), tc3(c3.size()), tc2(c2.size()), ts1(s1.size()), ts3(s3.size()), ts2(s2.size());
+  tc1.upload(c1); tc3.upload(c3); tc2.upload(c2); ts1.upload(s1); ts3.upload(s3); ts2.upload(s2);
+  ops::MoeExpertsDeviceWeights dev4 = dev;
+  dev4.w1 = reinterpret_cast<void const* const*>(tc1.p);
+  dev4.w3 = reinterpret_cast<void const* const*>(tc3.p);
+  dev4.w2 = reinterpret_cast<void const* const*>(tc2.p);
+  dev4.s1 = reinterpret_cast<void const* const*>(ts1.p);
+  dev4.s3 = reinterpret_cast<void const* const*>(ts3.p);
+  dev4.s2 = reinterpret_cast<void const* const*>(ts2.p);
   int failures = 0;
   std::mt19937_64 g(77);
   for (int64_t tokens : {1, 4, 16, 64}) {
@@ -363,10 +393,23 @@ int bench_moe(Timer& timer, Options const& opt) {
       continue;
     }
     auto gbs = [&](double t) { return bytes / (t * 1e-6) / 1e9; };
-    std::printf("| %lld | %lld | %.0f | ok | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f |\n",
+    ops::MoeExpertsDesc d4 = d;
+    d4.tc_path = ops::MoeTcPath::kAuto;
+    d4.routed_scaled = DType::kF4E2m1x2;
+    ops::MoeExpertsArgs a4 = a;
+    a4.dev = dev4;
+    double const bytes4 = 3.0 * (static_cast<double>(mat) * (0.5 + 1.0 / 32.0) * static_cast<double>(n_touched) + 2.0 * static_cast<double>(mat));
+    double us4 = 0;
+    Status const s4 = ops::dispatch<ops::MoeExperts>(ctx, d4, a4);
+    if (s4.ok()) us4 = timer.median_us([&] { (void)ops::dispatch<ops::MoeExperts>(ctx, d4, a4); }, opt.iters);
+    else ++failures;
+    std::printf("| %lld | %lld | %.0f | ok | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.0f | %s | %.0f | %.1f | %.2fx |\n",
                 static_cast<long long>(tokens), static_cast<long long>(n_touched + 1), bytes / 1e6, us[0], gbs(us[0]),
                 100.0 * gbs(us[0]) * 1e9 / kCopyBandwidth, us[1], gbs(us[1]), 100.0 * gbs(us[1]) * 1e9 / kCopyBandwidth,
-                us[2], gbs(us[2]), 100.0 * gbs(us[2]) * 1e9 / kCopyBandwidth);
+                us[2], gbs(us[2]), 100.0 * gbs(us[2]) * 1e9 / kCopyBandwidth, bytes4 / 1e6,
+                s4.ok() ? std::to_string(us4).substr(0, 6).c_str() : s4.to_string().c_str(),
+                s4.ok() ? bytes4 / (us4 * 1e-6) / 1e9 : 0.0, s4.ok() ? 100.0 * bytes4 / (us4 * 1e-6) / kCopyBandwidth : 0.0,
+                s4.ok() ? us[0] / us4 : 0.0);
     std::fflush(stdout);
   }
   return failures;

@@ -22,10 +22,12 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <string>
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/moe/moe_tc.cuh"
 #include "tessera/core/concepts.hpp"
+#include "tessera/ops/linear_tc.hpp"
 #include "tessera/ops/moe.hpp"
 
 namespace tessera::kernels {
@@ -562,6 +564,19 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
   TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "moe_experts out"));
   TESSERA_CHECK(a.dev.w1 && a.dev.w3 && a.dev.w2, "moe_experts CUDA needs the device pointer arrays dev.w1/w3/w2");
+  if (moe_routed_scaled(d)) {
+    TESSERA_CHECK(d.weight_dtype == DType::kBf16 && d.md == DType::kBf16,
+                  "moe_experts: block-scaled routed experts need weight_dtype = md = bf16");
+    TESSERA_CHECK(d.tc_path == MoeTcPath::kAuto || d.tc_path == MoeTcPath::kSkinny,
+                  "moe_experts: block-scaled routed experts run on the kSkinny path only");
+    TESSERA_CHECK(d.dim % 32 == 0 && d.inter % 32 == 0 && d.dim <= kTcQuantMaxK && d.inter <= kTcQuantMaxK,
+                  "moe_experts: block-scaled routed experts need dim and inter multiples of 32, at most " +
+                      std::to_string(kTcQuantMaxK));
+    TESSERA_CHECK(a.dev.s1 && a.dev.s3 && a.dev.s2, "moe_experts: block-scaled routed experts need dev.s1/s3/s2");
+  } else {
+    TESSERA_CHECK(d.routed_scaled == DType::kF32 || d.routed_scaled == d.weight_dtype,
+                  "moe_experts routed_scaled must be f8_e4m3, f4_e2m1x2 or unset");
+  }
   if (d.shared_expert)
     TESSERA_CHECK(a.dev.shared_w1 && a.dev.shared_w3 && a.dev.shared_w2,
                   "moe_experts CUDA needs dev.shared_w1/w3/w2 when shared_expert");
@@ -612,6 +627,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.act = reinterpret_cast<uint16_t*>(base + L.act); q.ybuf = p.ybuf;
     q.rows = d.rows; q.dim = d.dim; q.inter = d.inter; q.top_k = d.top_k; q.max_routed_tiles = L.max_routed_tiles;
     q.tile_rows = p.tile_rows; q.limit = d.swiglu_limit; q.shared = d.shared_expert;
+    q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (L.path == MoeTcPath::kGemm) TESSERA_TRY(moe_tc::launch_gemm(q, st));
     else TESSERA_TRY(moe_tc::launch_skinny(q, st));

@@ -55,6 +55,10 @@ struct MoeTcParams {
   int tile_rows = kSkinnyTileRows;  // kSkinnyTileRows (launch_skinny) or kGemmTileRows (launch_gemm)
   float limit = 0.f;
   bool shared = true;
+  /// kF8E4m3 / kF4E2m1x2: routed tiles read block-scaled codes (w.w1/w3/w2) and scales (w.s1/s3/s2) and run in
+  /// their own launches (kernels/linear/linear_tc_quant.cuh's tile); the shared expert's tiles stay bf16.
+  DType routed_scaled = DType::kBf16;
+  int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
 };
 
 /// xb[i] = →bf16(x[i]) (RNE) for i < n.

@@ -2,7 +2,9 @@
 /// Tensor-core expert GEMMs of MoeExperts<kCuda> (kernels/moe/moe_tc.cuh: math, layouts, tiles). Four kernels on
 /// the main loops of kernels/linear/linear_tc.cuh, each block taking its x rows gathered through the tile table
 /// (the sorted assignments' tokens, or act slots) and its expert's weight pointer:
-///   kSkinny (≤ 8 assignments per tile, one warp per 8 output columns, W streamed with 16-byte cp.async):
+///   kSkinny (≤ 8 assignments per tile, one warp per 8 output columns, W streamed with 16-byte cp.async; with
+///   block-scaled routed experts, MoeTcParams::routed_scaled, their tiles run the same tile on decoded codes,
+///   linear_tc_quant.cuh, in launches of their own beside the shared expert's bf16 ones):
 ///     act:  skinny_warp_tile with kMats = 2 — the W1 and W3 rows of the same 8 columns against the same staged x
 ///           rows, so lane (g, c) holds g and u of (row g, columns 2c, 2c + 1) in acc[0] and acc[1] and the SwiGLU
 ///           is its epilogue. Bytes: the warp streams 2 × 8 W rows and stages x once; writing g, u to memory for a
@@ -18,8 +20,11 @@
 /// GEMM tile, assignments 0..127 (rows ≥ count staged as +0). Only rows < count are stored. Operand staging is
 /// 16-byte cp.async when K % 8 == 0 and the expert's matrices are 16-byte aligned (decided per block), else
 /// element loads: the same arithmetic (linear_tc.cuh).
+#include <string>
+
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/linear/linear_tc.cuh"
+#include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/moe/moe_tc.cuh"
 
 namespace tessera::kernels::moe_tc {
@@ -95,15 +100,10 @@ __global__ void __launch_bounds__(256) moe_tc_convert_x_kernel(float const* x, u
 // ---- kSkinny: grid (⌈N/8⌉, tiles), block 32. Each kernel picks its staging once per block (kVec16 or
 // element loads, linear_tc.cuh), so each instantiation of the main loop is register-allocated on its own. ----
 
-template <int kStages, bool kVec16>
-__device__ __forceinline__ void act_skinny(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s,
-                                           uint16_t* smem, uint16_t const* const (&w)[2]) {
-  int const lane = static_cast<int>(threadIdx.x);
-  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  float acc[2][4];
-  skinny_warp_tile<TcMma::kK16, kVec16, 2, kStages>(
-      smem, w, p.dim, n0, p.inter, p.dim, t.count,
-      [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+/// The SwiGLU epilogue of a skinny act tile: lane (g, c) holds g and u of (tile row g, columns n0 + 2c, + 1).
+__device__ __forceinline__ void act_store(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, int64_t n0,
+                                          float const (&acc)[2][4]) {
+  int const lane = static_cast<int>(threadIdx.x & 31);
   int const g = lane >> 2, c = lane & 3;
   if (g >= t.count) return;  // fragment rows g + 8 ≥ 8 ≥ count are never stored
   RowInfo const ri = rows_s[g];
@@ -115,12 +115,37 @@ __device__ __forceinline__ void act_skinny(MoeTcParams const& p, Tile const& t, 
   }
 }
 
+/// The down epilogue: ybuf[slot of tile row g, columns n0 + 2c, + 1] = →bf16 of the accumulators.
+__device__ __forceinline__ void down_store(MoeTcParams const& p, Tile const& t, int32_t const* slot_s, int64_t n0,
+                                           float const (&acc)[1][4]) {
+  int const lane = static_cast<int>(threadIdx.x & 31);
+  int const g = lane >> 2, c = lane & 3;
+  if (g >= t.count) return;
+  float* const dst = p.ybuf + static_cast<int64_t>(slot_s[g]) * p.dim;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t const col = n0 + 2 * c + h;
+    if (col < p.dim) dst[col] = device::round_md(acc[0][h], true);
+  }
+}
+
+template <int kStages, bool kVec16>
+__device__ __forceinline__ void act_skinny(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s,
+                                           uint16_t* smem, uint16_t const* const (&w)[2]) {
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  float acc[2][4];
+  skinny_warp_tile<TcMma::kK16, kVec16, 2, kStages>(
+      smem, w, p.dim, n0, p.inter, p.dim, t.count,
+      [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+  act_store(p, t, rows_s, n0, acc);
+}
+
 template <int kStages>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) uint16_t act_skinny_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
   __syncwarp();
@@ -132,20 +157,12 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_kernel(MoeTcParams const
 template <int kStages, bool kVec16>
 __device__ __forceinline__ void down_skinny(MoeTcParams const& p, Tile const& t, int32_t const* slot_s,
                                             uint16_t* smem, uint16_t const* const (&w)[1]) {
-  int const lane = static_cast<int>(threadIdx.x);
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
   float acc[1][4];
   skinny_warp_tile<TcMma::kK16, kVec16, 1, kStages>(
       smem, w, p.inter, n0, p.dim, p.inter, t.count,
       [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
-  int const g = lane >> 2, c = lane & 3;
-  if (g >= t.count) return;
-  float* const dst = p.ybuf + static_cast<int64_t>(slot_s[g]) * p.dim;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int64_t const col = n0 + 2 * c + h;
-    if (col < p.dim) dst[col] = device::round_md(acc[0][h], true);
-  }
+  down_store(p, t, slot_s, n0, acc);
 }
 
 template <int kStages>
@@ -153,13 +170,61 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_kernel(MoeTcParams cons
   extern __shared__ __align__(16) uint16_t down_skinny_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
   __syncwarp();
   uint16_t const* const w[1] = {expert_w(p.w.w2, p.w.shared_w2, t.expert)};
   if (p.inter % 8 == 0 && aligned16(w[0])) down_skinny<kStages, true>(p, t, slot_s, down_skinny_smem, w);
   else down_skinny<kStages, false>(p, t, slot_s, down_skinny_smem, w);
+}
+
+// ---- kSkinny on block-scaled routed experts (MoeTcParams::routed_scaled): grid (⌈N/8⌉, max_routed_tiles), one
+// warp per block; routed tiles only (the shared expert's tiles run the bf16 kernels above in their own launch).
+// 256-code K slabs: FP8 4 KiB (act) / 2 KiB (down) of codes per slab, FP4 half of that. ----
+constexpr int kQuantBKMoe = 256;
+constexpr int kActQStages = 6;
+constexpr int kDownQStages = 8;
+
+template <DType kFmt>
+__device__ __forceinline__ QuantW routed_q(void const* const* codes, void const* const* scales, int32_t e, int64_t k) {
+  return {static_cast<uint8_t const*>(codes[e]), static_cast<uint8_t const*>(scales[e]), k / kCodesPerByte<kFmt>, (k + 31) / 32};
+}
+
+template <DType kFmt>
+__global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char act_q_smem[];
+  __shared__ RowInfo rows_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
+  __syncwarp();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
+  float acc[2][4];
+  skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(
+      act_q_smem, w, n0, p.inter, p.dim, t.count,
+      [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+  act_store(p, t, rows_s, n0, acc);
+}
+
+template <DType kFmt>
+__global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char down_q_smem[];
+  __shared__ int32_t slot_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
+  __syncwarp();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
+  float acc[1][4];
+  skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(
+      down_q_smem, w, n0, p.dim, p.inter, t.count,
+      [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
+  down_store(p, t, slot_s, n0, acc);
 }
 
 // ---- kGemm: grid (⌈N/128⌉, tiles), block 256 ----
@@ -309,7 +374,58 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
   return launch_status("moe_tc_convert_x_kernel");
 }
 
+namespace {
+template <DType kFmt>
+Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
+  constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt>;
+  constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt>;
+  constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
+  constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
+  if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");
+  if (p.dim % 32 != 0 || p.inter % 32 != 0 || p.dim > ops::kTcQuantMaxK || p.inter > ops::kTcQuantMaxK)
+    return invalid_argument("moe_tc block-scaled experts: dim and inter must be multiples of 32, at most " +
+                            std::to_string(ops::kTcQuantMaxK));
+  int64_t const xr = p.rows * p.top_k < kSkinnyTileRows ? p.rows * p.top_k : kSkinnyTileRows;
+  int64_t const xs = p.rows < kSkinnyTileRows ? p.rows : kSkinnyTileRows;  // shared-expert tile rows
+  auto act_q = [&](int64_t r) { return skinny_q_smem_bytes<kFmt>(2, kActQStages, r, kQuantBKMoe, p.dim); };
+  auto down_q = [&](int64_t r) { return skinny_q_smem_bytes<kFmt>(1, kDownQStages, r, kQuantBKMoe, p.inter); };
+  TESSERA_TRY(cuda_status(allow_smem<kActQ>(skinny_q_smem_bytes<kFmt>(2, kActQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
+                          "moe_tc act skinny (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDownQ>(skinny_q_smem_bytes<kFmt>(1, kDownQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
+                          "moe_tc down skinny (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kAct>(skinny_tile_smem_bytes(2, kActStages, kSkinnyTileRows)),
+                          "moe_tc act skinny: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDown>(skinny_tile_smem_bytes(1, kDownStages, kSkinnyTileRows)),
+                          "moe_tc down skinny: shared memory attribute"));
+  int64_t const gr = p.max_routed_tiles, gs = p.shared ? ceil_div(p.rows, p.tile_rows) : 0;
+  int64_t const ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
+  TESSERA_TRY(check_grid(ga, gr + gs, "moe_tc act skinny"));
+  TESSERA_TRY(check_grid(gd, gr + gs, "moe_tc down skinny"));
+  MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
+  ps.tile0 = p.max_routed_tiles;
+  if (gr > 0) {
+    kActQ<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, act_q(xr), st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel"));
+  }
+  if (gs > 0) {
+    kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
+    TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
+  }
+  if (gr > 0) {
+    kDownQ<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), 32, down_q(xr), st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_down_skinny_q_kernel"));
+  }
+  if (gs > 0) {
+    kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
+    TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
+  }
+  return {};
+}
+}  // namespace
+
 Status launch_skinny(MoeTcParams const& p, cudaStream_t st) {
+  if (p.routed_scaled == DType::kF8E4m3) return launch_skinny_q<DType::kF8E4m3>(p, st);
+  if (p.routed_scaled == DType::kF4E2m1x2) return launch_skinny_q<DType::kF4E2m1x2>(p, st);
   constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
   constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
   if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");

@@ -47,6 +47,8 @@ Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a
 Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.weight_dtype == DType::kF32, "moe_experts: the CPU backend takes fp32 expert weights");
+  TESSERA_CHECK(!moe_routed_scaled(d), "moe_experts: the CPU backend takes fp32 expert weights (decode block-scaled "
+                                       "experts with ops::scaled_weight first)");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
   TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));

@@ -60,7 +60,8 @@ struct MoeRouteArgs {
 ///   kSkinny    mma.sync m16n8k16 (kernels/moe/moe_tc_cuda.cu), tiles of ≤ 8 assignments of one expert, one warp
 ///              per 8 output columns, W streamed once per tile (decode);
 ///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
-///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
+///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny
+///              (always kSkinny with block-scaled routed experts, MoeExpertsDesc::routed_scaled).
 /// PRECONDITION of kSkinny / kGemm (and of kAuto): every x value is bf16-representable (the model's MoE input
 /// is →bf16 in bf16 mode; the activations are →bf16 by construction). x is rounded to bf16 on the device; a value
 /// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
@@ -74,8 +75,18 @@ struct MoeExpertsDesc {
   DType md = DType::kF32;
   DType weight_dtype = DType::kF32;  // CUDA: kF32 or kBf16 (MoeExpertsArgs::dev); CPU: kF32 only
   MoeTcPath tc_path = MoeTcPath::kAuto;  // CUDA, bf16 weights and md only
+  /// CUDA: kF8E4m3 or kF4E2m1x2 when the ROUTED experts are block-scaled (the native release layout's FP4
+  /// experts; layouts and values as ops::Linear's block-scaled weights, ops::scaled_weight: codes in dev.w1/w3/w2,
+  /// scales in dev.s1/s3/s2); the shared expert stays weight_dtype. Needs weight_dtype = md = kBf16, the kSkinny
+  /// path (kAuto picks it), dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values
+  /// are those of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
+  DType routed_scaled = DType::kF32;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
+
+inline bool moe_routed_scaled(MoeExpertsDesc const& d) {
+  return d.routed_scaled == DType::kF8E4m3 || d.routed_scaled == DType::kF4E2m1x2;
+}
 
 /// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
 /// choice, or for kAuto kGemm when rows·top_k ≥ kMoeTcGemmMinPerExpert·experts (W read once per 128
@@ -83,6 +94,7 @@ struct MoeExpertsDesc {
 inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d) {
   if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
   if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
+  if (moe_routed_scaled(d)) return MoeTcPath::kSkinny;
   return d.rows * d.top_k >= kMoeTcGemmMinPerExpert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
 }
 
@@ -109,6 +121,12 @@ struct MoeExpertsDeviceWeights {
   void const* shared_w1 = nullptr;  // [inter, dim]
   void const* shared_w3 = nullptr;  // [inter, dim]
   void const* shared_w2 = nullptr;  // [dim, inter]
+  // MoeExpertsDesc::routed_scaled only: device arrays of `experts` pointers to the routed experts' ue8m0 scales
+  // (FP8: [⌈inter/32⌉, ⌈dim/32⌉] for w1/w3, [⌈dim/32⌉, ⌈inter/32⌉] for w2; FP4: [inter, ⌈dim/32⌉], [dim, ⌈inter/32⌉]);
+  // w1/w3/w2 then point to the codes ([inter, dim] / [dim, inter] bytes for FP8, half the columns for FP4).
+  void const* const* s1 = nullptr;
+  void const* const* s3 = nullptr;
+  void const* const* s2 = nullptr;
 };
 
 struct MoeExpertsArgs {
