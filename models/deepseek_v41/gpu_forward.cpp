@@ -51,8 +51,24 @@ void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor cons
   ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain, ops::LinearImpl::kAuto, groups};
   ops::LinearArgs a;
   a.x = CF2(x, {rows, groups * in}, {x_stride, 1}, kDev);
-  if (w.dtype == DType::kBf16) a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {groups * out, in}, kDev);
-  else a.w = CF2(w.f32() + w_row0 * in, {groups * out, in}, kDev);
+  if (ops::is_block_scaled(w.dtype)) {
+    // Rows [w_row0, w_row0 + groups·out) of the codes; their scale rows start at w_row0 / 32 (FP8 32×32
+    // blocks, so w_row0 must be a multiple of 32) or w_row0 (FP4, per row).
+    bool const fp8 = w.dtype == DType::kF8E4m3;
+    if (fp8 && w_row0 % 32 != 0)
+      throw Error(invalid_argument("forward: an FP8 weight viewed from row " + std::to_string(w_row0) +
+                                   ", not a multiple of its 32-row scale blocks"));
+    if (in != w.cols) throw Error(invalid_argument("forward: a block-scaled weight is read over all its columns"));
+    int64_t const wrows = groups * out, srow0 = fp8 ? w_row0 / 32 : w_row0;
+    a.w_q = TensorView<uint8_t const, 2>(w.codes() + w_row0 * w.code_stride(), {wrows, w.code_stride()},
+                                         {w.code_stride(), 1}, kDev);
+    a.w_scale = TensorView<uint8_t const, 2>(w.scales() + srow0 * w.scale_stride, {fp8 ? (wrows + 31) / 32 : wrows,
+                                             w.scale_stride}, {w.scale_stride, 1}, kDev);
+  } else if (w.dtype == DType::kBf16) {
+    a.w_bf16 = TensorView<Bf16 const, 2>(w.bf16() + w_row0 * in, {groups * out, in}, kDev);
+  } else {
+    a.w = CF2(w.f32() + w_row0 * in, {groups * out, in}, kDev);
+  }
   a.y = F2(y, {rows, groups * out}, {y_stride, 1}, kDev);
   run<ops::Linear>(ctx_, d, a);
 }

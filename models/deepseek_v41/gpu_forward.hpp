@@ -154,6 +154,8 @@ class Forward {
 
   /// y[r, :] = →md(x[r, :]·W[w_row0 + o, :]ᵀ) for o < out (rows strided by x_stride / y_stride); with groups > 1
   /// the grouped form of ops::LinearDesc (group g: x columns g·in.., W rows w_row0 + g·out.., y columns g·out..).
+  /// A block-scaled W (DevTensor) is read over all its columns from a w_row0 on a scale block (FP8: a multiple
+  /// of 32, else kInvalidArgument); a grouped FP8 call needs out % 32 == 0 (ops::Linear's check).
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
            int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false, int64_t groups = 1);
   void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }

@@ -96,13 +96,23 @@ class DevBlock {
   size_t cap_ = 0;
 };
 
-/// A dense weight on the device: fp32, or bf16 (values already bf16 in a bf16 model, so exact).
+/// A weight on the device: fp32, bf16 (values already bf16 in a bf16 model, so exact), or block-scaled as
+/// stored (ops::is_block_scaled, bf16 numerics only): codes at p in ops::LinearDesc's layout for the dtype
+/// (kF8E4m3 [rows, cols] bytes, kF4E2m1x2 [rows, cols/2]) and ue8m0 scales at scale, rows of scale_stride
+/// bytes (kF8E4m3: ⌈rows/32⌉ rows of 32×32 blocks; kF4E2m1x2: rows rows of 32 columns). rows / cols are the
+/// logical [out, in] either way.
 struct DevTensor {
   void* p = nullptr;
   int64_t rows = 0, cols = 0;   // 2-D [out, in] (1-D: rows = numel, cols = 1)
   DType dtype = DType::kF32;
+  void* scale = nullptr;        // block-scaled only
+  int64_t scale_stride = 0;     // bytes per scale row (⌈cols/32⌉)
   float const* f32() const { return static_cast<float const*>(p); }
   Bf16 const* bf16() const { return static_cast<Bf16 const*>(p); }
+  uint8_t const* codes() const { return static_cast<uint8_t const*>(p); }
+  uint8_t const* scales() const { return static_cast<uint8_t const*>(scale); }
+  /// Bytes per row of codes.
+  int64_t code_stride() const { return dtype == DType::kF4E2m1x2 ? cols / 2 : cols; }
 };
 
 struct GpuExperts {
@@ -125,6 +135,7 @@ struct GpuWeights {
   std::vector<GpuLayerWeights> layers;
   DevTensor main_inv_freq, compress_inv_freq;
   std::vector<void*> allocations;  // Mem::alloc'd, freed by the model
+  size_t bytes = 0;                // of the allocations
 };
 
 struct GpuLayerState {

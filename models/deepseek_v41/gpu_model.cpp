@@ -19,6 +19,15 @@ using Copy = gpu::Mem::Copy;
 /// expand, EngramGate, the fma-chain linear).
 constexpr int64_t kMaxPassRows = 65535;
 
+/// Backend memory for a weight, owned (and counted) by `w`.
+Result<void*> alloc_weight(gpu::Mem const& mem, gpu::GpuWeights& w, size_t bytes) {
+  auto p = mem.alloc(bytes);
+  if (!p) return p.status();
+  w.allocations.push_back(*p);
+  w.bytes += bytes;
+  return p;
+}
+
 /// Uploads `t` (fp32 host values) as `as` (kF32, or kBf16 for values that are bf16 already).
 Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, DType as, gpu::DevTensor* out) {
   *out = {};
@@ -28,10 +37,9 @@ Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, D
   out->dtype = as;
   size_t const n = static_cast<size_t>(t.numel());
   size_t const bytes = n * (as == DType::kBf16 ? 2 : 4);
-  auto p = mem.alloc(bytes);
+  auto p = alloc_weight(mem, w, bytes);
   if (!p) return p.status();
   out->p = *p;
-  w.allocations.push_back(out->p);
   float const* src = t.data_as<float>();
   if (as == DType::kBf16) {
     std::vector<uint16_t> b(n);
@@ -43,6 +51,31 @@ Status upload_tensor(gpu::Mem const& mem, gpu::GpuWeights& w, Tensor const& t, D
   }
   TESSERA_TRY(mem.copy(out->p, src, bytes, Copy::kHostToDev));
   return mem.sync();
+}
+
+/// Uploads a block-scaled weight as stored: its codes and scales, each contiguous (checked by the loader).
+Status upload_scaled(gpu::Mem const& mem, gpu::GpuWeights& w, ScaledWeight const& sw, gpu::DevTensor* out) {
+  *out = {};
+  out->rows = sw.rows;
+  out->cols = sw.cols;
+  out->dtype = sw.dtype;
+  out->scale_stride = sw.scales.dim(1);
+  auto q = alloc_weight(mem, w, sw.codes.nbytes());
+  if (!q) return q.status();
+  out->p = *q;
+  auto sc = alloc_weight(mem, w, sw.scales.nbytes());
+  if (!sc) return sc.status();
+  out->scale = *sc;
+  TESSERA_TRY(mem.copy(out->p, sw.codes.data(), sw.codes.nbytes(), Copy::kHostToDev));
+  TESSERA_TRY(mem.copy(out->scale, sw.scales.data(), sw.scales.nbytes(), Copy::kHostToDev));
+  return mem.sync();
+}
+
+/// Whether the forward can read `sw` as stored when it views it in row blocks of `row_block` rows (0: whole;
+/// the grouped wo_a: o_lora_rank rows per group): an FP8 view must start on a 32-row scale block
+/// (ops::Linear's grouped FP8 form needs out % 32 == 0); FP4 scales are per row.
+bool scaled_rows_viewable(ScaledWeight const& sw, int64_t row_block) {
+  return sw.dtype != DType::kF8E4m3 || row_block % 32 == 0;
 }
 
 Status upload_floats(gpu::Mem const& mem, gpu::GpuWeights& w, std::vector<float> const& v, gpu::DevTensor* out) {
@@ -70,9 +103,17 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
   // Experts: the CPU backend's MoeExperts reads fp32 weights only (the values are the same).
   DType const ex = mem.backend == Backend::kCpu ? DType::kF32 : lin;
   auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
+  // A projection: as stored when h.scaled has it (bf16 numerics, where its bf16 value is the tensor's) and
+  // the forward's row views of it are block-aligned; else the dequantised tensor as `lin`.
+  auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
+    auto it = h.scaled.find(key);
+    if (md == DType::kBf16 && it != h.scaled.end() && scaled_rows_viewable(it->second, row_block))
+      return upload_scaled(mem, w, it->second, o);
+    return upload_tensor(mem, w, t, lin, o);
+  };
   TESSERA_TRY(up(h.embed, &w.embed));
   TESSERA_TRY(up(h.norm, &w.norm));
-  TESSERA_TRY(up(h.lm_head, &w.lm_head, lin));
+  TESSERA_TRY(up_proj(scaled_head_key(), h.lm_head, &w.lm_head));
   w.layers.resize(h.layers.size());
   for (size_t l = 0; l < h.layers.size(); ++l) {
     LayerWeights const& s = h.layers[l];
@@ -85,10 +126,19 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
                             {&s.i_k_norm, &d.i_k_norm}, {&s.gate, &d.gate}, {&s.gate_bias, &d.gate_bias},
                             {&s.e_table, &d.e_table}, {&s.e_qk, &d.e_qk}})
       TESSERA_TRY(up(*src, dst));
-    for (auto [src, dst] : {std::pair{&s.wq_a, &d.wq_a}, {&s.wq_b, &d.wq_b}, {&s.wkv, &d.wkv}, {&s.wo_a, &d.wo_a},
-                            {&s.wo_b, &d.wo_b}, {&s.c_wkv, &d.c_wkv}, {&s.c_wgate, &d.c_wgate}, {&s.i_wq_b, &d.i_wq_b},
-                            {&s.i_weights_proj, &d.i_weights_proj}, {&s.i_wk, &d.i_wk}, {&s.e_wkv, &d.e_wkv}})
-      TESSERA_TRY(up(*src, dst, lin));
+    struct Proj {
+      char const* field;
+      Tensor const* src;
+      gpu::DevTensor* dst;
+    };
+    for (Proj const& p : {Proj{"wq_a", &s.wq_a, &d.wq_a}, {"wq_b", &s.wq_b, &d.wq_b}, {"wkv", &s.wkv, &d.wkv},
+                          {"wo_b", &s.wo_b, &d.wo_b}, {"c_wkv", &s.c_wkv, &d.c_wkv},
+                          {"c_wgate", &s.c_wgate, &d.c_wgate}, {"i_wq_b", &s.i_wq_b, &d.i_wq_b},
+                          {"i_weights_proj", &s.i_weights_proj, &d.i_weights_proj}, {"i_wk", &s.i_wk, &d.i_wk},
+                          {"e_wkv", &s.e_wkv, &d.e_wkv}})
+      TESSERA_TRY(up_proj(scaled_weight_key(static_cast<int64_t>(l), p.field), *p.src, p.dst));
+    // wo_a runs grouped (gpu_attention.cpp): o_groups views of o_lora_rank rows.
+    TESSERA_TRY(up_proj(scaled_weight_key(static_cast<int64_t>(l), "wo_a"), s.wo_a, &d.wo_a, spec.o_lora_rank));
     gpu::GpuExperts& m = d.moe;
     size_t const E = s.experts.size();
     m.w1.resize(E);
@@ -107,10 +157,9 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
     TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
     if (E > 0) {
-      auto p = mem.alloc(ptrs.size() * sizeof(void*));
+      auto p = alloc_weight(mem, w, ptrs.size() * sizeof(void*));
       if (!p) return p.status();
       m.ptrs = *p;
-      w.allocations.push_back(m.ptrs);
       TESSERA_TRY(mem.copy(m.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), Copy::kHostToDev));
       TESSERA_TRY(mem.sync());
     }
@@ -137,7 +186,10 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   m->impl_ = std::make_unique<Impl>();
   Impl& I = *m->impl_;
   I.md = opts.numerics == Numerics::kBf16 ? DType::kBf16 : DType::kF32;
-  auto hw = load_weights(spec, src, opts.numerics);
+  // bf16 numerics keep the block-scaled projections as stored (upload); fp32 numerics read fp32 weights.
+  WeightLoadOptions wo;
+  wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
+  auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
   auto e = load_engram_tables(spec, src);
   if (!e) return e.status();
@@ -153,6 +205,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   I.ctx.stream = I.mem.stream;
   I.ctx.pool = opts.pool;
   I.pool = std::make_shared<gpu::DevicePool>(I.mem);
+  I.spec = spec;  // upload reads it
   TESSERA_TRY(I.upload(*hw));
   I.info.name = spec.name;
   I.info.model_type = "deepseek_v41";
@@ -161,7 +214,6 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   I.info.eos_token_ids = spec.eos_token_ids;
   I.info.device = backend == Backend::kCuda ? "cuda" : "cpu";
   I.info.dtype = I.md == DType::kBf16 ? "bf16" : "fp32";
-  I.spec = std::move(spec);
   ExpertPruning prune = std::move(opts.prune);
   I.opts = std::move(opts);
   TESSERA_TRY(m->set_pruning(std::move(prune)));
@@ -326,5 +378,21 @@ std::vector<QuantBoundary> const* GpuDsv41Model::quant_boundaries(SequenceState 
 }
 void GpuDsv41Model::set_boundary_ulps(int ulps) { impl_->opts.boundary_ulps = ulps; }
 size_t GpuDsv41Model::pool_bytes() const { return impl_->pool->bytes_held(); }
+size_t GpuDsv41Model::weight_bytes() const { return impl_->w.bytes; }
+
+Result<DType> GpuDsv41Model::projection_dtype(std::string const& key) const {
+  gpu::GpuWeights const& w = impl_->w;
+  gpu::DevTensor const* t = nullptr;
+  if (key == scaled_head_key()) t = &w.lm_head;
+  for (size_t l = 0; l < w.layers.size() && !t; ++l) {
+    gpu::GpuLayerWeights const& d = w.layers[l];
+    for (auto [field, dt] : {std::pair{"wq_a", &d.wq_a}, {"wq_b", &d.wq_b}, {"wkv", &d.wkv}, {"wo_a", &d.wo_a},
+                             {"wo_b", &d.wo_b}, {"c_wkv", &d.c_wkv}, {"c_wgate", &d.c_wgate}, {"i_wq_b", &d.i_wq_b},
+                             {"i_weights_proj", &d.i_weights_proj}, {"i_wk", &d.i_wk}, {"e_wkv", &d.e_wkv}})
+      if (key == scaled_weight_key(static_cast<int64_t>(l), field)) t = dt;
+  }
+  if (!t || !t->p) return not_found("projection_dtype: no projection weight '" + key + "'");
+  return t->dtype;
+}
 
 }  // namespace tessera::model::dsv41

@@ -71,16 +71,15 @@ Result<DType> CheckpointSource::dtype(std::string const& name) const {
   return c->find(name)->dtype;
 }
 
-Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
-  auto const* c = find(name);
-  if (!c) return not_found(describe() + ": no tensor " + name);
-  Scaled const kind = scaled(name);
-  if (kind == Scaled::kNone) return c->load_f32(name);
-  // Dequantise: value = code · 2^(scale − 127), exact in fp32.
-  auto w = c->load(name);
+Result<ScaledWeight> CheckpointSource::load_stored(io::Checkpoint const& c, std::string const& name,
+                                                   Scaled kind) const {
+  auto w = c.load(name);
   if (!w) return w.status();
+  if (w->rank() != 2)
+    return malformed(describe() + ": scaled tensor " + name + " has shape " + shape_to_string(w->shape()) +
+                     ", expected 2-D");
   std::string const sn = name.substr(0, name.size() - 7) + ".scale";
-  auto sc = c->load(sn);
+  auto sc = c.load(sn);
   if (!sc) return sc.status();
   int64_t const rows = w->dim(0), cols = kind == Scaled::kFp4Row ? 2 * w->dim(1) : w->dim(1);
   int64_t const cb = (cols + 31) / 32;
@@ -89,11 +88,37 @@ Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
   if (sc->shape() != want)
     return malformed(describe() + ": " + sn + " has shape " + shape_to_string(sc->shape()) + ", expected " +
                      shape_to_string(want) + " for " + name);
+  ScaledWeight out;
+  out.dtype = kind == Scaled::kFp8Block ? DType::kF8E4m3 : DType::kF4E2m1x2;
+  out.rows = rows;
+  out.cols = cols;
+  out.codes = std::move(*w);
+  out.scales = std::move(*sc);
+  return out;
+}
+
+Result<ScaledWeight> CheckpointSource::load_scaled(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return ScaledWeight{};
+  return load_stored(*c, name, kind);
+}
+
+Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return c->load_f32(name);
+  // Dequantise: value = code · 2^(scale − 127), exact in fp32.
+  auto sw = load_stored(*c, name, kind);
+  if (!sw) return sw.status();
+  int64_t const rows = sw->rows, cols = sw->cols, cb = sw->scales.dim(1);
   auto made = Tensor::empty(DType::kF32, {rows, cols});  // every element is written below
   if (!made) return made.status();
   Tensor out = std::move(*made);
-  uint8_t const* b = w->data_as<uint8_t>();
-  uint8_t const* s8 = sc->data_as<uint8_t>();
+  uint8_t const* b = sw->codes.data_as<uint8_t>();
+  uint8_t const* s8 = sw->scales.data_as<uint8_t>();
   float* o = out.data_as<float>();
   parallel_for(rows, [&](int64_t r0, int64_t r1) {  // elementwise: any split gives the same values
     for (int64_t r = r0; r < r1; ++r)

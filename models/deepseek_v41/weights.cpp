@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Weight loading by logical name over the OLD / NEW / native naming schemes (spec §4.1, §8.2), with
-/// shape checks, the NEW fused-expert split, fp8 Engram-table dequantisation, and bf16 rounding of every
-/// non-fp32-kept parameter in bf16 mode.
+/// shape checks, the NEW fused-expert split, fp8 Engram-table dequantisation, bf16 rounding of every
+/// non-fp32-kept parameter in bf16 mode, and (on request) the stored form of block-scaled projections.
 #include "tessera/models/deepseek_v41/weights.hpp"
 
 #include <cstring>
@@ -22,12 +22,16 @@ std::string join(std::vector<std::string> const& v) {
 
 class Loader {
  public:
-  Loader(WeightSource const& src, Numerics num) : src_(src), num_(num) {}
+  Loader(WeightSource const& src, Numerics num, WeightLoadOptions opts, Weights& out)
+      : src_(src), num_(num), opts_(opts), out_(out) {}
 
-  /// The first present name, checked against `shape`; rounded to bf16 unless `keep_fp32`.
-  Result<Tensor> get(std::vector<std::string> const& names, std::vector<int64_t> const& shape, bool keep_fp32 = false) {
+  /// The first present name, checked against `shape`; rounded to bf16 unless `keep_fp32`. `found` (if set)
+  /// receives the name loaded.
+  Result<Tensor> get(std::vector<std::string> const& names, std::vector<int64_t> const& shape, bool keep_fp32 = false,
+                     std::string* found = nullptr) {
     for (auto const& n : names) {
       if (!src_.contains(n)) continue;
+      if (found) *found = n;
       auto sh = src_.shape(n);
       if (!sh) return sh.status();
       if (*sh != shape)
@@ -48,11 +52,29 @@ class Loader {
       for (int64_t i = b; i < e; ++i) p[i] = round_to_bf16(p[i]);
     }, 1 << 16);
   }
+  /// A projection (get, bf16-rounded); with keep_scaled_projections its stored form, when block-scaled, is
+  /// also recorded as Weights::scaled[key].
+  Result<Tensor> projection(std::string const& key, std::vector<std::string> const& names,
+                            std::vector<int64_t> const& shape) {
+    std::string name;
+    auto t = get(names, shape, false, &name);
+    if (!t || !opts_.keep_scaled_projections) return t;
+    auto sw = src_.load_scaled(name);
+    if (!sw) return sw.status();
+    if (!sw->present()) return t;
+    if (sw->rows != shape[0] || sw->cols != shape[1])
+      return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
+                       shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string(shape));
+    out_.scaled[key] = std::move(*sw);
+    return t;
+  }
   WeightSource const& src() const { return src_; }
 
  private:
   WeightSource const& src_;
   Numerics num_;
+  WeightLoadOptions opts_;
+  Weights& out_;
 };
 
 /// Candidate names of a per-layer tensor: OLD, NEW, native.
@@ -79,6 +101,7 @@ Tensor slice_expert(Tensor const& fused, int64_t e, int64_t r0, int64_t rows) {
 Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   int64_t D = s.hidden_size, n = s.hc_mult, nm = (2 + n) * n, hd = s.head_dim, H = s.num_heads;
   int64_t I = s.moe_inter, E = s.n_experts;
+  auto key = [l](char const* field) { return scaled_weight_key(l, field); };
   TRY_ASSIGN(w.hc_attn_fn, ld.get(lname(l, "hc_attn_fn", "attn_hc.fn"), {nm, n * D}, true));
   TRY_ASSIGN(w.hc_attn_base, ld.get(lname(l, "hc_attn_base", "attn_hc.base"), {nm}, true));
   TRY_ASSIGN(w.hc_attn_scale, ld.get(lname(l, "hc_attn_scale", "attn_hc.scale"), {3}, true));
@@ -87,28 +110,42 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   TRY_ASSIGN(w.hc_ffn_scale, ld.get(lname(l, "hc_ffn_scale", "ffn_hc.scale"), {3}, true));
   TRY_ASSIGN(w.attn_norm, ld.get(lname(l, "attn_norm.weight", "input_layernorm.weight"), {D}));
   TRY_ASSIGN(w.ffn_norm, ld.get(lname(l, "ffn_norm.weight", "post_attention_layernorm.weight"), {D}));
-  TRY_ASSIGN(w.wq_a, ld.get(lname(l, "attn.wq_a.weight", "self_attn.q_a_proj.weight"), {s.q_lora_rank, D}));
+  TRY_ASSIGN(w.wq_a, ld.projection(key("wq_a"),
+                                   lname(l, "attn.wq_a.weight", "self_attn.q_a_proj.weight"), {s.q_lora_rank, D}));
   TRY_ASSIGN(w.q_norm, ld.get(lname(l, "attn.q_norm.weight", "self_attn.q_a_norm.weight"), {s.q_lora_rank}));
-  TRY_ASSIGN(w.wq_b, ld.get(lname(l, "attn.wq_b.weight", "self_attn.q_b_proj.weight"), {H * hd, s.q_lora_rank}));
-  TRY_ASSIGN(w.wkv, ld.get(lname(l, "attn.wkv.weight", "self_attn.kv_proj.weight"), {hd, D}));
+  TRY_ASSIGN(w.wq_b, ld.projection(key("wq_b"),
+                                   lname(l, "attn.wq_b.weight", "self_attn.q_b_proj.weight"), {H * hd, s.q_lora_rank}));
+  TRY_ASSIGN(w.wkv, ld.projection(key("wkv"), lname(l, "attn.wkv.weight", "self_attn.kv_proj.weight"), {hd, D}));
   TRY_ASSIGN(w.kv_norm, ld.get(lname(l, "attn.kv_norm.weight", "self_attn.kv_norm.weight"), {hd}));
-  TRY_ASSIGN(w.wo_a, ld.get(lname(l, "attn.wo_a.weight", "self_attn.o_a_proj.weight"),
-                            {s.o_groups * s.o_lora_rank, H * hd / s.o_groups}));
-  TRY_ASSIGN(w.wo_b, ld.get(lname(l, "attn.wo_b.weight", "self_attn.o_b_proj.weight"), {D, s.o_groups * s.o_lora_rank}));
+  TRY_ASSIGN(w.wo_a, ld.projection(key("wo_a"), lname(l, "attn.wo_a.weight", "self_attn.o_a_proj.weight"),
+                                   {s.o_groups * s.o_lora_rank, H * hd / s.o_groups}));
+  TRY_ASSIGN(w.wo_b, ld.projection(key("wo_b"),
+                                   lname(l, "attn.wo_b.weight", "self_attn.o_b_proj.weight"),
+                                   {D, s.o_groups * s.o_lora_rank}));
   TRY_ASSIGN(w.attn_sink, ld.get(lname(l, "attn.attn_sink", "self_attn.sinks"), {H}, true));
   int64_t ratio = s.compress_ratios[l];
   if (s.is_kv_source(l)) {
-    TRY_ASSIGN(w.c_wkv, ld.get(lname(l, "attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"), {hd, D}));
+    TRY_ASSIGN(w.c_wkv, ld.projection(key("c_wkv"),
+                                      lname(l, "attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"),
+                                      {hd, D}));
     if (ratio > 1)
-      TRY_ASSIGN(w.c_wgate, ld.get(lname(l, "attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"), {hd, D}));
+      TRY_ASSIGN(w.c_wgate, ld.projection(key("c_wgate"),
+                                          lname(l, "attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"),
+                                          {hd, D}));
     TRY_ASSIGN(w.c_norm, ld.get(lname(l, "attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"), {hd}));
   }
   if (s.is_index_source(l)) {
     int64_t Hi = s.index_n_heads, di = s.index_head_dim;
-    TRY_ASSIGN(w.i_wq_b, ld.get(lname(l, "attn.indexer.wq_b.weight", "self_attn.indexer.q_b_proj.weight"), {Hi * di, s.q_lora_rank}));
-    TRY_ASSIGN(w.i_weights_proj, ld.get(lname(l, "attn.indexer.weights_proj.weight", "self_attn.indexer.weights_proj.weight"), {Hi, D}));
+    TRY_ASSIGN(w.i_wq_b, ld.projection(key("i_wq_b"),
+                                       lname(l, "attn.indexer.wq_b.weight", "self_attn.indexer.q_b_proj.weight"),
+                                       {Hi * di, s.q_lora_rank}));
+    TRY_ASSIGN(w.i_weights_proj, ld.projection(key("i_weights_proj"),
+                                               lname(l, "attn.indexer.weights_proj.weight", "self_attn.indexer.weights_proj.weight"),
+                                               {Hi, D}));
     if (s.is_kv_source(l)) {
-      TRY_ASSIGN(w.i_wk, ld.get(lname(l, "attn.indexer.wk.weight", "self_attn.indexer.k_proj.weight"), {di, hd}));
+      TRY_ASSIGN(w.i_wk, ld.projection(key("i_wk"),
+                                       lname(l, "attn.indexer.wk.weight", "self_attn.indexer.k_proj.weight"),
+                                       {di, hd}));
       TRY_ASSIGN(w.i_k_norm, ld.get(lname(l, "attn.indexer.k_norm.weight", "self_attn.indexer.k_norm.weight"), {di}));
     }
   }
@@ -159,7 +196,8 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
       ld.round(w.e_table);
       break;
     }
-    TRY_ASSIGN(w.e_wkv, ld.get(lname(l, "engram.wkv.weight", "engram.wkv.weight"), {(n + 1) * D, C * de}));
+    TRY_ASSIGN(w.e_wkv, ld.projection(key("e_wkv"),
+                                      lname(l, "engram.wkv.weight", "engram.wkv.weight"), {(n + 1) * D, C * de}));
     Tensor q, k;
     TRY_ASSIGN(q, ld.get(lname(l, "engram.q_weight", "engram.q_weight"), {n, D}));
     TRY_ASSIGN(k, ld.get(lname(l, "engram.k_weight", "engram.k_weight"), {n, D}));
@@ -171,13 +209,17 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
 
 }  // namespace
 
-Result<Weights> load_weights(ModelSpec const& s, WeightSource const& src, Numerics num) {
-  Loader ld(src, num);
+std::string scaled_weight_key(int64_t layer, std::string const& field) {
+  return "layers." + std::to_string(layer) + "." + field;
+}
+
+Result<Weights> load_weights(ModelSpec const& s, WeightSource const& src, Numerics num, WeightLoadOptions opts) {
   Weights w;
+  Loader ld(src, num, opts, w);
   int64_t V = s.vocab_size, D = s.hidden_size;
   TRY_ASSIGN(w.embed, ld.get({"model.embed.weight", "model.embed_tokens.weight", "embed.weight"}, {V, D}));
   TRY_ASSIGN(w.norm, ld.get({"model.norm.weight", "norm.weight"}, {D}));
-  TRY_ASSIGN(w.lm_head, ld.get({"lm_head.weight", "head.weight"}, {V, D}));
+  TRY_ASSIGN(w.lm_head, ld.projection(scaled_head_key(), {"lm_head.weight", "head.weight"}, {V, D}));
   w.layers.resize(static_cast<size_t>(s.num_layers));
   for (int64_t l = 0; l < s.num_layers; ++l) TESSERA_TRY(load_layer(s, ld, l, w.layers[l]));
   return w;

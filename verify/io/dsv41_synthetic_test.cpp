@@ -324,6 +324,89 @@ BOOST_AUTO_TEST_CASE(native_fp8_loads_dequantised) {
   BOOST_TEST(finite == static_cast<int>(logits.size()));
 }
 
+// load_scaled gives the stored form of the native layout: FP8 linears as kF8E4m3 codes + [⌈r/32⌉, ⌈c/32⌉]
+// scales, FP4 experts as kF4E2m1x2 [r, c/2] + [r, c/32], whose code · scale is load_f32's value; a dense
+// tensor is not scaled. load_weights records the stored projections only when asked, never the experts.
+BOOST_AUTO_TEST_CASE(native_fp8_load_scaled) {
+  TempDir td;
+  Config const c = tiny_config();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 4, *native_fp8_format()).ok());
+  CheckpointSource src;
+  BOOST_REQUIRE(src.open((td.path / "model.safetensors").string()).ok());
+  for (std::string const name : {"model.layers.2.attn.wq_b.weight", "model.layers.2.ffn.experts.3.w2.weight"}) {
+    ScaledWeight sw = src.load_scaled(name).value_or_throw();
+    Tensor f = src.load_f32(name).value_or_throw();
+    bool const fp4 = name.find("experts") != std::string::npos;
+    BOOST_TEST_REQUIRE(sw.present());
+    BOOST_TEST((sw.dtype == (fp4 ? DType::kF4E2m1x2 : DType::kF8E4m3)));
+    BOOST_TEST((std::vector<int64_t>{sw.rows, sw.cols} == f.shape()));
+    BOOST_TEST((sw.codes.shape() == std::vector<int64_t>{sw.rows, fp4 ? sw.cols / 2 : sw.cols}));
+    BOOST_TEST((sw.scales.shape() == std::vector<int64_t>{fp4 ? sw.rows : (sw.rows + 31) / 32, (sw.cols + 31) / 32}));
+    int bad = 0;
+    uint8_t const* q = sw.codes.data_as<uint8_t>();
+    uint8_t const* s8 = sw.scales.data_as<uint8_t>();
+    int64_t const cb = sw.scales.dim(1);
+    for (int64_t r = 0; r < sw.rows; ++r)
+      for (int64_t j = 0; j < sw.cols; ++j) {
+        float const code = fp4 ? float_from_fp4_e2m1((q[(r * sw.cols + j) / 2] >> (4 * (j % 2))) & 0xF)
+                               : float_from_fp8_e4m3(q[r * sw.cols + j]);
+        float const s = float_from_e8m0(s8[(fp4 ? r : r / 32) * cb + j / 32]);
+        bad += f.data_as<float>()[r * sw.cols + j] != code * s;
+      }
+    BOOST_TEST(bad == 0, name);
+  }
+  BOOST_TEST(!src.load_scaled("model.layers.2.attn.q_norm.weight").value_or_throw().present());
+  BOOST_TEST(!src.load_scaled("lm_head.weight").value_or_throw().present());  // the synthetic head is bf16
+  BOOST_TEST(!src.load_scaled("model.layers.2.attn.nothing.weight").ok());
+
+  BOOST_REQUIRE(src.open(verify::golden_dir() + "/v41-tiny/fp32/golden.safetensors").ok());
+  auto spec = spec_from_config(c).value_or_throw();
+  BOOST_TEST(load_weights(spec, src, Numerics::kBf16).value_or_throw().scaled.empty());
+  Weights w = load_weights(spec, src, Numerics::kBf16, {.keep_scaled_projections = true}).value_or_throw();
+  std::set<std::string> keys;
+  for (auto const& [k, sw] : w.scaled) keys.insert(k);
+  std::set<std::string> want;
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    for (char const* f : {"wq_a", "wq_b", "wkv", "wo_a", "wo_b"}) want.insert(scaled_weight_key(l, f));
+    if (spec.is_index_source(l)) want.insert(scaled_weight_key(l, "i_wq_b"));
+    if (spec.engram_index(l) >= 0) want.insert(scaled_weight_key(l, "e_wkv"));
+  }
+  BOOST_TEST((keys == want));
+  // The recorded form's bf16 value is the loaded (bf16-rounded) tensor.
+  ScaledWeight const& e = w.scaled.at(scaled_weight_key(1, "e_wkv"));
+  Tensor const& et = w.layers[1].e_wkv;
+  int bad = 0;
+  for (int64_t r = 0; r < e.rows; ++r)
+    for (int64_t j = 0; j < e.cols; ++j) {
+      float const v = float_from_fp8_e4m3(e.codes.data_as<uint8_t>()[r * e.cols + j]) *
+                      float_from_e8m0(e.scales.data_as<uint8_t>()[(r / 32) * e.scales.dim(1) + j / 32]);
+      bad += round_to_bf16(v) != et.data_as<float>()[r * e.cols + j];
+    }
+  BOOST_TEST(bad == 0);
+}
+
+// A scale of the wrong shape is refused, naming the scale, the tensor and the expected shape, by
+// load_scaled and load_f32 alike.
+BOOST_AUTO_TEST_CASE(scaled_weight_with_misshapen_scale_is_refused) {
+  TempDir td;
+  fs::create_directories(td.path);
+  io::SafetensorsWriter w;
+  BOOST_REQUIRE(w.add("x.weight", Tensor::zeros(DType::kF8E4m3, {40, 64})).ok());
+  BOOST_REQUIRE(w.add("x.scale", Tensor::zeros(DType::kE8m0, {1, 2})).ok());
+  BOOST_REQUIRE(w.write((td.path / "bad.safetensors").string()).ok());
+  CheckpointSource src;
+  BOOST_REQUIRE(src.open((td.path / "bad.safetensors").string()).ok());
+  auto a = src.load_scaled("x.weight");
+  auto b = src.load_f32("x.weight");
+  BOOST_TEST_REQUIRE(!a.ok());
+  BOOST_TEST_REQUIRE(!b.ok());
+  for (std::string const& m : {a.status().message(), b.status().message()}) {
+    BOOST_TEST(m.find("x.scale") != std::string::npos, m);
+    BOOST_TEST(m.find("x.weight") != std::string::npos, m);
+    BOOST_TEST(m.find("[2, 2]") != std::string::npos, m);
+  }
+}
+
 // EXL3 synthetic groups are what the EXL3 loader reads (ops/exl3_loader.hpp): every group complete with
 // the planned K, MUL1, suh = ±1 and svh = ±σ; random trellis bits decode (Exl3Gemm, CPU) to a layer whose
 // outputs have RMS √k·σ·rms(x) (the MUL1 codebook has unit RMS and the Hadamards are orthonormal).

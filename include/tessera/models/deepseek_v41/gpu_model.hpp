@@ -3,7 +3,11 @@
 /// attention_block.cpp) with every tensor on the device and every op family called as
 /// Family<Backend::kCuda>, in the same order of operations, in fp32 or bf16 numerics. Weights come from
 /// the CPU loader (fp32 host tensors, bf16-rounded in a bf16 model) and are uploaded once: projections as
-/// bf16 in a bf16 model (exact), fp32 otherwise; mHC, sinks, router and Engram tables stay fp32.
+/// bf16 in a bf16 model (exact), fp32 otherwise; mHC, sinks, router and Engram tables stay fp32. In a bf16
+/// model the projections and head a checkpoint stores block-scaled (native FP8 e4m3 with 32×32 ue8m0 blocks,
+/// or FP4) are uploaded as stored, codes + scales, and run through ops::Linear's block-scaled weight dtypes,
+/// whose values are the dequantised bf16 weights (ModelOptions::dequantize_weights uploads those instead);
+/// experts stay dequantised.
 ///
 /// Each sequence's decode state lives on the device in blocks of the model's DevicePool (window ring,
 /// compressor raw rows, compressed KV, index keys; see models/deepseek_v41/gpu_internal.hpp); the Engram
@@ -65,6 +69,12 @@ class GpuDsv41Model final : public LanguageModel {
   void set_route_observer(RouteObserver observer);
   /// Device bytes held by the state pool (blocks in use and cached).
   size_t pool_bytes() const;
+  /// Device bytes held by the weights.
+  size_t weight_bytes() const;
+  /// How the projection of Weights::scaled key `key` (scaled_weight_key / scaled_head_key) is held:
+  /// kF8E4m3 / kF4E2m1x2 as stored (codes + scales), kBf16 or kF32 dense; kNotFound for an unknown key or a
+  /// weight the layer does not have.
+  Result<DType> projection_dtype(std::string const& key) const;
 
   struct Impl;
 

@@ -29,11 +29,15 @@ class CheckpointSource final : public WeightSource {
   Result<DType> dtype(std::string const& name) const override;
   Result<Tensor> load_f32(std::string const& name) const override;
   Result<Tensor> load_i64(std::string const& name) const override;
+  /// Native FP8 linears as kF8E4m3, packed FP4 experts as kF4E2m1x2 (their `.scale` shape checked).
+  Result<ScaledWeight> load_scaled(std::string const& name) const override;
   std::string describe() const override;
 
  private:
   enum class Scaled { kNone, kFp8Block, kFp4Row };
   Scaled scaled(std::string const& name) const;
+  /// The stored codes and checked scales of a scaled tensor (kind != kNone) held by `c`.
+  Result<ScaledWeight> load_stored(io::Checkpoint const& c, std::string const& name, Scaled kind) const;
   io::Checkpoint const* find(std::string const& name) const;
   std::vector<io::Checkpoint> ckpts_;
   std::vector<std::string> labels_;

@@ -119,6 +119,10 @@ struct ModelOptions {
   ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
   int64_t max_rollback = 64;   // truncate() reaches back this many tokens (state kept for it)
   int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
+  /// GPU model, bf16 numerics: true uploads block-scaled (native FP8 / FP4) projections and head dequantised
+  /// to bf16 instead of as stored codes + scales (the same values and logits; twice the bytes). The CPU model
+  /// always dequantises.
+  bool dequantize_weights = false;
 };
 
 class Dsv41Model final : public LanguageModel {

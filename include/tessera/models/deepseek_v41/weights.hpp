@@ -6,6 +6,7 @@
 /// or misshapen tensor is an error that names it (and the alternatives looked for).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,20 @@
 #include "tessera/models/deepseek_v41/model_spec.hpp"
 
 namespace tessera::model::dsv41 {
+
+/// A block-scaled weight as stored (spec/deepseek-v41.md §4.2), in ops::LinearDesc's layouts for its dtype:
+///   kF8E4m3    codes [rows, cols] e4m3 bytes,           scales [⌈rows/32⌉, ⌈cols/32⌉] ue8m0 (32×32 blocks);
+///   kF4E2m1x2  codes [rows, cols/2] two e2m1 per byte,  scales [rows, ⌈cols/32⌉] ue8m0 (per row, 32 columns);
+/// the even column in the low nibble. Value (r, c) = code · 2^(scale − 127), exact in fp32: what load_f32
+/// returns for the same name. Row-major, contiguous; the tensors hold the checkpoint's bytes (their Tensor
+/// dtype is the stored one: F8_E4M3 / I8 codes, F8_E8M0 scales). `dtype` kF32 with undefined tensors: the
+/// tensor is not stored block-scaled.
+struct ScaledWeight {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;  // logical shape
+  Tensor codes, scales;
+  bool present() const { return dtype == DType::kF8E4m3 || dtype == DType::kF4E2m1x2; }
+};
 
 /// Where tensors come from (a checkpoint, a test fixture). Float tensors of any float dtype are returned
 /// as fp32 values (exact for bf16/fp8); integer tensors as int64.
@@ -26,6 +41,12 @@ class WeightSource {
   virtual Result<DType> dtype(std::string const& name) const = 0;
   virtual Result<Tensor> load_f32(std::string const& name) const = 0;
   virtual Result<Tensor> load_i64(std::string const& name) const = 0;
+  /// The stored codes and scales of a block-scaled tensor; an empty ScaledWeight (present() false) when
+  /// `name` is not stored block-scaled (the default: a source without scaled tensors).
+  virtual Result<ScaledWeight> load_scaled(std::string const& name) const {
+    (void)name;
+    return ScaledWeight{};
+  }
   /// Where the tensors come from, for messages.
   virtual std::string describe() const = 0;
 };
@@ -49,10 +70,27 @@ struct LayerWeights {
 struct Weights {
   Tensor embed, norm, lm_head;
   std::vector<LayerWeights> layers;
+  /// With WeightLoadOptions::keep_scaled_projections: the stored form of each block-scaled projection, by
+  /// scaled_weight_key (the dequantised tensor above is loaded as well). Its bf16 value
+  /// ops::scaled_weight = →bf16(code · 2^(s − 127)) equals the tensor above in bf16 numerics.
+  std::map<std::string, ScaledWeight> scaled;
+};
+
+/// Key of Weights::scaled: "lm_head", or "layers.<l>.<field>" with the LayerWeights field name of one of the
+/// projections wq_a, wq_b, wkv, wo_a, wo_b, c_wkv, c_wgate, i_wq_b, i_weights_proj, i_wk, e_wkv.
+std::string scaled_weight_key(int64_t layer, std::string const& field);
+inline std::string scaled_head_key() { return "lm_head"; }
+
+struct WeightLoadOptions {
+  /// Also record the stored codes and scales of the head and of the attention / compressor / indexer /
+  /// Engram projections that the source stores block-scaled (Weights::scaled). Experts (routed and shared)
+  /// are never recorded.
+  bool keep_scaled_projections = false;
 };
 
 /// Loads every tensor the spec needs; in bf16 mode every parameter except the fp32-kept ones (mHC,
 /// sinks, router biases) is rounded to bf16 (exact when the checkpoint is bf16 already).
-Result<Weights> load_weights(ModelSpec const& spec, WeightSource const& src, Numerics numerics);
+Result<Weights> load_weights(ModelSpec const& spec, WeightSource const& src, Numerics numerics,
+                             WeightLoadOptions opts = {});
 
 }  // namespace tessera::model::dsv41
