@@ -4,7 +4,11 @@
 ///
 ///   bench_model --model DIR [--model DIR2] [--device cuda|cpu] [--dtype bf16|fp32] [--prefill 1024,8192]
 ///               [--batches 1,4,16,64] [--context 128] [--steps 8] [--copy-gbps 4270] [--tc-tflops 754]
-///               [--full-layers 40]
+///               [--full-layers 40] [--dequantize-weights]
+///
+/// --dequantize-weights: the GPU model holds a native checkpoint's FP8/FP4 weights dequantised to the model
+/// dtype (ModelOptions::dequantize_weights) instead of as stored (the default in bf16 numerics); the load line
+/// reports the device bytes of the weights either way (device_weight_gb).
 ///
 /// Rooflines. Decode is bound by the bytes of weights one step reads: every dense tensor of the trunk,
 /// one embedding row, the LM head, and the routed experts the batch selects (uniform routing: a batch of B
@@ -131,6 +135,7 @@ struct Args {
   int64_t context = 128, steps = 8;
   double copy_gbps = 4270, tc_tflops = 754;
   int64_t full_layers = 40;
+  bool dequantize_weights = false;
 };
 
 struct Measured {
@@ -234,6 +239,7 @@ int main(int argc, char** argv) {
     else if (k == "--copy-gbps") a.copy_gbps = std::stod(val());
     else if (k == "--tc-tflops") a.tc_tflops = std::stod(val());
     else if (k == "--full-layers") a.full_layers = std::stoll(val());
+    else if (k == "--dequantize-weights") a.dequantize_weights = true;
     else {
       std::fprintf(stderr, "bench_model: unknown argument %s\n", k.c_str());
       return 2;
@@ -260,6 +266,7 @@ int main(int argc, char** argv) {
     }
     ModelOptions opts;
     opts.numerics = bf16 ? Numerics::kBf16 : Numerics::kFp32;
+    opts.dequantize_weights = a.dequantize_weights;
     auto t0 = Clock::now();
     auto m = load_model_on(dir, opts, a.device);
     if (!m) {
@@ -267,12 +274,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     ModelSpec const& s = folder->spec;
+    auto const* gm = dynamic_cast<GpuDsv41Model const*>(m->get());
     std::printf("{\"bench\":\"load\",\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"layers\":%lld,"
                 "\"experts\":%lld,\"top_k\":%lld,\"load_s\":%.2f,\"dense_stored_gb\":%.4f,\"dense_file_gb\":%.4f,"
-                "\"experts_stored_gb\":%.3f,\"experts_file_gb\":%.3f}\n",
+                "\"experts_stored_gb\":%.3f,\"experts_file_gb\":%.3f,\"device_weight_gb\":%.3f}\n",
                 dir.c_str(), a.device.c_str(), a.dtype.c_str(), static_cast<long long>(s.num_layers),
                 static_cast<long long>(s.n_experts), static_cast<long long>(s.top_k), since(t0), wb->dense_stored / 1e9,
-                wb->dense_file / 1e9, wb->expert_stored / 1e9, wb->expert_file / 1e9);
+                wb->dense_file / 1e9, wb->expert_stored / 1e9, wb->expert_file / 1e9,
+                gm ? static_cast<double>(gm->weight_bytes()) / 1e9 : 0.0);
     std::fflush(stdout);
     runs.push_back(measure(**m, a, s.num_layers));
     bytes.push_back(*wb);

@@ -418,6 +418,13 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
       ma.dev.w1 = table;
       ma.dev.w3 = table + s.n_experts;
       ma.dev.w2 = table + 2 * s.n_experts;
+      if (lw.moe.routed_scaled != DType::kF32) {  // codes in `table`, scales in scale_ptrs (CUDA only)
+        ed.routed_scaled = lw.moe.routed_scaled;
+        auto* const* st = static_cast<void const* const*>(lw.moe.scale_ptrs);
+        ma.dev.s1 = st;
+        ma.dev.s3 = st + s.n_experts;
+        ma.dev.s2 = st + 2 * s.n_experts;
+      }
       ma.dev.shared_w1 = lw.moe.s1.p;
       ma.dev.shared_w3 = lw.moe.s3.p;
       ma.dev.shared_w2 = lw.moe.s2.p;

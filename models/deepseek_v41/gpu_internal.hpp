@@ -117,7 +117,9 @@ struct DevTensor {
 
 struct GpuExperts {
   std::vector<DevTensor> w1, w3, w2;
-  void* ptrs = nullptr;          // device [3, E] pointer table (w1 | w3 | w2)
+  void* ptrs = nullptr;          // device [3, E] pointer table (w1 | w3 | w2): weights, or codes when block-scaled
+  void* scale_ptrs = nullptr;    // device [3, E] table of the routed experts' scales (block-scaled only)
+  DType routed_scaled = DType::kF32;  // kF8E4m3 / kF4E2m1x2: the routed experts are stored block-scaled
   DevTensor s1, s3, s2;          // shared expert
 };
 

@@ -7,6 +7,7 @@
 
 #include "models/deepseek_v41/gpu_impl.hpp"
 #include "tessera/core/thread_pool.hpp"
+#include "tessera/ops/linear_tc.hpp"
 #include "tessera/ref/rope_ref.hpp"
 
 namespace tessera::model::dsv41 {
@@ -105,6 +106,22 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
   auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
   // A projection: as stored when h.scaled has it (bf16 numerics, where its bf16 value is the tensor's) and
   // the forward's row views of it are block-aligned; else the dequantised tensor as `lin`.
+  // The routed experts' block-scaled dtype when layer l's are all recorded in one and MoeExperts<kCuda> takes
+  // them (bf16 numerics; dim and inter multiples of 32 within the kernel's K bound); kF32 otherwise.
+  auto routed_scaled_dtype = [&](Weights const& hw, int64_t l, int64_t E) {
+    if (md != DType::kBf16 || mem.backend != Backend::kCuda || E == 0) return DType::kF32;
+    if (spec.hidden_size % 32 != 0 || spec.moe_inter % 32 != 0 || spec.hidden_size > ops::kTcQuantMaxK ||
+        spec.moe_inter > ops::kTcQuantMaxK)
+      return DType::kF32;
+    DType dt = DType::kF32;
+    for (int64_t e = 0; e < E; ++e)
+      for (char const* wn : {"w1", "w3", "w2"}) {
+        auto it = hw.scaled.find(scaled_expert_key(l, e, wn));
+        if (it == hw.scaled.end() || (dt != DType::kF32 && it->second.dtype != dt)) return DType::kF32;
+        dt = it->second.dtype;
+      }
+    return dt;
+  };
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
     auto it = h.scaled.find(key);
     if (md == DType::kBf16 && it != h.scaled.end() && scaled_rows_viewable(it->second, row_block))
@@ -144,15 +161,29 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     m.w1.resize(E);
     m.w3.resize(E);
     m.w2.resize(E);
-    std::vector<void const*> ptrs(3 * E);
+    std::vector<void const*> ptrs(3 * E), sptrs(3 * E);
+    // Routed experts as stored (CUDA, bf16 numerics) when every one of them is recorded in one block-scaled
+    // dtype and the block-scaled expert path takes the shape (ops::MoeExpertsDesc::routed_scaled); else dequantised.
+    DType const rq = routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
     for (size_t e = 0; e < E; ++e) {
-      TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], ex));
-      TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], ex));
-      TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], ex));
+      if (rq != DType::kF32) {
+        auto const key = [&](char const* wn) { return scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e), wn); };
+        TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w1")), &m.w1[e]));
+        TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w3")), &m.w3[e]));
+        TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w2")), &m.w2[e]));
+      } else {
+        TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], ex));
+        TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], ex));
+        TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], ex));
+      }
       ptrs[e] = m.w1[e].p;
       ptrs[E + e] = m.w3[e].p;
       ptrs[2 * E + e] = m.w2[e].p;
+      sptrs[e] = m.w1[e].scale;
+      sptrs[E + e] = m.w3[e].scale;
+      sptrs[2 * E + e] = m.w2[e].scale;
     }
+    m.routed_scaled = rq;
     TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
     TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
     TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
@@ -161,6 +192,12 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
       if (!p) return p.status();
       m.ptrs = *p;
       TESSERA_TRY(mem.copy(m.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), Copy::kHostToDev));
+      if (rq != DType::kF32) {
+        auto sp = alloc_weight(mem, w, sptrs.size() * sizeof(void*));
+        if (!sp) return sp.status();
+        m.scale_ptrs = *sp;
+        TESSERA_TRY(mem.copy(m.scale_ptrs, sptrs.data(), sptrs.size() * sizeof(void*), Copy::kHostToDev));
+      }
       TESSERA_TRY(mem.sync());
     }
   }
@@ -189,6 +226,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // bf16 numerics keep the block-scaled projections as stored (upload); fp32 numerics read fp32 weights.
   WeightLoadOptions wo;
   wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
+  wo.keep_scaled_experts = wo.keep_scaled_projections && backend == Backend::kCuda;  // the CPU op takes fp32 experts
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
   auto e = load_engram_tables(spec, src);
@@ -393,6 +431,14 @@ Result<DType> GpuDsv41Model::projection_dtype(std::string const& key) const {
   }
   if (!t || !t->p) return not_found("projection_dtype: no projection weight '" + key + "'");
   return t->dtype;
+}
+
+Result<DType> GpuDsv41Model::routed_experts_dtype(int64_t layer) const {
+  gpu::GpuWeights const& w = impl_->w;
+  if (layer < 0 || layer >= static_cast<int64_t>(w.layers.size()) || w.layers[static_cast<size_t>(layer)].moe.w1.empty())
+    return not_found("routed_experts_dtype: no routed experts in layer " + std::to_string(layer));
+  gpu::GpuExperts const& m = w.layers[static_cast<size_t>(layer)].moe;
+  return m.routed_scaled != DType::kF32 ? m.routed_scaled : m.w1.front().dtype;
 }
 
 }  // namespace tessera::model::dsv41

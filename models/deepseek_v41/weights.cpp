@@ -56,9 +56,17 @@ class Loader {
   /// also recorded as Weights::scaled[key].
   Result<Tensor> projection(std::string const& key, std::vector<std::string> const& names,
                             std::vector<int64_t> const& shape) {
+    return stored(key, names, shape, opts_.keep_scaled_projections);
+  }
+  /// A routed expert's matrix; with keep_scaled_experts its stored form is recorded likewise.
+  Result<Tensor> expert(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape) {
+    return stored(key, names, shape, opts_.keep_scaled_experts);
+  }
+  Result<Tensor> stored(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
+                        bool record) {
     std::string name;
     auto t = get(names, shape, false, &name);
-    if (!t || !opts_.keep_scaled_projections) return t;
+    if (!t || !record) return t;
     auto sw = src_.load_scaled(name);
     if (!sw) return sw.status();
     if (!sw->present()) return t;
@@ -166,9 +174,9 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   } else {
     for (int64_t e = 0; e < E; ++e) {
       std::string p = "ffn.experts." + std::to_string(e) + ".";
-      TRY_ASSIGN(w.experts[e].w1, ld.get(lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w3, ld.get(lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w2, ld.get(lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
+      TRY_ASSIGN(w.experts[e].w1, ld.expert(scaled_expert_key(l, e, "w1"), lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w3, ld.expert(scaled_expert_key(l, e, "w3"), lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w2, ld.expert(scaled_expert_key(l, e, "w2"), lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
     }
   }
   TRY_ASSIGN(w.shared.w1, ld.get(lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));

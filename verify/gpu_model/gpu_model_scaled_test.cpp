@@ -4,8 +4,9 @@
 /// (codes + scales through ops::Linear's kF8E4m3 weights) and computes exactly what it computes with them
 /// dequantised to bf16 (ModelOptions::dequantize_weights) and what the CPU model computes: every logits row
 /// of a prefill past the window and the compressor groups, then single-token decode steps, bit for bit.
-/// Which weights were kept is checked through GpuDsv41Model::projection_dtype and the weight bytes (the
-/// saving is exactly Σ 2·rows·cols − codes − scales over the kept ones); the grouped wo_a is kept when its
+/// On the CUDA backend the FP4 routed experts are kept as stored too (MoeExpertsDesc::routed_scaled). Which
+/// weights were kept is checked through GpuDsv41Model::projection_dtype / routed_experts_dtype and the weight
+/// bytes (the saving is exactly Σ 2·rows·cols − codes − scales over the kept ones); the grouped wo_a is kept when its
 /// groups start on 32-row scale blocks (o_lora_rank % 32 == 0) and dequantised otherwise.
 #include <boost/test/unit_test.hpp>
 
@@ -118,6 +119,21 @@ void scaled_equals_dequantised(Config const& c, bool wo_a_kept) {
   int64_t const L = ck.spec.num_layers;
   BOOST_TEST(n_kept == (wo_a_kept ? 5 : 4) * L + static_cast<int64_t>(ck.spec.index_source_layers.size()) +
                            static_cast<int64_t>(ck.spec.engram_layers.size()));
+  // Routed experts: FP4 in the checkpoint; kept as stored on the CUDA backend only (the CPU op takes fp32 experts).
+  Weights const he = load_weights(ck.spec, ck.src, Numerics::kBf16, {.keep_scaled_experts = true}).value_or_throw();
+  for (int64_t l = 0; l < L; ++l) {
+    DType const want = kBackend == Backend::kCuda ? DType::kF4E2m1x2 : DType::kF32;
+    BOOST_TEST((kept->routed_experts_dtype(l).value_or_throw() == want), "layer " << l);
+    BOOST_TEST((deq->routed_experts_dtype(l).value_or_throw() == (kBackend == Backend::kCuda ? DType::kBf16 : DType::kF32)));
+    if (kBackend != Backend::kCuda) continue;
+    for (int64_t e = 0; e < ck.spec.n_experts; ++e)
+      for (char const* wn : {"w1", "w3", "w2"}) {
+        ScaledWeight const& sw = he.scaled.at(scaled_expert_key(l, e, wn));
+        BOOST_TEST((sw.dtype == DType::kF4E2m1x2));
+        saved += static_cast<size_t>(2 * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
+      }
+  }
+  BOOST_TEST(he.scaled.count(scaled_weight_key(0, "wq_a")) == 0u);  // projections are not asked for here
   BOOST_TEST(saved > 0u);
   BOOST_TEST(deq->weight_bytes() - kept->weight_bytes() == saved);
 

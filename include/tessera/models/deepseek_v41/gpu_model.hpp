@@ -75,6 +75,9 @@ class GpuDsv41Model final : public LanguageModel {
   /// kF8E4m3 / kF4E2m1x2 as stored (codes + scales), kBf16 or kF32 dense; kNotFound for an unknown key or a
   /// weight the layer does not have.
   Result<DType> projection_dtype(std::string const& key) const;
+  /// How layer `layer`'s routed experts are held: kF8E4m3 / kF4E2m1x2 as stored (CUDA, bf16 numerics, a
+  /// checkpoint storing them block-scaled), else their dense dtype; kNotFound for a layer without experts.
+  Result<DType> routed_experts_dtype(int64_t layer) const;
 
   struct Impl;
 

@@ -80,12 +80,19 @@ struct Weights {
 /// projections wq_a, wq_b, wkv, wo_a, wo_b, c_wkv, c_wgate, i_wq_b, i_weights_proj, i_wk, e_wkv.
 std::string scaled_weight_key(int64_t layer, std::string const& field);
 inline std::string scaled_head_key() { return "lm_head"; }
+/// "layers.<l>.experts.<e>.<w>" (w = w1, w3, w2).
+inline std::string scaled_expert_key(int64_t layer, int64_t expert, char const* w) {
+  return "layers." + std::to_string(layer) + ".experts." + std::to_string(expert) + "." + w;
+}
 
 struct WeightLoadOptions {
   /// Also record the stored codes and scales of the head and of the attention / compressor / indexer /
   /// Engram projections that the source stores block-scaled (Weights::scaled). Experts (routed and shared)
   /// are never recorded.
   bool keep_scaled_projections = false;
+  /// Also record the stored form of the routed experts that the source stores block-scaled (per-expert
+  /// tensors; keys scaled_expert_key). The shared expert is never recorded.
+  bool keep_scaled_experts = false;
 };
 
 /// Loads every tensor the spec needs; in bf16 mode every parameter except the fp32-kept ones (mHC,
