@@ -4,8 +4,8 @@
 /// byte, even k in the low nibble) with per-row-per-32 ue8m0 scales, decoded to bf16 in shared memory and fed
 /// to the same mma.sync chain as bf16 weights.
 ///
-/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)): the code's value (exact in
-/// fp16 for e4m3, in bf16 for e2m1) is widened to fp32, multiplied by the power of two in fp32 (__fmul_rn, exact
+/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)): the code's value (a bf16 value
+/// for e4m3 and e2m1 alike, read from a 256-entry table in shared memory) is widened to fp32, multiplied by the power of two in fp32 (__fmul_rn, exact
 /// unless the product leaves fp32's range) and rounded once to bf16 (cvt.rn.bf16x2.f32 = RNE). The mma then
 /// sees exactly the bf16 operands a kBf16 weight holding those values would give it, in the same block order
 /// (skinny_warp_tile's contract), so the outputs equal the bf16 path's and ref::dot_tc's bit for bit.
@@ -20,8 +20,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include "kernels/linear/linear_tc.cuh"
 
@@ -56,12 +54,6 @@ __device__ __forceinline__ uint32_t scaled_bf16x2(float lo, float hi, float sc) 
   __nv_bfloat162 const b = __floats2bfloat162_rn(__fmul_rn(lo, sc), __fmul_rn(hi, sc));
   return *reinterpret_cast<uint32_t const*>(&b);
 }
-__device__ __forceinline__ uint32_t fp8x2_scaled(uint32_t pair, float sc) {
-  __half2_raw const h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3);
-  float2 const f = __half22float2(__half2(h));
-  return scaled_bf16x2(f.x, f.y, sc);
-}
-
 /// kSkinnyCols × 16 accumulator tile of kMats block-scaled matrices against 1 ≤ xr ≤ 16 x rows: the contract of
 /// skinny_warp_tile (linear_tc.cuh), with codes decoded as described at the top of this file. Requires k % 32 == 0,
 /// k ≤ kTcQuantMaxK, 16-byte aligned codes with ldq % 16 == 0, and 16-byte aligned x rows. smem: 16-byte aligned,
@@ -111,10 +103,14 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
       unsigned char* dst = scales + (i * kScaleRows<kFmt> + j) * scols;
       for (int64_t c = lane; c < scols; c += 32) dst[c] = row_ok && c < k / 32 ? __ldg(w[i].s + row * w[i].lds + c) : 127;
     }
-  if constexpr (kFmt == DType::kF4E2m1x2) {
-    for (int b = lane; b < 256; b += 32)
+  // Code table: FP4, a byte's two codes (low nibble → low half); FP8, a byte's code (low half). bf16 bits of the
+  // codes' values, exact (e2m1 and e4m3 values are bf16 values).
+  for (int b = lane; b < 256; b += 32) {
+    if constexpr (kFmt == DType::kF4E2m1x2)
       lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
                (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
+    else
+      lut[b] = bf16_bits_from_float(float_from_fp8_e4m3(static_cast<uint8_t>(b)));
   }
 #pragma unroll
   for (int i = 0; i < kMats; ++i)
@@ -143,9 +139,9 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
       if constexpr (kFmt == DType::kF8E4m3) {
         uint32_t o[8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          o[2 * q] = fp8x2_scaled(words[q], sc);
-          o[2 * q + 1] = fp8x2_scaled(words[q] >> 16, sc);
+        for (int q = 0; q < 8; ++q) {
+          uint32_t const w = words[q / 2] >> (16 * (q % 2));
+          o[q] = scaled_bf16x2(__uint_as_float(lut[w & 0xFFu] << 16), __uint_as_float(lut[(w >> 8) & 0xFFu] << 16), sc);
         }
         dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
         dst[1] = make_uint4(o[4], o[5], o[6], o[7]);

@@ -22,20 +22,28 @@ run_test() {  # name, binary, extra args
 SECONDS=0
 if [ "${PHASE:-a}" = a ]; then
 ninja -C $B verify/gpu_ops/verify_gpu_linear_scaled verify/gpu_ops/verify_gpu_moe_scaled verify/gpu_model/verify_gpu_model \
-  tessera bench/model/bench_model bench/linear/tc_bench > $R/build.log 2>&1 || { grep -B2 -A12 "error" $R/build.log | head -80; exit 1; }
+  verify/gpu_ops/verify_gpu_moe_tc tessera bench/model/bench_model bench/linear/tc_bench > $R/build.log 2>&1 \
+  || { grep -B2 -A12 "error" $R/build.log | head -80; exit 1; }
 echo "build ${SECONDS}s"
 run_test linear_scaled $B/verify/gpu_ops/verify_gpu_linear_scaled
-grep -E "outputs compared" $R/linear_scaled.log
+grep -E "outputs compared|^Linear" $R/linear_scaled.log | tail -16
 run_test moe_scaled $B/verify/gpu_ops/verify_gpu_moe_scaled
-grep -c "0/[0-9]* outputs differ" $R/moe_scaled.log
-run_test gpu_model_scaled $B/verify/gpu_model/verify_gpu_model --run_test=gpu_model_scaled
+echo "moe_scaled lines with 0 differing outputs: $(grep -c " 0/[0-9]* outputs differ" $R/moe_scaled.log)"
+run_test gpu_model $B/verify/gpu_model/verify_gpu_model
+run_test moe_tc $B/verify/gpu_ops/verify_gpu_moe_tc
+echo "moe_tc lines with 0 differing outputs: $(grep -c ': 0/' $R/moe_tc.log)"
+G=$TESSERA_SHARED_DIR/golden/v41-tiny
+for v in fp32 bf16; do
+  timeout 90 $B/tessera verify golden --model $G/$v --golden $G/$v --device cuda > $R/golden_$v.log 2>&1
+  echo "verify golden $v --device cuda rc=$?: $(grep -E '^golden:' $R/golden_$v.log)"
+done
 for spec in "flash1e32 1 32" "flash3e32 3 32"; do
   set -- $spec
   test -f $S/$1/config.json || $B/tessera make-synthetic --out $S/$1 --preset v41-flash --layers $2 --experts $3 --format fp8 \
     > $R/make_$1.log 2>&1 || { tail -5 $R/make_$1.log; exit 1; }
 done
 echo "synthetic ${SECONDS}s"
-for mode in native dequant; do
+for mode in ${MODES:-native dequant}; do
   extra=""; test $mode = dequant && extra=--dequantize-weights
   timeout 150 $B/bench/model/bench_model --model $S/flash1e32 --model $S/flash3e32 --device cuda --dtype bf16 $extra \
     --prefill ${PREFILL:-1024} --batches ${BATCHES:-1,4,16,64} --context 128 --steps 8 > $R/bench_$mode.jsonl 2> $R/bench_$mode.err

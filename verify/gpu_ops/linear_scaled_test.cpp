@@ -2,7 +2,7 @@
 /// Block-scaled weights (FP8 e4m3 with 32×32-block ue8m0 scales, FP4 e2m1 with per-row-per-32 scales) on the GPU:
 ///  * the fused skinny tile (ops::linear_tc_cuda with LinearTcArgs::w_format; codes decoded in shared memory)
 ///    against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
-///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over the whole ue8m0 range,
+///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over 2^-127 … 2^63,
 ///    M = 1..16 and 17 (two row groups), N off the 8- and 32-row blocks, K from 32 to kTcQuantMaxK, strided codes;
 ///  * calls the fused tile does not take are refused (not_supported), never run wrong;
 ///  * ops::Linear<kCuda> with block-scaled weights (fused decode rows, the decode-to-bf16 path for M ≥ 64, md fp32,
@@ -46,7 +46,9 @@ ScaledW make_scaled(DType fmt, int64_t n, int64_t k, int64_t q_pad, bool extreme
   int64_t const srows = fmt == DType::kF8E4m3 ? (n + 31) / 32 : n;
   r.q.assign(static_cast<size_t>(n * r.ldq), 0xEE);
   r.s.assign(static_cast<size_t>(srows * r.lds), 0xFF);  // NaN scale in the spare column: a stray read shows
-  std::uniform_int_distribution<int> byte(0, 255), near(117, 137), any(0, 254);
+  // "All" scales: every code up to 2^63 (2^(190−127)): subnormal and tiny products included, sums kept finite
+  // (beyond, ±inf and NaN outputs compare by their encodings, which carry no meaning).
+  std::uniform_int_distribution<int> byte(0, 255), near(117, 137), any(0, 190);
   for (int64_t o = 0; o < n; ++o)
     for (int64_t b = 0; b < row_bytes; ++b) {
       int v = byte(g);
