@@ -573,6 +573,9 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
                   "moe_experts: block-scaled routed experts need dim and inter multiples of 32, at most " +
                       std::to_string(kTcQuantMaxK));
     TESSERA_CHECK(a.dev.s1 && a.dev.s3 && a.dev.s2, "moe_experts: block-scaled routed experts need dev.s1/s3/s2");
+    if (!tc_quant_format_fused(d.routed_scaled))
+      return not_supported("moe_experts: block-scaled routed experts in " + std::string(dtype_name(d.routed_scaled)) +
+                           " have no verified fused tile (ops::tc_quant_format_fused)");
   } else {
     TESSERA_CHECK(d.routed_scaled == DType::kF32 || d.routed_scaled == d.weight_dtype,
                   "moe_experts routed_scaled must be f8_e4m3, f4_e2m1x2 or unset");

@@ -120,11 +120,14 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
         if (it == hw.scaled.end() || (dt != DType::kF32 && it->second.dtype != dt)) return DType::kF32;
         dt = it->second.dtype;
       }
-    return dt;
+    return ops::tc_quant_format_fused(dt) ? dt : DType::kF32;
   };
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
     auto it = h.scaled.find(key);
-    if (md == DType::kBf16 && it != h.scaled.end() && scaled_rows_viewable(it->second, row_block))
+    // CUDA keeps a stored form only when decode shapes run it fused (else each call would decode W to bf16
+    // first, slower than holding bf16); the CPU backend takes every stored form.
+    if (md == DType::kBf16 && it != h.scaled.end() && scaled_rows_viewable(it->second, row_block) &&
+        (mem.backend == Backend::kCpu || ops::tc_quant_format_fused(it->second.dtype)))
       return upload_scaled(mem, w, it->second, o);
     return upload_tensor(mem, w, t, lin, o);
   };

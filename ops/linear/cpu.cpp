@@ -2,11 +2,13 @@
 /// CPU backend of the linear family: ref::linear_row (or linear_row_fma_seq) over rows (bf16 and block-scaled
 /// weights widened one row at a time, ops::scaled_weight); the dot order follows md (ref::gemm_dot / bmm_dot).
 #include <bit>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "ops/cpu_common.hpp"
 #include "tessera/ops/linear.hpp"
+#include "tessera/ops/linear_tc.hpp"
 #include "tessera/ref/common_ref.hpp"
 
 namespace tessera::ops {
@@ -115,6 +117,16 @@ Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, Exec
   one.groups = 1;
   for (int64_t g = 0; g < d.groups; ++g) TESSERA_TRY(run_cpu_group(one, linear_group(d, a, g), ctx));
   return {};
+}
+
+bool tc_quant_format_fused(DType w_format) {
+  if (w_format == DType::kF4E2m1x2) return true;
+  if (w_format != DType::kF8E4m3) return false;
+  static bool const forced = [] {
+    char const* e = std::getenv("TESSERA_TC_FP8_FUSED");
+    return e && std::string(e) == "1";
+  }();
+  return forced;
 }
 
 Status linear(ExecContext& ctx, LinearDesc const& d, LinearArgs const& a) {

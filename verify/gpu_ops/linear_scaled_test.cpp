@@ -4,7 +4,9 @@
 ///    against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
 ///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over 2^-127 … 2^63,
 ///    M = 1..16 and 17 (two row groups), N off the 8- and 32-row blocks, K from 32 to kTcQuantMaxK, strided codes;
-///  * calls the fused tile does not take are refused (not_supported), never run wrong;
+///  * calls the fused tile does not take are refused (not_supported), never run wrong; FP8 has no verified fused
+///    tile (ops::tc_quant_format_fused) and is refused there: its calls take ops::Linear's decode-to-bf16 path;
+///  * one-hot x rows show which decoded weight every K position meets (a diagnosis of the tile's layout);
 ///  * ops::Linear<kCuda> with block-scaled weights (fused decode rows, the decode-to-bf16 path for M ≥ 64, md fp32,
 ///    the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit.
 #include <boost/test/unit_test.hpp>
@@ -76,6 +78,14 @@ std::vector<uint16_t> random_x(int64_t m, int64_t ldx, uint64_t seed) {
 
 int64_t g_outputs = 0;
 
+/// The formats the fused tile runs (ops::tc_quant_format_fused): FP4; FP8 too under TESSERA_TC_FP8_FUSED=1.
+std::vector<DType> fused_formats() {
+  std::vector<DType> f;
+  for (DType t : {DType::kF8E4m3, DType::kF4E2m1x2})
+    if (ops::tc_quant_format_fused(t)) f.push_back(t);
+  return f;
+}
+
 /// The fused tile on one problem against ref::dot_tc; returns the mismatch count (fp32 + bf16).
 int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string const& what) {
   int64_t const ldx = w.k + 8;
@@ -131,7 +141,7 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
                                {17, 16384, 0}, {8, 544, 16}};
   int64_t const ms[] = {1, 2, 5, 8, 16, 17, 40};
   uint64_t seed = 7000;
-  for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
+  for (DType fmt : fused_formats())
     for (bool extreme : {false, true})
       for (auto const& sh : shapes) {
         // FP4 codes: the packed row stride must stay a multiple of 16 bytes.
@@ -145,7 +155,7 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
       }
   // Real DeepSeek-V4.1-Flash decode shapes.
   int64_t const real[][2] = {{1280, 5120}, {2304, 5120}, {5120, 2304}, {1024, 4096}, {5120, 8192}};
-  for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
+  for (DType fmt : fused_formats())
     for (auto const& sh : real) {
       ScaledW const w = make_scaled(fmt, sh[0], sh[1], 0, false, seed++);
       for (int64_t m : {int64_t{1}, int64_t{4}}) {
@@ -154,6 +164,49 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
       }
     }
   std::printf("fused block-scaled tile: %lld outputs compared\n", static_cast<long long>(g_outputs));
+}
+
+// Which decoded weight each K position meets: x rows one-hot at k = r (+16), so y[r][o] = W[o][k] exactly
+// (power-of-two scales, one product per output). Prints the positions whose weight is not W[o][k].
+BOOST_AUTO_TEST_CASE(fused_tile_k_positions) {
+  for (DType fmt : fused_formats()) {
+    ScaledW const w = make_scaled(fmt, 8, 64, 0, false, 4242);
+    int64_t const m = 16, ldx = w.k + 8;
+    for (int64_t base : {0, 16, 32, 48}) {
+      std::vector<uint16_t> xb(static_cast<size_t>(m * ldx), 0);
+      for (int64_t r = 0; r < m; ++r) xb[static_cast<size_t>(r * ldx + base + r)] = bf16_bits_from_float(1.f);
+      DeviceBuffer<uint16_t> dx(xb);
+      DeviceBuffer<uint8_t> dq(w.q), ds(w.s);
+      DeviceBuffer<float> dy(std::vector<float>(static_cast<size_t>(m * w.n), -7.f));
+      ops::LinearTcDesc d{m, w.n, w.k};
+      ops::LinearTcArgs a;
+      a.x = reinterpret_cast<Bf16 const*>(dx.data()), a.ldx = ldx;
+      a.w_format = fmt;
+      a.w_q = dq.data(), a.ldw_q = w.ldq, a.w_scale = ds.data(), a.ldw_scale = w.lds;
+      a.y = dy.data(), a.ldy = w.n;
+      ExecContext ctx = cuda_ctx();
+      Status const st = ops::linear_tc_cuda(d, a, ctx);
+      BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+      auto const y = dy.get();
+      int64_t bad = 0;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t o = 0; o < w.n; ++o) {
+          float const want = w.w[static_cast<size_t>(o * w.k + base + r)], got = y[static_cast<size_t>(r * w.n + o)];
+          if (std::bit_cast<uint32_t>(want) == std::bit_cast<uint32_t>(got)) continue;
+          ++bad;
+          if (o == 0) {  // which weight of row 0 it met instead
+            int64_t at = -1;
+            for (int64_t kk = 0; kk < w.k && at < 0; ++kk)
+              if (std::bit_cast<uint32_t>(w.w[static_cast<size_t>(kk)]) == std::bit_cast<uint32_t>(got)) at = kk;
+            std::printf("  %s k %lld: got %g (= W[0][%lld]), want %g\n", fmt == DType::kF8E4m3 ? "fp8" : "fp4",
+                        static_cast<long long>(base + r), static_cast<double>(got), static_cast<long long>(at),
+                        static_cast<double>(want));
+          }
+        }
+      BOOST_TEST_INFO((fmt == DType::kF8E4m3 ? "fp8" : "fp4") << " k positions from " << base);
+      BOOST_TEST(bad == 0);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(fused_tile_refuses_what_it_does_not_take) {
@@ -170,6 +223,10 @@ BOOST_AUTO_TEST_CASE(fused_tile_refuses_what_it_does_not_take) {
     a.y = dy.data(), a.ldy = 16;
     return ops::linear_tc_cuda(d, a, ctx);
   };
+  if (!ops::tc_quant_format_fused(DType::kF8E4m3)) {  // FP8 has no verified fused tile: refused, never run
+    BOOST_TEST((run({1, 16, 64}, w.ldq).code() == StatusCode::kNotSupported));
+    return;
+  }
   BOOST_TEST(run({1, 16, 64}, w.ldq).ok());
   BOOST_TEST((run({64, 16, 64}, w.ldq).code() == StatusCode::kNotSupported));  // GEMM-sized: not the skinny tile
   BOOST_TEST((run({1, 16, 48}, w.ldq).code() == StatusCode::kNotSupported));   // k % 32 != 0

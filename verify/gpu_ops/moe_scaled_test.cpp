@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// MoeExperts<kCuda> with block-scaled routed experts (MoeExpertsDesc::routed_scaled: FP4 e2m1 with per-row-per-32
-/// ue8m0 scales, as the native release layout stores them, and FP8 e4m3 with 32×32-block scales; the shared expert
-/// bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
+/// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales only where
+/// ops::tc_quant_format_fused allows it, else it is refused; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
 /// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 64 (experts with one or several tiles of
 /// 8 assignments, a pruned slot), kAuto and kSkinny; a token alone and the first two rows as their own batch give
 /// their bits in the full batch; calls the path does not take are refused.
@@ -13,6 +13,7 @@
 #include <random>
 
 #include "tessera/ops/linear.hpp"
+#include "tessera/ops/linear_tc.hpp"
 #include "tessera/ops/moe.hpp"
 #include "verify/common/random.hpp"
 #include "verify/gpu_ops/device_buffer.hpp"
@@ -215,15 +216,22 @@ void check(Problem const& p) {
 
 BOOST_AUTO_TEST_SUITE(moe_scaled)
 
+std::vector<DType> fused_formats() {
+  std::vector<DType> f;
+  for (DType t : {DType::kF4E2m1x2, DType::kF8E4m3})
+    if (ops::tc_quant_format_fused(t)) f.push_back(t);
+  return f;
+}
+
 BOOST_AUTO_TEST_CASE(flash_expert_shape) {
-  for (DType fmt : {DType::kF4E2m1x2, DType::kF8E4m3})
+  for (DType fmt : fused_formats())
     for (int64_t rows : {1, 2, 5})
       check(make(fmt, rows, 8, 5120, 2304, 6, 10.f, 300 + static_cast<uint64_t>(rows)));
 }
 
 BOOST_AUTO_TEST_CASE(small_shapes_many_rows) {
   uint64_t seed = 800;
-  for (DType fmt : {DType::kF4E2m1x2, DType::kF8E4m3})
+  for (DType fmt : fused_formats())
     for (int64_t rows : {1, 16, 64}) {
       check(make(fmt, rows, 6, 256, 96, 4, 0.f, seed++));  // ≥ 8 assignments per expert at 16 and 64 rows: several tiles
       check(make(fmt, rows, 20, 544, 160, 6, 7.f, seed++));
@@ -234,9 +242,13 @@ BOOST_AUTO_TEST_CASE(refuses_what_it_does_not_take) {
   Problem const p = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 77);
   BOOST_TEST((p.gpu(0, 4, MoeTcPath::kGemm, nullptr).code() == StatusCode::kInvalidArgument));
   BOOST_TEST((p.gpu(0, 4, MoeTcPath::kEmulated, nullptr).code() == StatusCode::kInvalidArgument));
-  Problem q = make(DType::kF8E4m3, 4, 6, 256, 96, 4, 0.f, 78);
+  Problem q = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 78);
   q.dev.s2 = nullptr;
   BOOST_TEST((q.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kInvalidArgument));
+  if (!ops::tc_quant_format_fused(DType::kF8E4m3)) {  // no verified fused FP8 tile: refused
+    Problem const r = make(DType::kF8E4m3, 4, 6, 256, 96, 4, 0.f, 79);
+    BOOST_TEST((r.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kNotSupported));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -77,7 +77,14 @@ inline constexpr int64_t kTcQuantMaxK = 16384;
 /// true when a block-scaled call can run fused (codes decoded to bf16 in shared memory): the skinny tile with
 /// m16n8k16, k % 32 == 0 and ≤ kTcQuantMaxK, 16-byte aligned codes with ldw_q % 16 == 0, 16-byte x staging.
 /// ops::Linear<kCuda> dequantises to bf16 scratch and runs the bf16 path otherwise.
+/// Whether the fused tile runs `w_format`: FP4 yes (asserted against ref::dot_tc on the H200). FP8 no: on the
+/// H200 its fused sums came out wrong (every output, with the cvt.e4m3x2 decode and with the code table alike,
+/// while FP4 through the same tile and FP8 through the decode-to-bf16 path are exact), so FP8 takes the
+/// decode-to-bf16 path until that is found; TESSERA_TC_FP8_FUSED=1 runs it anyway (diagnosis only).
+bool tc_quant_format_fused(DType w_format);
+
 inline bool tc_quant_weight_ok(LinearTcDesc const& d, DType w_format, uint8_t const* w_q, int64_t ldw_q) {
+  if (!tc_quant_format_fused(w_format)) return false;
   bool const tile_ok = d.tile == TcTile::kSkinny || (d.tile == TcTile::kAuto && d.m < kTcGemmMinRows);
   return (w_format == DType::kF8E4m3 || w_format == DType::kF4E2m1x2) && tile_ok && d.mma == TcMma::kK16 &&
          d.k % 32 == 0 && d.k <= kTcQuantMaxK && ldw_q % 16 == 0 && (reinterpret_cast<uintptr_t>(w_q) & 15u) == 0;
