@@ -106,21 +106,11 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
   auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
   // A projection: as stored when h.scaled has it (bf16 numerics, where its bf16 value is the tensor's) and
   // the forward's row views of it are block-aligned; else the dequantised tensor as `lin`.
-  // The routed experts' block-scaled dtype when layer l's are all recorded in one and MoeExperts<kCuda> takes
-  // them (bf16 numerics; dim and inter multiples of 32 within the kernel's K bound); kF32 otherwise.
+  // The routed experts' block-scaled dtype when layer l's were loaded as stored (load_weights with
+  // experts_as_stored, which leaves their ExpertWeights empty); kF32 when they were loaded dequantised.
   auto routed_scaled_dtype = [&](Weights const& hw, int64_t l, int64_t E) {
-    if (md != DType::kBf16 || mem.backend != Backend::kCuda || E == 0) return DType::kF32;
-    if (spec.hidden_size % 32 != 0 || spec.moe_inter % 32 != 0 || spec.hidden_size > ops::kTcQuantMaxK ||
-        spec.moe_inter > ops::kTcQuantMaxK)
-      return DType::kF32;
-    DType dt = DType::kF32;
-    for (int64_t e = 0; e < E; ++e)
-      for (char const* wn : {"w1", "w3", "w2"}) {
-        auto it = hw.scaled.find(scaled_expert_key(l, e, wn));
-        if (it == hw.scaled.end() || (dt != DType::kF32 && it->second.dtype != dt)) return DType::kF32;
-        dt = it->second.dtype;
-      }
-    return ops::tc_quant_format_fused(dt) ? dt : DType::kF32;
+    if (E == 0 || hw.layers[static_cast<size_t>(l)].experts.front().w1.defined()) return DType::kF32;
+    return hw.scaled.at(scaled_expert_key(l, 0, "w1")).dtype;
   };
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
     auto it = h.scaled.find(key);
@@ -229,7 +219,11 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // bf16 numerics keep the block-scaled projections as stored (upload); fp32 numerics read fp32 weights.
   WeightLoadOptions wo;
   wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
-  wo.keep_scaled_experts = wo.keep_scaled_projections && backend == Backend::kCuda;  // the CPU op takes fp32 experts
+  // Routed experts stay as stored where MoeExperts<kCuda> runs them fused (the CPU op takes fp32 experts).
+  if (wo.keep_scaled_projections && backend == Backend::kCuda &&
+      spec.hidden_size % 32 == 0 && spec.moe_inter % 32 == 0 && spec.hidden_size <= ops::kTcQuantMaxK &&
+      spec.moe_inter <= ops::kTcQuantMaxK)
+    wo.experts_as_stored = [](DType t) { return ops::tc_quant_format_fused(t); };
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
   auto e = load_engram_tables(spec, src);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/thread_pool.hpp"
@@ -19,6 +20,8 @@ std::string join(std::vector<std::string> const& v) {
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
   return s;
 }
+
+std::vector<std::string> lname(int64_t l, std::string const& old_suffix, std::string const& new_suffix);
 
 class Loader {
  public:
@@ -58,9 +61,37 @@ class Loader {
                             std::vector<int64_t> const& shape) {
     return stored(key, names, shape, opts_.keep_scaled_projections);
   }
-  /// A routed expert's matrix; with keep_scaled_experts its stored form is recorded likewise.
-  Result<Tensor> expert(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape) {
-    return stored(key, names, shape, opts_.keep_scaled_experts);
+  /// The first present name of `names` (empty when none is).
+  std::string find_name(std::vector<std::string> const& names) const {
+    for (auto const& n : names)
+      if (src_.contains(n)) return n;
+    return {};
+  }
+  /// The stored forms of a layer's routed experts when WeightLoadOptions::experts_as_stored takes them all
+  /// (every w1/w3/w2 stored block-scaled, one dtype, the expected logical shapes): recorded under
+  /// scaled_expert_key, and true; false (nothing recorded) otherwise.
+  Result<bool> experts_as_stored(int64_t l, int64_t E, int64_t I, int64_t D) {
+    if (!opts_.experts_as_stored || E == 0) return false;
+    std::vector<std::pair<std::string, ScaledWeight>> got;
+    DType dt = DType::kF32;
+    for (int64_t e = 0; e < E; ++e) {
+      std::string const p = "ffn.experts." + std::to_string(e) + ".";
+      for (auto [wn, rows, cols] : {std::tuple{"w1", I, D}, {"w3", I, D}, {"w2", D, I}}) {
+        std::string const name = find_name(lname(l, p + wn + ".weight", p + wn + ".weight"));
+        if (name.empty()) return false;  // the dequantised load names the missing tensor
+        auto sw = src_.load_scaled(name);
+        if (!sw) return sw.status();
+        if (!sw->present() || (dt != DType::kF32 && sw->dtype != dt)) return false;
+        if (sw->rows != rows || sw->cols != cols)
+          return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
+                           shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string({rows, cols}));
+        dt = sw->dtype;
+        got.emplace_back(scaled_expert_key(l, e, wn), std::move(*sw));
+      }
+    }
+    if (!opts_.experts_as_stored(dt)) return false;
+    for (auto& [key, sw] : got) out_.scaled[key] = std::move(sw);
+    return true;
   }
   Result<Tensor> stored(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
                         bool record) {
@@ -172,11 +203,13 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
       w.experts[e].w2 = slice_expert(dn, e, 0, D);
     }
   } else {
-    for (int64_t e = 0; e < E; ++e) {
+    bool stored_only = false;
+    TRY_ASSIGN(stored_only, ld.experts_as_stored(l, E, I, D));
+    for (int64_t e = 0; e < E && !stored_only; ++e) {
       std::string p = "ffn.experts." + std::to_string(e) + ".";
-      TRY_ASSIGN(w.experts[e].w1, ld.expert(scaled_expert_key(l, e, "w1"), lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w3, ld.expert(scaled_expert_key(l, e, "w3"), lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w2, ld.expert(scaled_expert_key(l, e, "w2"), lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
+      TRY_ASSIGN(w.experts[e].w1, ld.get(lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w3, ld.get(lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w2, ld.get(lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
     }
   }
   TRY_ASSIGN(w.shared.w1, ld.get(lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));

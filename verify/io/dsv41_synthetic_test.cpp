@@ -385,6 +385,52 @@ BOOST_AUTO_TEST_CASE(native_fp8_load_scaled) {
   BOOST_TEST(bad == 0);
 }
 
+// Routed experts as stored (WeightLoadOptions::experts_as_stored): a layer whose experts are all FP4 and
+// accepted is recorded instead of loaded dequantised (empty ExpertWeights, the recorded values those of the
+// dequantised load); a predicate that refuses the dtype gives today's dequantised load and records nothing.
+BOOST_AUTO_TEST_CASE(routed_experts_as_stored_skip_the_dequantised_copy) {
+  TempDir td;
+  Config const c = tiny_config();
+  BOOST_REQUIRE(write_synthetic_checkpoint(c, td.path.string(), 4, *native_fp8_format()).ok());
+  CheckpointSource src;
+  BOOST_REQUIRE(src.open((td.path / "model.safetensors").string()).ok());
+  BOOST_REQUIRE(src.open(verify::golden_dir() + "/v41-tiny/fp32/golden.safetensors").ok());
+  auto spec = spec_from_config(c).value_or_throw();
+  Weights const full = load_weights(spec, src, Numerics::kBf16).value_or_throw();
+  WeightLoadOptions take, refuse;
+  std::vector<DType> asked;
+  take.experts_as_stored = [&](DType t) { asked.push_back(t); return t == DType::kF4E2m1x2; };
+  refuse.experts_as_stored = [](DType) { return false; };
+  Weights const kept = load_weights(spec, src, Numerics::kBf16, take).value_or_throw();
+  Weights const dense = load_weights(spec, src, Numerics::kBf16, refuse).value_or_throw();
+  BOOST_TEST(asked.size() == static_cast<size_t>(spec.num_layers));  // once per layer
+  BOOST_TEST(std::all_of(asked.begin(), asked.end(), [](DType t) { return t == DType::kF4E2m1x2; }));
+  BOOST_TEST(dense.scaled.empty());
+  BOOST_TEST(kept.scaled.size() == static_cast<size_t>(3 * spec.num_layers * spec.n_experts));
+  int64_t bad = 0;
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    auto const& kl = kept.layers[static_cast<size_t>(l)];
+    BOOST_TEST(kl.shared.w1.defined());  // the shared expert always loads dequantised
+    for (int64_t e = 0; e < spec.n_experts; ++e) {
+      BOOST_TEST(!kl.experts[static_cast<size_t>(e)].w1.defined());
+      BOOST_TEST(dense.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)].w2.defined());
+      for (char const* wn : {"w1", "w3", "w2"}) {
+        ScaledWeight const& sw = kept.scaled.at(scaled_expert_key(l, e, wn));
+        auto const& ew = full.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)];
+        Tensor const& t = std::string(wn) == "w1" ? ew.w1 : std::string(wn) == "w3" ? ew.w3 : ew.w2;
+        for (int64_t r = 0; r < sw.rows; ++r)
+          for (int64_t j = 0; j < sw.cols; ++j) {
+            uint8_t const b = sw.codes.data_as<uint8_t>()[(r * sw.cols + j) / 2];
+            float const v = float_from_fp4_e2m1(j % 2 ? b >> 4 : b & 0xF) *
+                            float_from_e8m0(sw.scales.data_as<uint8_t>()[r * sw.scales.dim(1) + j / 32]);
+            bad += round_to_bf16(v) != t.data_as<float>()[r * sw.cols + j];
+          }
+      }
+    }
+  }
+  BOOST_TEST(bad == 0);
+}
+
 // A scale of the wrong shape is refused, naming the scale, the tensor and the expected shape, by
 // load_scaled and load_f32 alike.
 BOOST_AUTO_TEST_CASE(scaled_weight_with_misshapen_scale_is_refused) {

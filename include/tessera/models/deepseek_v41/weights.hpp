@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,9 +91,12 @@ struct WeightLoadOptions {
   /// Engram projections that the source stores block-scaled (Weights::scaled). Experts (routed and shared)
   /// are never recorded.
   bool keep_scaled_projections = false;
-  /// Also record the stored form of the routed experts that the source stores block-scaled (per-expert
-  /// tensors; keys scaled_expert_key). The shared expert is never recorded.
-  bool keep_scaled_experts = false;
+  /// A layer whose routed experts (per-expert tensors) are ALL stored block-scaled in one dtype this accepts
+  /// has them recorded in Weights::scaled (keys scaled_expert_key) INSTEAD of loaded dequantised: its
+  /// ExpertWeights stay empty, so no fp32 host copy of them is made (a full-size Flash layer's experts are
+  /// ~56 GB in fp32, ~7 GB stored). Empty (default): experts always load dequantised. The shared expert and
+  /// fused NEW-format expert tensors always load dequantised.
+  std::function<bool(DType)> experts_as_stored;
 };
 
 /// Loads every tensor the spec needs; in bf16 mode every parameter except the fp32-kept ones (mHC,
