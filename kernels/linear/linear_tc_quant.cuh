@@ -78,11 +78,11 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
   auto stage = [&](int64_t ks, int s) {
     constexpr int kUnits = kMats * kSkinnyCols * (kRowBytes / 16);
     for (int t = lane; t < kUnits; t += 32) {
-      int const i = t / (kSkinnyCols * (kRowBytes / 16)), rem = t % (kSkinnyCols * (kRowBytes / 16));
-      int const j = rem / (kRowBytes / 16), c = rem % (kRowBytes / 16);
+      int const row = t / (kRowBytes / 16), c = t % (kRowBytes / 16);  // row = i·kSkinnyCols + j
+      int const i = row / kSkinnyCols, j = row % kSkinnyCols;
       int64_t const b0 = ks * kRowBytes + c * 16;
       bool const ok = n0 + j < n && b0 < kbytes;
-      cp_async16(smem_addr(raw(s) + (i * kSkinnyCols + j) * kRowBytes + c * 16), ok ? w[i].q + (n0 + j) * w[i].ldq + b0 : w[i].q, ok);
+      cp_async16(smem_addr(raw(s) + row * kRowBytes + c * 16), ok ? w[i].q + (n0 + j) * w[i].ldq + b0 : w[i].q, ok);
     }
     uint16_t* const sx = slab_x(s);
     for (int j = 0; j < xr; ++j)
@@ -128,13 +128,12 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
     for (int t0 = 0; t0 < kUnits; t0 += 32) {
       int const t = t0 + lane;
       if (kUnits % 32 != 0 && t >= kUnits) break;
-      int const i = t / (kSkinnyCols * kUnitsPerRow), rem = t % (kSkinnyCols * kUnitsPerRow);
-      int const j = rem / kUnitsPerRow, c = rem % kUnitsPerRow;
-      uint4 const r = *reinterpret_cast<uint4 const*>(raw(s) + (i * kSkinnyCols + j) * kRowBytes + u * (256 / kCpb) + c * 16);
+      int const row = t / kUnitsPerRow, c = t % kUnitsPerRow;  // row = i·kSkinnyCols + j over the kMats matrices
+      uint4 const r = *reinterpret_cast<uint4 const*>(raw(s) + row * kRowBytes + u * (256 / kCpb) + c * 16);
       int64_t const kb = (kpart + c * 16 * kCpb) / 32;
-      int const srow = kFmt == DType::kF4E2m1x2 ? j : 0;
-      float const sc = float_from_e8m0(scales[(i * kScaleRows<kFmt> + srow) * scols + kb]);
-      uint4* const dst = reinterpret_cast<uint4*>(wbuf + (i * kSkinnyCols + j) * kSkinnyLds + c * 16 * kCpb);
+      int const srow = kFmt == DType::kF4E2m1x2 ? row : row / kSkinnyCols;  // scale rows per matrix: 8 (FP4) or 1 (FP8)
+      float const sc = float_from_e8m0(scales[srow * scols + kb]);
+      uint4* const dst = reinterpret_cast<uint4*>(wbuf + row * kSkinnyLds + c * 16 * kCpb);
       uint32_t const words[4] = {r.x, r.y, r.z, r.w};
       if constexpr (kFmt == DType::kF8E4m3) {
         uint32_t o[8];
