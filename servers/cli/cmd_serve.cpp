@@ -97,8 +97,8 @@ int cmd_serve(std::vector<std::string> const& args) {
   }
   if (sharded && a.get_or("device", "cpu") != "cpu") {
     std::fprintf(stderr, "tessera serve: --tp/--ep with --device %s: multi-process NCCL serving (one process per GPU) "
-                         "needs the GPU model, which is not built yet; --tp/--ep run in-process on --device cpu "
-                         "(docs/multi-gpu.md)\n", a.get_or("device", "cpu").c_str());
+                         "needs a sharded GPU model (GPU rank models over NCCL), which is not built yet; --tp/--ep "
+                         "run in-process on --device cpu (docs/multi-gpu.md)\n", a.get_or("device", "cpu").c_str());
     return 2;
   }
   if (sharded && a.has("perturb-position")) {
