@@ -588,9 +588,13 @@ int main(int argc, char** argv) {
         double const us4 = timer.median_stream_us(t4, copies, iters);
         double const b8 = static_cast<double>(q8.size() + s8.size()) + xy, b4 = static_cast<double>(q4.size() + s4.size()) + xy;
         auto gbs = [](double bytes, double us) { return bytes / (us * 1e-6) / 1e9; };
-        std::printf("| %s | %lld | %.1f | %.0f | %.1f | %.0f | %.1f | %.2fx | %.1f | %.0f | %.1f | %.2fx | %s |\n", sh.name,
-                    static_cast<long long>(m), us16, gbs(wb16 + xy, us16), us8, gbs(b8, us8), 100.0 * gbs(b8, us8) * 1e9 / kCopyBandwidth,
-                    us16 / us8, us4, gbs(b4, us4), 100.0 * gbs(b4, us4) * 1e9 / kCopyBandwidth, us16 / us4, ok ? "ok" : "FAIL");
+        char fp8_cols[96] = "n/a (no fused FP8 tile) | | | ";  // ops::tc_quant_format_fused(kF8E4m3) false
+        if (fp8_fused)
+          std::snprintf(fp8_cols, sizeof fp8_cols, "%.1f | %.0f | %.1f | %.2fx", us8, gbs(b8, us8),
+                        100.0 * gbs(b8, us8) * 1e9 / kCopyBandwidth, us16 / us8);
+        std::printf("| %s | %lld | %.1f | %.0f | %s | %.1f | %.0f | %.1f | %.2fx | %s |\n", sh.name,
+                    static_cast<long long>(m), us16, gbs(wb16 + xy, us16), fp8_cols, us4, gbs(b4, us4),
+                    100.0 * gbs(b4, us4) * 1e9 / kCopyBandwidth, us16 / us4, ok ? "ok" : "FAIL");
         std::fflush(stdout);
       }
     }
