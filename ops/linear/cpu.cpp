@@ -119,15 +119,7 @@ Status Linear<Backend::kCpu>::run(LinearDesc const& d, LinearArgs const& a, Exec
   return {};
 }
 
-bool tc_quant_format_fused(DType w_format) {
-  if (w_format == DType::kF4E2m1x2) return true;
-  if (w_format != DType::kF8E4m3) return false;
-  static bool const forced = [] {
-    char const* e = std::getenv("TESSERA_TC_FP8_FUSED");
-    return e && std::string(e) == "1";
-  }();
-  return forced;
-}
+bool tc_quant_format_fused(DType w_format) { return w_format == DType::kF4E2m1x2 || w_format == DType::kF8E4m3; }
 
 Status linear(ExecContext& ctx, LinearDesc const& d, LinearArgs const& a) {
   return detail::dispatch_cpu<Linear>(ctx, d, a);

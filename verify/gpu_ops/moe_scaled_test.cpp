@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// MoeExperts<kCuda> with block-scaled routed experts (MoeExpertsDesc::routed_scaled: FP4 e2m1 with per-row-per-32
-/// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales only where
-/// ops::tc_quant_format_fused allows it, else it is refused; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
+/// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales, refused where
+/// ops::tc_quant_format_fused does not allow it; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
 /// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 64 (experts with one or several tiles of
 /// 8 assignments, a pruned slot), kAuto and kSkinny; a token alone and the first two rows as their own batch give
 /// their bits in the full batch; calls the path does not take are refused.

@@ -77,12 +77,11 @@ inline constexpr int64_t kTcQuantMaxK = 16384;
 /// true when a block-scaled call can run fused (codes decoded to bf16 in shared memory): the skinny tile with
 /// m16n8k16, k % 32 == 0 and ≤ kTcQuantMaxK, 16-byte aligned codes with ldw_q % 16 == 0, 16-byte x staging.
 /// ops::Linear<kCuda> dequantises to bf16 scratch and runs the bf16 path otherwise.
-/// Whether the fused tile runs `w_format`: FP4 yes (asserted against ref::dot_tc on the H200). FP8 not yet: on
-/// the H200 its fused sums came out wrong (every output; FP4 through the same tile and FP8 through the
-/// decode-to-bf16 path exact). The PTX of that build read each 16-code unit at c·16 + lane·16 bytes instead
-/// of j·256 + c·16 (the strength-reduced j·256 kept c's bits); the decode now indexes by row and unit, whose
-/// PTX addresses are right, but until the bitwise suites pass on the device FP8 takes the decode-to-bf16
-/// path; TESSERA_TC_FP8_FUSED=1 runs the fused tile (verification and diagnosis).
+/// Whether the fused tile runs `w_format`: FP4 and FP8, each asserted bit for bit against ref::dot_tc on the H200
+/// (verify_gpu_linear_scaled, verify_gpu_moe_scaled). A format enters this list only after those suites pass on
+/// the device; until then ops::Linear runs it through the exact decode-to-bf16 path. (The FP8 tile's decode
+/// indexes shared memory by (row, unit): nvcc 13.0.88 miscompiled the equivalent i·8 + j form in the unrolled
+/// loop, scripts/nvcc/.)
 bool tc_quant_format_fused(DType w_format);
 
 inline bool tc_quant_weight_ok(LinearTcDesc const& d, DType w_format, uint8_t const* w_q, int64_t ldw_q) {
