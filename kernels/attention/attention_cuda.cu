@@ -17,8 +17,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "kernels/attention/attention_tc.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/core/fmath.hpp"
 #include "tessera/device/arith.cuh"
@@ -45,6 +47,7 @@ struct AttentionParams {
   int32_t const* sink_cols = nullptr;  // bf16: [rows] the sink's column (null: the row's key count)
   int64_t q_stride = 0, key_stride = 0, out_stride = 0, probs_stride = 0;
   int64_t rows = 0, heads = 0, hd = 0, num_keys = 0, nnz = 0;
+  int64_t max_keys = 0;                // AttentionDesc::max_row_keys (0: none)
   float scale = 0.f;
   bool bf16 = false;
   bool vec4 = false;                   // hd, key_stride multiples of 4 and keys 16-byte aligned
@@ -64,10 +67,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   int64_t const row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
   float const* qh = p.q + row * p.q_stride + h * p.hd;
   float* oh = p.out + row * p.out_stride + h * p.hd;
-  for (int64_t i = tid; i < p.hd; i += kThreads) q_s[i] = qh[i];
+  for (int64_t i = tid; i < p.hd; i += kThreads) q_s[i] = round_md(qh[i], p.bf16);  // bf16: q enters as bf16
 
   int64_t const k0 = p.row_offsets[row], k1 = p.row_offsets[row + 1];
-  if (k0 < 0 || k1 < k0 || k1 > p.nnz) {   // inconsistent CSR: poison the row instead of reading astray
+  if (k0 < 0 || k1 < k0 || k1 > p.nnz || (p.max_keys > 0 && k1 - k0 > p.max_keys)) {  // inconsistent: poison the row
     for (int64_t i = tid; i < p.hd; i += kThreads) oh[i] = NAN;
     return;
   }
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
           d = 0.f;
           for (int64_t b0 = 0; b0 < p.hd; b0 += tc::kBlock) {
             int const bl = static_cast<int>(p.hd - b0 < tc::kBlock ? p.hd - b0 : tc::kBlock);
-            d = tc::block_step(d, bl, [&](int i) { return q_s[b0 + i]; }, [&](int i) { return k[b0 + i]; });
+            d = tc::block_step(d, bl, [&](int i) { return q_s[b0 + i]; }, [&](int i) { return round_to_bf16(k[b0 + i]); });
           }
         } else {
           d = device::fma_dot_row(q_s, p.keys + id * p.key_stride, p.hd, p.vec4);
@@ -172,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
       if (p.bf16) {
         for (int u = 0; u < len; ++u) {
           int32_t const id = id_s[u];
-          tc_acc[a].step_at(col_s[u], l_s[u], id >= 0 ? p.keys[id * p.key_stride + i] : NAN);
+          tc_acc[a].step_at(col_s[u], l_s[u], id >= 0 ? round_to_bf16(p.keys[id * p.key_stride + i]) : NAN);
         }
         continue;
       }
@@ -202,6 +205,7 @@ static_assert(BackendOp<Attention<Backend::kCuda>, AttentionDesc, AttentionArgs>
 Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs const& a) {
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.rows >= 0 && d.heads >= 1 && d.head_dim >= 1 && d.num_keys >= 0, "attention: bad sizes in desc");
+  TESSERA_CHECK(d.max_row_keys >= 0, "attention max_row_keys must be non-negative");
   TESSERA_CHECK(d.head_dim <= static_cast<int64_t>(kernels::attention::kThreads) * kernels::attention::kMaxAcc,
                 "attention (CUDA): head_dim above 1024 is not compiled");
   TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "attention q"));
@@ -239,12 +243,76 @@ Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs
   for (int64_t r = 0; r < d.rows; ++r)
     TESSERA_CHECK(off[r] <= off[r + 1], "attention row_offsets must be non-decreasing");
   for (int32_t id : ids) TESSERA_CHECK(id >= 0 && id < d.num_keys, "attention key id out of range");
+  for (int64_t r = 0; r < d.rows; ++r)
+    TESSERA_CHECK(d.max_row_keys == 0 || off[r + 1] - off[r] <= d.max_row_keys,
+                  "attention row " + std::to_string(r) + " lists more keys than max_row_keys");
+  if (a.key_cols.data) {
+    std::vector<int32_t> cols(ids.size()), sink(static_cast<size_t>(d.rows));
+    if (!cols.empty())
+      TESSERA_TRY(cuda_memcpy(cols.data(), a.key_cols.data, cols.size() * sizeof(int32_t), false, true));
+    if (!sink.empty()) TESSERA_TRY(cuda_memcpy(sink.data(), a.sink_cols.data, sink.size() * sizeof(int32_t), false, true));
+    for (int64_t r = 0; r < d.rows; ++r) {
+      int64_t last = -1;
+      for (int64_t i = off[r]; i < off[r + 1]; ++i) {
+        TESSERA_CHECK(cols[static_cast<size_t>(i)] > last, "attention key_cols must increase within a row");
+        last = cols[static_cast<size_t>(i)];
+      }
+      TESSERA_CHECK(sink[static_cast<size_t>(r)] > last, "attention sink column must follow the row's key columns");
+    }
+  }
   return {};
 }
+
+namespace {
+
+/// The tensor-core kernel for head_dim HD (attention_tc.cuh): one block per (row, 16 heads).
+template <int HD>
+Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
+  namespace k = kernels::attention_tc;
+  k::Params p;
+  p.q = a.q.data;
+  p.keys = a.keys.data;
+  p.row_offsets = a.row_offsets.data;
+  p.key_ids = a.key_ids.data;
+  p.sinks = a.sinks.data;
+  p.out = a.out.data;
+  p.probs = a.probs.data;
+  p.key_cols = a.key_cols.data;
+  p.sink_cols = a.sink_cols.data;
+  p.q_stride = d.heads * HD;
+  p.key_stride = HD;
+  p.out_stride = d.heads * HD;
+  p.probs_stride = a.probs.data ? a.probs.stride[0] : 0;
+  p.rows = d.rows;
+  p.heads = d.heads;
+  p.num_keys = d.num_keys;
+  p.nnz = a.key_ids.shape[0];
+  p.max_keys = static_cast<int>(d.max_row_keys);
+  p.scale = d.scale;
+  size_t const smem = static_cast<size_t>(k::Smem<HD>(p.max_keys).total);
+  TESSERA_TRY(device::allow_dynamic_smem(k::attention_tc_kernel<HD>, smem, ctx, "attention (CUDA, tensor cores)"));
+  int64_t const blocks = d.rows * ((d.heads + k::kHeadTile - 1) / k::kHeadTile);
+  TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
+  k::attention_tc_kernel<HD><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  return device::launch_status("attention (CUDA) tensor-core kernel");
+}
+
+}  // namespace
 
 Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
   namespace k = kernels::attention;
   if (d.rows == 0) return {};
+  // bf16 with a row bound the tensor-core kernel holds: mma.sync (bitwise the same values as below).
+  if (d.md == DType::kBf16 && d.max_row_keys > 0 && d.max_row_keys <= kernels::attention_tc::kMaxKeys &&
+      reinterpret_cast<uintptr_t>(a.keys.data) % 8 == 0) {
+    switch (d.head_dim) {
+      case 64: return run_attention_tc<64>(d, a, ctx);
+      case 128: return run_attention_tc<128>(d, a, ctx);
+      case 256: return run_attention_tc<256>(d, a, ctx);
+      case 512: return run_attention_tc<512>(d, a, ctx);
+      default: break;
+    }
+  }
   k::AttentionParams p;
   p.q = a.q.data;
   p.keys = a.keys.data;
@@ -264,6 +332,7 @@ Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs cons
   p.hd = d.head_dim;
   p.num_keys = d.num_keys;
   p.nnz = a.key_ids.shape[0];
+  p.max_keys = d.max_row_keys;
   p.scale = d.scale;
   p.bf16 = d.md == DType::kBf16;
   p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;

@@ -234,7 +234,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     // on the device and takes the capacity as the bound.
     int64_t const nnz = s_.backend == Backend::kCpu ? kp.offsets[S] : cap;
     run<ops::Attention>(
-        ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md},
+        ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md, W + (use_ckv ? K : 0)},  // a row's bound: window + top-k
         ops::AttentionArgs{dcv2(q + sq.row0 * H * hd, S, H * hd), dcv2(pool, nk, hd),
                            TensorView<int64_t const, 1>(kp.offsets, {S + 1}, kDev),
                            TensorView<int32_t const, 1>(kp.key_ids, {nnz}, kDev), dcv1(w.attn_sink),

@@ -31,8 +31,13 @@ Status Attention<Backend::kCpu>::check(AttentionDesc const& d, AttentionArgs con
       TESSERA_CHECK(a.sink_cols(r) > last, "attention sink column must follow the row's key columns");
     }
   }
-  for (int64_t r = 0; r < d.rows; ++r)
+  TESSERA_CHECK(d.max_row_keys >= 0, "attention max_row_keys must be non-negative");
+  for (int64_t r = 0; r < d.rows; ++r) {
     TESSERA_CHECK(a.row_offsets(r) <= a.row_offsets(r + 1), "attention row_offsets must be non-decreasing");
+    TESSERA_CHECK(d.max_row_keys == 0 || a.row_offsets(r + 1) - a.row_offsets(r) <= d.max_row_keys,
+                  "attention row " + std::to_string(r) + " lists more keys than max_row_keys " +
+                      std::to_string(d.max_row_keys));
+  }
   for (int64_t i = 0; i < nnz; ++i)
     TESSERA_CHECK(a.key_ids(i) >= 0 && a.key_ids(i) < d.num_keys, "attention key id out of range");
   return {};

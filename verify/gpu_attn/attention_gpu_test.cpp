@@ -8,7 +8,11 @@
 ///   * empty visible sets and fully masked rows (the sink takes all the mass) give exact zeros;
 ///   * rows over the 2048-key tile take the multi-pass path and still match;
 ///   * a row's bits do not depend on the batch or the chunk split;
-///   * bad arguments give errors, a bad key id poisons only its row.
+///   * bad arguments give errors, a bad key id poisons only its row;
+///   * bf16 on the tensor cores (AttentionDesc::max_row_keys ≤ 1024, attention_tc.cuh) equals the CUDA-core
+///     kernel bit for bit (outputs and probabilities), every case above and sparse logit-row columns (key_cols)
+///     at head_dim 64–512, 3–64 heads and rows of up to 1024 keys; a row over its bound or with columns that do
+///     not increase is poisoned.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -40,7 +44,18 @@ struct AttnCase {
   std::vector<float> q, keys, sinks;
   std::vector<int64_t> off;
   std::vector<int32_t> ids;
+  std::vector<int32_t> cols, sink_cols;  // optional logit-row columns (bf16)
 };
+
+/// The kernel a GPU run takes: the CUDA-core kernel (max_row_keys 0) or, for bf16, the tensor-core kernel
+/// (max_row_keys = the longest row).
+enum class Path { kCudaCores, kTensorCores };
+
+int64_t longest_row(AttnCase const& c) {
+  int64_t m = 0;
+  for (size_t r = 0; r + 1 < c.off.size(); ++r) m = std::max(m, c.off[r + 1] - c.off[r]);
+  return m;
+}
 
 /// S chunk rows at positions p0.. with n_old cached window keys before them (window W) and t_c compressed
 /// entries of ratio `ratio`, each row selecting up to `topk` visible entries at random (sorted ids).
@@ -91,6 +106,10 @@ AttnOut run_cpu(AttnCase const& c) {
                        TensorView<float const, 1>(c.sinks.data(), {c.d.heads}),
                        TensorView<float, 2>(o.out.data(), {c.d.rows, w}),
                        TensorView<float, 2>(o.probs.data(), {c.d.heads, nnz})};
+  if (!c.cols.empty()) {
+    a.key_cols = TensorView<int32_t const, 1>(c.cols.data(), {nnz});
+    a.sink_cols = TensorView<int32_t const, 1>(c.sink_cols.data(), {c.d.rows});
+  }
   ExecContext ctx;
   Status s = ops::attention(ctx, c.d, a);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
@@ -108,17 +127,23 @@ ops::AttentionArgs dev_args(AttnCase const& c, DevBuf<float> const& q, DevBuf<fl
   return a;
 }
 
-AttnOut run_gpu(AttnCase const& c, bool with_probs = true) {
+AttnOut run_gpu(AttnCase const& c, bool with_probs = true, Path path = Path::kCudaCores) {
   int64_t const nnz = static_cast<int64_t>(c.ids.size());
   DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim), probs(c.d.heads * nnz);
   DevBuf<int64_t> off(c.off);
-  DevBuf<int32_t> ids(c.ids);
+  DevBuf<int32_t> ids(c.ids), cols(c.cols), sink_cols(c.sink_cols);
   ExecContext ctx;
   ctx.backend = Backend::kCuda;
   ops::AttentionArgs a = dev_args(c, q, k, off, ids, sinks, out, with_probs ? &probs : nullptr);
-  Status s = ops::Attention<Backend::kCuda>::validate(c.d, a);
+  if (!c.cols.empty()) {
+    a.key_cols = cols.cview<1>({nnz});
+    a.sink_cols = sink_cols.cview<1>({c.d.rows});
+  }
+  ops::AttentionDesc d = c.d;
+  d.max_row_keys = path == Path::kTensorCores ? std::max<int64_t>(1, longest_row(c)) : 0;
+  Status s = ops::Attention<Backend::kCuda>::validate(d, a);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
-  s = ops::run_on_backend<ops::Attention>(ctx, c.d, a);
+  s = ops::run_on_backend<ops::Attention>(ctx, d, a);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
   return {out.host(), with_probs ? probs.host() : std::vector<float>{}};
 }
@@ -170,6 +195,14 @@ AttnCase slice_rows(AttnCase const& c, int64_t r0, int64_t r1) {
   return s;
 }
 
+/// bf16: the tensor-core kernel gives the CUDA-core kernel's bits (outputs and probabilities).
+void expect_tc_equal(AttnCase const& c, AttnOut const& cuda_cores, bool with_probs = true) {
+  if (c.d.md != DType::kBf16) return;
+  AttnOut const t = run_gpu(c, with_probs, Path::kTensorCores);
+  BOOST_TEST(bit_mismatches(t.out, cuda_cores.out) == 0);
+  if (with_probs) BOOST_TEST(bit_mismatches(t.probs, cuda_cores.probs) == 0);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_attention)
@@ -193,6 +226,7 @@ BOOST_AUTO_TEST_CASE(random_prefill_and_decode_vs_cpu) {
       // Without the probs output the kernel gives the same bits.
       AttnOut np = run_gpu(c, false);
       BOOST_TEST(bit_mismatches(np.out, gpu.out) == 0);
+      if (s.hd % 64 == 0) expect_tc_equal(c, gpu);
     }
 }
 
@@ -205,6 +239,7 @@ BOOST_AUTO_TEST_CASE(exact_exp_is_bitwise) {
     AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
     BOOST_TEST(bit_mismatches(cpu.probs, gpu.probs) == 0);
     BOOST_TEST(bit_mismatches(cpu.out, gpu.out) == 0);
+    expect_tc_equal(c, gpu);
   }
 }
 
@@ -227,6 +262,7 @@ BOOST_AUTO_TEST_CASE(empty_and_fully_masked_rows) {
     c.off = off;
     AttnOut cpu = run_cpu(c), gpu = run_gpu(c);
     expect_close(c, cpu, gpu);
+    expect_tc_equal(c, gpu);
     int64_t const w = c.d.heads * c.d.head_dim;
     for (int64_t r : {0, 3})
       for (int64_t i = 0; i < w; ++i) BOOST_TEST(std::bit_cast<uint32_t>(gpu.out[r * w + i]) == 0u);
@@ -236,6 +272,7 @@ BOOST_AUTO_TEST_CASE(empty_and_fully_masked_rows) {
     std::fill(e.off.begin(), e.off.end(), 0);
     AttnOut ge = run_gpu(e);
     for (float v : ge.out) BOOST_TEST(std::bit_cast<uint32_t>(v) == 0u);
+    expect_tc_equal(e, ge);
   }
 }
 
@@ -288,6 +325,98 @@ BOOST_AUTO_TEST_CASE(row_invariance) {
     BOOST_TEST(static_cast<int64_t>(alone.size()) == c.d.rows * w);
     BOOST_TEST(bit_mismatches(all.out, alone) == 0);
     BOOST_TEST(bit_mismatches(all.out, split) == 0);
+    expect_tc_equal(c, all, false);
+  }
+}
+
+/// Sparse logit-row columns as the model lays them out (window columns, then compressed entries' columns after
+/// a gap), with gaps inside and across 16-column blocks: the CPU within tolerance, the tensor-core kernel equal to
+/// the CUDA-core kernel bit for bit, a row alone equal to its batch row, on the tensor cores.
+BOOST_AUTO_TEST_CASE(tensor_cores_on_sparse_columns) {
+  uint64_t const seed = test_seed(0x7C0);
+  struct Shape { int64_t rows, heads, hd, max_nk, num_keys; };
+  Shape const shapes[] = {{5, 3, 64, 40, 90}, {4, 20, 128, 200, 300}, {3, 16, 256, 130, 160},
+                          {2, 64, 512, 640, 700}, {2, 4, 64, 1024, 1100}};
+  for (Shape const& s : shapes) {
+    AttnCase c;
+    c.d = {s.rows, s.heads, s.hd, s.num_keys, static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd))),
+           DType::kBf16};
+    c.q = randn(static_cast<size_t>(s.rows * s.heads * s.hd), seed + 1 + static_cast<uint64_t>(s.hd), 2.f);
+    c.keys = randn(static_cast<size_t>(s.num_keys * s.hd), seed + 2 + static_cast<uint64_t>(s.hd));
+    c.sinks = randn(static_cast<size_t>(s.heads), seed + 3);
+    std::mt19937_64 g(seed + 4 + static_cast<uint64_t>(s.heads));
+    c.off = {0};
+    for (int64_t r = 0; r < s.rows; ++r) {
+      int64_t const n = r == 0 ? s.max_nk : static_cast<int64_t>(g() % static_cast<uint64_t>(s.max_nk + 1));
+      int32_t col = static_cast<int32_t>(g() % 5);
+      for (int64_t i = 0; i < n; ++i) {
+        c.ids.push_back(static_cast<int32_t>(g() % static_cast<uint64_t>(s.num_keys)));
+        c.cols.push_back(col);
+        // Mostly adjacent columns; now and then a gap inside a block or past one, and one long jump (the
+        // window's end to the compressed entries).
+        uint64_t const roll = g() % 16;
+        col += roll < 11 ? 1 : roll < 14 ? 2 + static_cast<int32_t>(g() % 6) : 17 + static_cast<int32_t>(g() % 40);
+        if (i == n / 2) col += 300;
+      }
+      c.sink_cols.push_back(col + static_cast<int32_t>(g() % 3));
+      c.off.push_back(static_cast<int64_t>(c.ids.size()));
+    }
+    AttnOut const cpu = run_cpu(c), cuda_cores = run_gpu(c);
+    expect_close(c, cpu, cuda_cores);
+    AttnOut const t = run_gpu(c, true, Path::kTensorCores);
+    int64_t const out_diff = bit_mismatches(t.out, cuda_cores.out), p_diff = bit_mismatches(t.probs, cuda_cores.probs);
+    BOOST_TEST(out_diff == 0);
+    BOOST_TEST(p_diff == 0);
+    BOOST_TEST_MESSAGE("tensor cores, heads " << s.heads << " hd " << s.hd << " rows " << s.rows << ": " << out_diff
+                                              << " of " << t.out.size() << " outputs differ from the CUDA-core kernel");
+    AttnCase one = slice_rows(c, 1, 2);
+    one.cols.assign(c.cols.begin() + c.off[1], c.cols.begin() + c.off[2]);
+    one.sink_cols = {c.sink_cols[1]};
+    AttnOut const alone = run_gpu(one, false, Path::kTensorCores);
+    int64_t const w = s.heads * s.hd;
+    BOOST_TEST(bit_mismatches(alone.out, std::vector<float>(t.out.begin() + w, t.out.begin() + 2 * w)) == 0);
+  }
+}
+
+/// The tensor-core kernel's guards: a row over max_row_keys, or whose columns do not increase, gets NaN; the
+/// other rows keep their values.
+BOOST_AUTO_TEST_CASE(tensor_cores_poison_bad_rows) {
+  uint64_t const seed = test_seed(0x7C1);
+  AttnCase c = window_case(seed, 6, 30, 15, 16, 10, 2, 4, 4, 64, DType::kBf16);
+  for (int64_t r = 0; r < c.d.rows; ++r) {
+    for (int64_t i = c.off[r]; i < c.off[r + 1]; ++i) c.cols.push_back(static_cast<int32_t>(i - c.off[r]));
+    c.sink_cols.push_back(static_cast<int32_t>(c.off[r + 1] - c.off[r]));
+  }
+  AttnOut const good = run_gpu(c, false, Path::kTensorCores);
+  int64_t const nnz = static_cast<int64_t>(c.ids.size()), w = c.d.heads * c.d.head_dim;
+  BOOST_REQUIRE(c.off[3] - c.off[2] >= 2);
+  std::vector<int32_t> cols = c.cols;
+  std::swap(cols[static_cast<size_t>(c.off[2])], cols[static_cast<size_t>(c.off[2] + 1)]);  // row 2 decreasing
+  DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * w);
+  DevBuf<int64_t> off(c.off);
+  DevBuf<int32_t> ids(c.ids), dcols(cols), dsink(c.sink_cols);
+  ops::AttentionArgs a = dev_args(c, q, k, off, ids, sinks, out, nullptr);
+  a.key_cols = dcols.cview<1>({nnz});
+  a.sink_cols = dsink.cview<1>({c.d.rows});
+  ops::AttentionDesc d = c.d;
+  d.max_row_keys = longest_row(c);
+  BOOST_TEST(!ops::Attention<Backend::kCuda>::validate(d, a).ok());
+  // A bound one below the longest rows' length: those rows are over it.
+  int64_t const longest = longest_row(c);
+  ExecContext ctx;
+  ctx.backend = Backend::kCuda;
+  d.max_row_keys = longest - 1;
+  BOOST_TEST_REQUIRE(ops::Attention<Backend::kCuda>::run(d, a, ctx).ok());
+  std::vector<float> o = out.host();
+  for (int64_t r = 0; r < c.d.rows; ++r) {
+    bool any_nan = false, same = true;
+    for (int64_t i = 0; i < w; ++i) {
+      any_nan |= std::isnan(o[r * w + i]);
+      same &= std::bit_cast<uint32_t>(o[r * w + i]) == std::bit_cast<uint32_t>(good.out[r * w + i]);
+    }
+    bool const poisoned = r == 2 || c.off[r + 1] - c.off[r] == longest;
+    BOOST_TEST(any_nan == poisoned, "row " << r);
+    if (!poisoned) BOOST_TEST(same, "row " << r);
   }
 }
 

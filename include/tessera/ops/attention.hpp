@@ -5,7 +5,8 @@
 /// order, then its selected compressed entries in entry order. Masked keys are simply absent (they
 /// contribute exactly 0 in the reference). In bf16 the optional key_cols / sink_cols place each listed key and
 /// each row's sink in the golden engine's logit row (its softmax sums by column lanes, its P·V walks columns in
-/// 16-wide tensor-core blocks); fp32 ignores them. Reference: ref/attention_ref.hpp.
+/// 16-wide tensor-core blocks); fp32 ignores them. bf16 reads q and the keys as bf16 values (→bf16, the operands
+/// of a tensor-core GEMM; the model's are bf16 values). Reference: ref/attention_ref.hpp.
 #pragma once
 
 #include <ostream>
@@ -18,6 +19,9 @@ struct AttentionDesc {
   int64_t rows = 0, heads = 0, head_dim = 0, num_keys = 0;
   float scale = 0.f;  // hd^(−1/2)
   DType md = DType::kF32;
+  /// A bound on every row's listed keys (0: none given). A row listing more is an error (CPU) or poisoned with
+  /// NaN (CUDA). With a bound ≤ 1024 the CUDA backend runs bf16 on the tensor cores (attention_tc.cuh).
+  int64_t max_row_keys = 0;
   friend bool operator==(AttentionDesc const&, AttentionDesc const&) = default;
 };
 
@@ -28,7 +32,8 @@ inline std::ostream& operator<<(std::ostream& os, AttentionDesc const& d) {
             << " head_dim=" << d.head_dim
             << " num_keys=" << d.num_keys
             << " scale=" << d.scale
-            << " md=" << dtype_name(d.md) << " }";
+            << " md=" << dtype_name(d.md)
+            << " max_row_keys=" << d.max_row_keys << " }";
 }
 
 struct AttentionArgs {

@@ -11,13 +11,15 @@
 /// (exp_md); the denominator is torch's warp softmax over the row's columns (warp_softmax_sum), and P·V walks
 /// the key axis in 16-column blocks (tc::BlockAcc::step_at), both on the key's column in the golden engine's
 /// logit row: cols[u] for the listed keys and sink_col for the sink (its last column). Without cols the listed
-/// order is the column order (key u in column u, the sink in column nk).
+/// order is the column order (key u in column u, the sink in column nk). q and the keys enter both bf16 products
+/// as bf16 values (→bf16 first; the model's already are), the operands a tensor-core GEMM takes.
 /// A row with no keys gives o = 0 (the sink takes all the mass).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "tessera/ref/common_ref.hpp"
 
@@ -29,6 +31,20 @@ inline void attention_row(float const* q, float const* const* keys, int64_t nk, 
                           int64_t hd, float scale, DType md, float* out, float* scratch, float* probs = nullptr,
                           int64_t probs_stride = 0, int32_t const* cols = nullptr, int64_t sink_col = -1) {
   bool const bf16 = md == DType::kBf16;
+  std::vector<float> q_bf, keys_bf;
+  std::vector<float const*> key_rows_bf;
+  if (bf16) {
+    q_bf.resize(static_cast<size_t>(heads * hd));
+    for (size_t i = 0; i < q_bf.size(); ++i) q_bf[i] = round_to_bf16(q[i]);
+    keys_bf.resize(static_cast<size_t>(nk * hd));
+    key_rows_bf.resize(static_cast<size_t>(nk));
+    for (int64_t u = 0; u < nk; ++u) {
+      for (int64_t i = 0; i < hd; ++i) keys_bf[static_cast<size_t>(u * hd + i)] = round_to_bf16(keys[u][i]);
+      key_rows_bf[static_cast<size_t>(u)] = keys_bf.data() + u * hd;
+    }
+    q = q_bf.data();
+    keys = key_rows_bf.data();
+  }
   auto col = [cols](int64_t u) { return cols ? static_cast<int64_t>(cols[u]) : u; };
   int64_t const sink_at = cols ? sink_col : nk;
   for (int64_t h = 0; h < heads; ++h) {

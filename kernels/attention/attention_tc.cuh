@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: Apache-2.0
+/// bf16 CSA2 attention on the tensor cores (include/tessera/ops/attention.hpp, ref/attention_ref.hpp): the same
+/// values as the CUDA-core kernel of attention_cuda.cu, bit for bit, for head_dim HD ∈ {64, 128, 256, 512} and rows
+/// of at most AttentionDesc::max_row_keys ≤ kMaxKeys listed keys.
+///
+/// One block of kWarps warps per (query row, tile of kHeadTile = 16 heads): the heads are the M = 16 rows of
+/// mma.sync m16n8k16 (rows past `heads` are zero), so a row's keys are read once per 16 heads, not once per head.
+///   1. logits: D[h][u] = Σ_i q[h][i]·k_u[i] as the mma chain over 16-channel blocks i = 0, 16, … (ref::dot_tc's
+///      order, which the chain is: linear_tc.cuh), N = 8 keys per tile; l = →bf16(→bf16(D)·scale) into p_s.
+///   2. softmax per head (one warp): m = max(σ_h, max_u l_u) (exact in any order); e_u = expf(l_u − m); the
+///      denominator as ref::warp_softmax_sum: lane t sums, in listed order, the e_u of the keys whose column
+///      ≡ t (mod 32) (lane lists built once per block), the sink's lane adds exp(σ_h − m) last, then the
+///      halving tree lane[t] + lane[t + 16], …; p_u = →bf16(e_u / s).
+///   3. P·V: the key axis in the logit row's 16-column blocks (tc::BlockAcc::step_at): block j holds the listed
+///      keys whose column / 16 is its index; its A operand is p at the keys' positions col % 16 (absent
+///      positions +0: zero products take no part), its B operand those keys' rows; one chain per 8 channels,
+///      d ← mma(P_j, V_j, d) for the blocks in column order. o = →bf16(d).
+/// Operands enter as bf16 (→bf16 of the fp32 inputs, the op's contract). A row whose CSR offsets are inconsistent,
+/// which lists more than max_row_keys keys, a key id out of range or columns that do not increase gets NaN in
+/// its output, as the CUDA-core kernel does for the first two. No atomics; a row's result depends on nothing else.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/linear/linear_tc.cuh"
+#include "tessera/core/dtype.hpp"
+
+namespace tessera::kernels::attention_tc {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeadTile = 16;   // heads per block: the M of one mma tile
+constexpr int kMaxKeys = 1024;  // listed keys per row (p_s holds 16 heads × R fp32)
+
+struct Params {
+  float const* q = nullptr;              // [rows, heads·HD], row stride q_stride
+  float const* keys = nullptr;           // [num_keys, HD], row stride key_stride (8-byte aligned, even stride)
+  int64_t const* row_offsets = nullptr;  // [rows + 1]
+  int32_t const* key_ids = nullptr;      // [nnz]
+  float const* sinks = nullptr;          // [heads]
+  float* out = nullptr;                  // [rows, heads·HD], row stride out_stride
+  float* probs = nullptr;                // optional [heads, nnz], row stride probs_stride
+  int32_t const* key_cols = nullptr;     // [nnz] logit-row column of each listed key (null: the listed index)
+  int32_t const* sink_cols = nullptr;    // [rows] the sink's column (null: the row's key count)
+  int64_t q_stride = 0, key_stride = 0, out_stride = 0, probs_stride = 0;
+  int64_t rows = 0, heads = 0, num_keys = 0, nnz = 0;
+  int max_keys = 0;                      // the rows' bound; the shared arrays hold R = round_up(max_keys, 32)
+  float scale = 0.f;
+};
+
+/// Shared memory, in bytes, for HD and a bound of max_keys listed keys per row.
+template <int HD>
+struct Smem {
+  static constexpr int kQld = HD + 8;  // bf16 per q row: (2·HD + 16) mod 128 = 16, conflict-free ldmatrix phases
+  int R, q_off, p_off, id_off, col_off, slot_off, perm_off, lane_off, total;
+  __host__ __device__ explicit Smem(int max_keys) {
+    R = (max_keys + 31) / 32 * 32;
+    q_off = 0;
+    p_off = q_off + kHeadTile * kQld * 2;            // float [16][R]: logits, exps, probabilities
+    id_off = p_off + kHeadTile * R * 4;              // int32 [R]: key ids
+    col_off = id_off + R * 4;                        // int32 [R]: columns
+    slot_off = col_off + R * 4;                      // int16 [R][16]: block j, position → listed key (−1: none)
+    perm_off = slot_off + R * 16 * 2;                // int16 [R]: listed keys grouped by column lane, listed order
+    lane_off = perm_off + R * 2;                     // int32 [33] lane list starts, [32] fill, nb, flags
+    total = lane_off + (33 + 32 + 4) * 4;
+  }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(bf16_bits_from_float(lo)) | (static_cast<uint32_t>(bf16_bits_from_float(hi)) << 16);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) {
+  static_assert(HD % 64 == 0 && HD <= 512, "HD: whole n8 tiles per warp in P·V, 8 accumulators at most");
+  using tc_linear::block_step;
+  using tc_linear::ldmatrix_x4;
+  using tc_linear::smem_addr;
+  constexpr int kQld = Smem<HD>::kQld;
+  constexpr int kKb = HD / 16;             // 16-channel blocks of q·k
+  constexpr int kNt = HD / 8 / kWarps;     // P·V n8 tiles per warp
+  extern __shared__ __align__(16) unsigned char smem[];
+  Smem<HD> const L(p.max_keys);
+  int const R = L.R;
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem + L.q_off);
+  float* p_s = reinterpret_cast<float*>(smem + L.p_off);
+  int32_t* id_s = reinterpret_cast<int32_t*>(smem + L.id_off);
+  int32_t* col_s = reinterpret_cast<int32_t*>(smem + L.col_off);
+  int16_t* slot_s = reinterpret_cast<int16_t*>(smem + L.slot_off);
+  int16_t* perm_s = reinterpret_cast<int16_t*>(smem + L.perm_off);
+  int32_t* lane_start = reinterpret_cast<int32_t*>(smem + L.lane_off);  // [33]
+  int32_t* lane_fill = lane_start + 33;                                 // [32]
+  int32_t* misc = lane_fill + 32;                                       // [0] blocks, [1] bad
+
+  int const tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int const g = lane >> 2, c2 = (lane & 3) * 2;
+  int64_t const tiles = (p.heads + kHeadTile - 1) / kHeadTile;
+  int64_t const row = blockIdx.x / tiles, h0 = (blockIdx.x % tiles) * kHeadTile;
+  int const hn = static_cast<int>(p.heads - h0 < kHeadTile ? p.heads - h0 : kHeadTile);
+  int64_t const k0 = p.row_offsets[row], k1 = p.row_offsets[row + 1];
+  auto poison = [&] {
+    for (int i = tid; i < hn * HD; i += kThreads) p.out[row * p.out_stride + (h0 + i / HD) * HD + i % HD] = NAN;
+  };
+  if (k0 < 0 || k1 < k0 || k1 > p.nnz || k1 - k0 > p.max_keys) {
+    poison();
+    return;
+  }
+  int const nk = static_cast<int>(k1 - k0);
+
+  // q of the tile's heads as bf16 (rows past `heads` +0); the row's ids and columns.
+  for (int i = tid; i < kHeadTile * HD; i += kThreads) {
+    int const hl = i / HD, c = i % HD;
+    q_s[hl * kQld + c] = hl < hn ? bf16_bits_from_float(p.q[row * p.q_stride + (h0 + hl) * HD + c]) : 0;
+  }
+  bool bad = false;
+  for (int u = tid; u < nk; u += kThreads) {
+    int32_t const id = p.key_ids[k0 + u];
+    bad = bad || id < 0 || id >= p.num_keys;
+    id_s[u] = id;
+    col_s[u] = p.key_cols ? p.key_cols[k0 + u] : u;
+  }
+  if (tid < 32) lane_fill[tid] = 0;
+  if (__syncthreads_or(bad)) {
+    poison();
+    return;
+  }
+
+  // Block table (warp 0) and column-lane lists (warp 1). Blocks: key u opens one when u = 0 or its column / 16
+  // differs from key u−1's; columns must increase (else the row is poisoned).
+  unsigned const full = 0xffffffffu;
+  unsigned const lt_mask = (1u << lane) - 1u;
+  if (warp == 0) {
+    int blocks = 0;
+    bool order_bad = false;
+    for (int b = 0; b < nk; b += 32) {
+      int const u = b + lane;
+      bool const in = u < nk;
+      int const col = in ? col_s[u] : 0;
+      int const prev = in && u > 0 ? col_s[u - 1] : -1;
+      order_bad = order_bad || (in && u > 0 && col <= prev);
+      unsigned const opens = __ballot_sync(full, in && (u == 0 || (col >> 4) != (prev >> 4)));
+      blocks += __popc(opens);
+    }
+    order_bad = __any_sync(full, order_bad);
+    if (lane == 0) misc[0] = blocks, misc[1] = order_bad;
+  } else if (warp == 1) {
+    for (int b = 0; b < nk; b += 32) {  // counts per lane
+      int const u = b + lane;
+      int const key = u < nk ? (col_s[u] & 31) : 32 + lane;
+      unsigned const same = __match_any_sync(full, key);
+      if (u < nk && (same & lt_mask) == 0) lane_fill[key] += __popc(same);
+      __syncwarp();
+    }
+    int const count = lane_fill[lane];
+    int start = count;
+    for (int o = 1; o < 32; o <<= 1) {
+      int const v = __shfl_up_sync(full, start, o);
+      if (lane >= o) start += v;
+    }
+    start -= count;
+    lane_start[lane] = start;
+    if (lane == 31) lane_start[32] = start + count;
+    lane_fill[lane] = 0;
+    __syncwarp();
+    for (int b = 0; b < nk; b += 32) {  // stable placement: listed order within each lane
+      int const u = b + lane;
+      int const key = u < nk ? (col_s[u] & 31) : 32 + lane;
+      unsigned const same = __match_any_sync(full, key);
+      if (u < nk) perm_s[lane_start[key] + lane_fill[key] + __popc(same & lt_mask)] = static_cast<int16_t>(u);
+      __syncwarp();
+      if (u < nk && (same & lt_mask) == 0) lane_fill[key] += __popc(same);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  if (misc[1]) {
+    poison();
+    return;
+  }
+  int const nb = misc[0];
+  for (int i = tid; i < nb * 16; i += kThreads) slot_s[i] = -1;
+  __syncthreads();
+  if (warp == 0) {
+    int j = -1;
+    for (int b = 0; b < nk; b += 32) {
+      int const u = b + lane;
+      bool const in = u < nk;
+      int const col = in ? col_s[u] : 0;
+      bool const open = in && (u == 0 || (col >> 4) != (col_s[u - 1] >> 4));
+      unsigned const opens = __ballot_sync(full, open);
+      int const mine = j + __popc(opens & (lt_mask | (1u << lane)));
+      if (in) slot_s[mine * 16 + (col & 15)] = static_cast<int16_t>(u);
+      j += __popc(opens);
+    }
+  }
+
+  // 1. Logits, 8 keys per warp tile.
+  int const ntiles = (nk + 7) / 8;
+  for (int t = warp; t < ntiles; t += kWarps) {
+    int const un = t * 8 + g;
+    float const* kr = un < nk ? p.keys + static_cast<int64_t>(id_s[un]) * p.key_stride : nullptr;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    constexpr int kU = kKb < 8 ? kKb : 8;
+#pragma unroll
+    for (int kb0 = 0; kb0 < kKb; kb0 += kU) {
+      uint32_t b[kU][2];
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+        float2 lo = make_float2(0.f, 0.f), hi = lo;
+        if (kr) {
+          lo = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + c2));
+          hi = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + 8 + c2));
+        }
+        b[i][0] = pack_bf16x2(lo.x, lo.y);
+        b[i][1] = pack_bf16x2(hi.x, hi.y);
+      }
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+        uint32_t a[4];
+        ldmatrix_x4(a, smem_addr(q_s + (lane & 15) * kQld + (kb0 + i) * 16 + (lane >> 4) * 8));
+        block_step<ops::TcMma::kK16>(d, a, b[i][0], b[i][1]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int const u = t * 8 + c2 + (i & 1);
+      if (u < nk) p_s[(g + (i >> 1) * 8) * R + u] = round_to_bf16(__fmul_rn(round_to_bf16(d[i]), p.scale));
+    }
+  }
+  __syncthreads();
+
+  // 2. Softmax per head, one warp each.
+  int64_t const sink_col = p.sink_cols ? p.sink_cols[row] : nk;
+  for (int hl = warp; hl < kHeadTile; hl += kWarps) {
+    float* ph = p_s + hl * R;
+    if (hl >= hn) {  // padding rows of the tile: zero probabilities
+      for (int u = lane; u < nk; u += 32) ph[u] = 0.f;
+      continue;
+    }
+    int64_t const h = h0 + hl;
+    float const sink = p.sinks[h];
+    float mx = -INFINITY;
+    for (int u = lane; u < nk; u += 32) mx = fmaxf(mx, ph[u]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(full, mx, o));
+    mx = fmaxf(sink, mx);
+    for (int u = lane; u < nk; u += 32) ph[u] = expf(__fsub_rn(ph[u], mx));
+    __syncwarp();
+    float s = 0.f;
+    for (int i = lane_start[lane]; i < lane_start[lane + 1]; ++i) s = __fadd_rn(s, ph[perm_s[i]]);
+    if ((sink_col & 31) == lane) s = __fadd_rn(s, expf(__fsub_rn(sink, mx)));
+    for (int o = 16; o > 0; o >>= 1) {
+      float const v = __shfl_down_sync(full, s, o);
+      if (lane < o) s = __fadd_rn(s, v);
+    }
+    s = __shfl_sync(full, s, 0);
+    for (int u = lane; u < nk; u += 32) {
+      float const pu = round_to_bf16(__fdiv_rn(ph[u], s));
+      ph[u] = pu;
+      if (p.probs) p.probs[h * p.probs_stride + k0 + u] = pu;
+    }
+  }
+  __syncthreads();
+
+  // 3. P·V over the column blocks in order; n8 tile w + kWarps·i of the channels per warp. The next block's
+  // operands are loaded before the current block's mma chain step.
+  float acc[kNt][4];
+#pragma unroll
+  for (int i = 0; i < kNt; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  auto load_block = [&](int j, uint32_t (&a)[4], float (&v)[kNt][4]) {
+    int16_t const* sl = slot_s + j * 16;
+    int const us[4] = {sl[c2], sl[c2 + 1], sl[c2 + 8], sl[c2 + 9]};
+    float pv[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pv[r][e] = us[e] >= 0 ? p_s[(g + 8 * r) * R + us[e]] : 0.f;
+    a[0] = pack_bf16x2(pv[0][0], pv[0][1]);
+    a[1] = pack_bf16x2(pv[1][0], pv[1][1]);
+    a[2] = pack_bf16x2(pv[0][2], pv[0][3]);
+    a[3] = pack_bf16x2(pv[1][2], pv[1][3]);
+    float const* kr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) kr[e] = us[e] >= 0 ? p.keys + static_cast<int64_t>(id_s[us[e]]) * p.key_stride : nullptr;
+#pragma unroll
+    for (int i = 0; i < kNt; ++i) {
+      int const ch = (warp + i * kWarps) * 8 + g;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[i][e] = kr[e] ? __ldg(kr[e] + ch) : 0.f;
+    }
+  };
+  auto mma_block = [&](uint32_t const (&a)[4], float const (&v)[kNt][4]) {
+#pragma unroll
+    for (int i = 0; i < kNt; ++i)
+      block_step<ops::TcMma::kK16>(acc[i], a, pack_bf16x2(v[i][0], v[i][1]), pack_bf16x2(v[i][2], v[i][3]));
+  };
+  if (nb > 0) {  // two register sets, named (not indexed) so they stay in registers
+    uint32_t a0[4], a1[4];
+    float v0[kNt][4], v1[kNt][4];
+    load_block(0, a0, v0);
+    for (int j = 0; j < nb; j += 2) {
+      if (j + 1 < nb) load_block(j + 1, a1, v1);
+      mma_block(a0, v0);
+      if (j + 1 < nb) {
+        if (j + 2 < nb) load_block(j + 2, a0, v0);
+        mma_block(a1, v1);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kNt; ++i) {
+    int const ch = (warp + i * kWarps) * 8 + c2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int const hl = g + 8 * r;
+      if (hl >= hn) continue;
+      float* o = p.out + row * p.out_stride + (h0 + hl) * HD + ch;
+      o[0] = round_to_bf16(acc[i][2 * r]);
+      o[1] = round_to_bf16(acc[i][2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace tessera::kernels::attention_tc
