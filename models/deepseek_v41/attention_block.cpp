@@ -68,11 +68,11 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
 
   // Projections (§2.5.2).
   std::vector<float> q_res(S * qr), q(S * H * hd), kv(S * hd);
-  linear(ctx, xa.data(), S, w.wq_a, q_res.data(), md);
+  linear(ctx, xa.data(), S, w.wq_a, q_(l, "wq_a"), q_res.data(), md);
   norm_rows(ctx, q_res, S, qr, w.q_norm, s.rms_eps, md);
-  linear(ctx, q_res.data(), S, w.wq_b, q.data(), md);
+  linear(ctx, q_res.data(), S, w.wq_b, q_(l, "wq_b"), q.data(), md);
   rope_rows(ctx, q, S, H, hd, R, c.pos, table, false, md);
-  linear(ctx, xa.data(), S, w.wkv, kv.data(), md);
+  linear(ctx, xa.data(), S, w.wkv, q_(l, "wkv"), kv.data(), md);
   norm_rows(ctx, kv, S, hd, w.kv_norm, s.rms_eps, md);
   rope_rows(ctx, kv, S, 1, hd, R, c.pos, table, false, md);
   int const bu = opts_.boundary_ulps;
@@ -89,14 +89,14 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
       if (ratio == 1) {
         groups = S;
         lat.resize(S * hd);
-        linear(ctx, xa.data(), S, w.c_wkv, lat.data(), md);
+        linear(ctx, xa.data(), S, w.c_wkv, q_(l, "c_wkv"), lat.data(), md);
         norm_rows(ctx, lat, S, hd, w.c_norm, s.rms_eps, md);
         for (int64_t g = 0; g < S; ++g) lat_pos.push_back(ls.entry_count + g);
       } else {
         // fp32 GEMMs of the fp32 input with the upcast weights, appended behind the buffered rows.
         std::vector<float> a(S * hd), g(S * hd);
-        linear(ctx, xa.data(), S, w.c_wkv, a.data(), DType::kF32);
-        linear(ctx, xa.data(), S, w.c_wgate, g.data(), DType::kF32);
+        linear(ctx, xa.data(), S, w.c_wkv, q_(l, "c_wkv"), a.data(), DType::kF32);
+        linear(ctx, xa.data(), S, w.c_wgate, q_(l, "c_wgate"), g.data(), DType::kF32);
         append(ls.buf_kv, a);
         append(ls.buf_gate, g);
         append(ls.raw_kv, a);
@@ -130,7 +130,7 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
       if (s.is_kv_source(l)) {
         if (groups > 0) {
           std::vector<float> k(groups * di);
-          linear(ctx, lat.data(), groups, w.i_wk, k.data(), md);
+          linear(ctx, lat.data(), groups, w.i_wk, q_(l, "i_wk"), k.data(), md);
           norm_rows(ctx, k, groups, di, w.i_k_norm, s.rms_eps, md);
           rope_rows(ctx, k, groups, 1, di, R, lat_pos, compress_inv_freq_, false, md);
           quant_rows(ctx, k, groups, di, ops::QatKind::kFp4Block32Ue8m0, md, bu, bev, QuantBoundary::Site::kIndexKey, li,
@@ -144,11 +144,11 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
       if (T > 0) {
         tap(pfx + "indexer.index_k", {1, 1, T, di}, *keys);
         std::vector<float> qi(S * Hi * di), wts(S * Hi), scores(S * T);
-        linear(ctx, q_res.data(), S, w.i_wq_b, qi.data(), md);
+        linear(ctx, q_res.data(), S, w.i_wq_b, q_(l, "i_wq_b"), qi.data(), md);
         rope_rows(ctx, qi, S, Hi, di, R, c.pos, compress_inv_freq_, false, md);
         quant_rows(ctx, qi, S, Hi * di, ops::QatKind::kFp4Block32Ue8m0, md, bu, bev, QuantBoundary::Site::kIndexQuery, li,
                    &c.pos);
-        linear(ctx, xa.data(), S, w.i_weights_proj, wts.data(), md);
+        linear(ctx, xa.data(), S, w.i_weights_proj, q_(l, "i_weights_proj"), wts.data(), md);
         float hs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Hi)));
         for (float& x : wts) x = x * hs;
         float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
@@ -287,12 +287,16 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   } else {
     int64_t G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
     std::vector<float> y(S * G * ro);
-    float const* wa = w.wo_a.data_as<float>();
-    for (int64_t r = 0; r < S; ++r)
-      for (int64_t g = 0; g < G; ++g)
-        ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
+    if (Exl3Weight const* qa = q_(l, "wo_a")) {
+      linear_exl3_grouped(ctx, o.data(), S, *qa, G, y.data(), md);
+    } else {
+      float const* wa = w.wo_a.data_as<float>();
+      for (int64_t r = 0; r < S; ++r)
+        for (int64_t g = 0; g < G; ++g)
+          ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);
+    }
     out.assign(S * D, 0.f);
-    linear(ctx, y.data(), S, w.wo_b, out.data(), md);
+    linear(ctx, y.data(), S, w.wo_b, q_(l, "wo_b"), out.data(), md);
   }
 
   // Window ring: keep the last W−1 entries plus the rollback reserve.

@@ -48,6 +48,12 @@ void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor cons
                   int64_t w_row0, int64_t out, int64_t in, bool fma_chain, int64_t groups) {
   if (out < 0) out = w.rows;
   if (in < 0) in = w.cols;
+  if (w.is_exl3()) {  // read whole (every slice, all its columns): the EXL3 product of gpu_exl3.cpp
+    if (w_row0 != 0 || in != w.cols || groups * out != w.rows)
+      throw Error(invalid_argument("forward: an EXL3 weight is read whole"));
+    lin_exl3(x, x_stride, rows, w, y, y_stride, md, groups);
+    return;
+  }
   ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain, ops::LinearImpl::kAuto, groups};
   ops::LinearArgs a;
   a.x = CF2(x, {rows, groups * in}, {x_stride, 1}, kDev);
@@ -407,42 +413,46 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           route_observer(l, std::span<int32_t const>(hid).subspan(o, c), std::span<float const>(hw).subspan(o, c));
         }
       }
-      ops::MoeExpertsDesc ed{N, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
-      ed.weight_dtype = lw.moe.s1.dtype;
-      ops::MoeExpertsArgs ma{};
-      ma.x = dcv2(xa, N, D);
-      ma.ids = TensorView<int32_t const, 2>(rid, {N, K}, kDev);
-      ma.weights = dcv2(rw, N, K);
-      ma.out = dv2(F, N, D);
-      auto* const* table = static_cast<void const* const*>(lw.moe.ptrs);
-      ma.dev.w1 = table;
-      ma.dev.w3 = table + s.n_experts;
-      ma.dev.w2 = table + 2 * s.n_experts;
-      if (lw.moe.routed_scaled != DType::kF32) {  // codes in `table`, scales in scale_ptrs (CUDA only)
-        ed.routed_scaled = lw.moe.routed_scaled;
-        auto* const* st = static_cast<void const* const*>(lw.moe.scale_ptrs);
-        ma.dev.s1 = st;
-        ma.dev.s3 = st + s.n_experts;
-        ma.dev.s2 = st + 2 * s.n_experts;
-      }
-      ma.dev.shared_w1 = lw.moe.s1.p;
-      ma.dev.shared_w3 = lw.moe.s3.p;
-      ma.dev.shared_w2 = lw.moe.s2.p;
-      std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same (fp32) weights
-      if (mem.backend == Backend::kCpu) {
-        for (size_t e = 0; e < lw.moe.w1.size(); ++e) {
-          hw1.push_back(dcv2(lw.moe.w1[e]));
-          hw3.push_back(dcv2(lw.moe.w3[e]));
-          hw2.push_back(dcv2(lw.moe.w2[e]));
+      if (lw.moe.routed_exl3) {
+        f.moe_exl3(l, xa, rw, rid, N, F);
+      } else {
+        ops::MoeExpertsDesc ed{N, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
+        ed.weight_dtype = lw.moe.s1.dtype;
+        ops::MoeExpertsArgs ma{};
+        ma.x = dcv2(xa, N, D);
+        ma.ids = TensorView<int32_t const, 2>(rid, {N, K}, kDev);
+        ma.weights = dcv2(rw, N, K);
+        ma.out = dv2(F, N, D);
+        auto* const* table = static_cast<void const* const*>(lw.moe.ptrs);
+        ma.dev.w1 = table;
+        ma.dev.w3 = table + s.n_experts;
+        ma.dev.w2 = table + 2 * s.n_experts;
+        if (lw.moe.routed_scaled != DType::kF32) {  // codes in `table`, scales in scale_ptrs (CUDA only)
+          ed.routed_scaled = lw.moe.routed_scaled;
+          auto* const* st = static_cast<void const* const*>(lw.moe.scale_ptrs);
+          ma.dev.s1 = st;
+          ma.dev.s3 = st + s.n_experts;
+          ma.dev.s2 = st + 2 * s.n_experts;
         }
-        ma.w1 = hw1;
-        ma.w3 = hw3;
-        ma.w2 = hw2;
-        ma.shared_w1 = dcv2(lw.moe.s1);
-        ma.shared_w3 = dcv2(lw.moe.s3);
-        ma.shared_w2 = dcv2(lw.moe.s2);
+        ma.dev.shared_w1 = lw.moe.s1.p;
+        ma.dev.shared_w3 = lw.moe.s3.p;
+        ma.dev.shared_w2 = lw.moe.s2.p;
+        std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same (fp32) weights
+        if (mem.backend == Backend::kCpu) {
+          for (size_t e = 0; e < lw.moe.w1.size(); ++e) {
+            hw1.push_back(dcv2(lw.moe.w1[e]));
+            hw3.push_back(dcv2(lw.moe.w3[e]));
+            hw2.push_back(dcv2(lw.moe.w2[e]));
+          }
+          ma.w1 = hw1;
+          ma.w3 = hw3;
+          ma.w2 = hw2;
+          ma.shared_w1 = dcv2(lw.moe.s1);
+          ma.shared_w3 = dcv2(lw.moe.s3);
+          ma.shared_w2 = dcv2(lw.moe.s2);
+        }
+        run<ops::MoeExperts>(ctx, ed, ma);
       }
-      run<ops::MoeExperts>(ctx, ed, ma);
       run<ops::MhcExpand>(ctx, ops::MhcExpandDesc{N, n, D, md},
                           ops::MhcExpandArgs{dcv2(F, N, D), dcv2(X, N, nD), dcv2(f_post, N, n), dcv2(f_comb, N, n * n),
                                              dv2(X2, N, nD)});

@@ -159,6 +159,12 @@ class Forward {
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
            int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false, int64_t groups = 1);
   void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }
+  /// An EXL3 weight (DevTensor::is_exl3; gpu_exl3.cpp): y[r, g·n..] = →md(Exl3Gemm_f32(→fp16(x[r, g·k..]))) through
+  /// output slice g of `w`, for each of `groups` slices (the weight's own slicing).
+  void lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
+                int64_t groups);
+  /// The MoE block of layer l with EXL3 experts (routed and shared): x [N, D], routing rw / rid [N, top_k] → F [N, D].
+  void moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F);
   void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w);
   void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse);
   /// Fake-quantises rows in place; with boundary_ulps > 0 records the rows near a rounding boundary

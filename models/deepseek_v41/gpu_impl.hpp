@@ -11,8 +11,15 @@
 #include "models/deepseek_v41/gpu_internal.hpp"
 #include "tessera/core/context.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
+#include "tessera/models/deepseek_v41/weights.hpp"
 
 namespace tessera::model::dsv41 {
+
+namespace gpu {
+/// Uploads an EXL3 linear as stored (trellis, suh, svh; gpu_exl3.cpp), its outputs cut into `groups` slices
+/// (DevTensor's EXL3 layout; each slice a multiple of 128 outputs).
+Status upload_exl3(Mem const& mem, GpuWeights& w, Exl3Weight const& q, int64_t groups, DevTensor* out);
+}  // namespace gpu
 
 class GpuDsv41State final : public SequenceState {
  public:

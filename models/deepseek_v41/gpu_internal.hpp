@@ -33,6 +33,7 @@
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/status.hpp"
 #include "tessera/core/tensor.hpp"
+#include "tessera/ops/exl3.hpp"
 
 namespace tessera::model::dsv41::gpu {
 
@@ -107,6 +108,16 @@ struct DevTensor {
   DType dtype = DType::kF32;
   void* scale = nullptr;        // block-scaled only
   int64_t scale_stride = 0;     // bytes per scale row (⌈cols/32⌉)
+  // EXL3 (dtype kI16; rows = n outputs, cols = k inputs): p = the trellis of each of exl3_groups output slices in
+  // turn, slice g = [k/16, n/(16·G), 8·k2] int16 (its tile columns, spec/exl3.md §1.4); suh fp16 [k] (shared),
+  // svh fp16 [n] (slice g at g·n/G). exl3.n is the slice's width.
+  void* suh = nullptr;
+  void* svh = nullptr;
+  ops::Exl3LayerDesc exl3{};
+  int64_t exl3_groups = 1;
+  bool is_exl3() const { return dtype == DType::kI16; }
+  /// Int16 words of one slice's trellis.
+  int64_t exl3_slice_words() const { return exl3.k / 16 * (exl3.n / 16) * 8 * exl3.k2; }
   float const* f32() const { return static_cast<float const*>(p); }
   Bf16 const* bf16() const { return static_cast<Bf16 const*>(p); }
   uint8_t const* codes() const { return static_cast<uint8_t const*>(p); }
@@ -121,6 +132,10 @@ struct GpuExperts {
   void* scale_ptrs = nullptr;    // device [3, E] table of the routed experts' scales (block-scaled only)
   DType routed_scaled = DType::kF32;  // kF8E4m3 / kF4E2m1x2: the routed experts are stored block-scaled
   DevTensor s1, s3, s2;          // shared expert
+  // EXL3 routed experts (w1/w3/w2 EXL3 DevTensors, one layer shape per projection): device [3][3][E] pointers,
+  // projection j (w1 | w3 | w2) × (trellis | suh | svh) × expert; the shared expert is EXL3 as well.
+  void* exl3_ptrs = nullptr;
+  bool routed_exl3 = false;
 };
 
 struct GpuLayerWeights {
@@ -180,6 +195,28 @@ Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const
 Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s);
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols);
+
+// EXL3 glue (kernels/dsv41/exl3_glue.cu; host twins in gpu_exl3.cpp).
+Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
+Status launch_store_md(CUstream_st* stream, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride,
+                       bool bf16);
+Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
+                           int64_t inter, float limit, bool bf16, uint16_t* out);
+Status launch_moe_combine(CUstream_st* stream, float const* y, int64_t const* off, int32_t const* list,
+                          float const* ysh, int64_t tokens, int64_t D, bool bf16, float* out);
+
+/// out[r, c] = →fp16(x[r·stride + c]) as fp16 bits (RNE).
+Status to_f16(Mem const& m, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
+/// dst[r·stride + c] = →md(src[r, c]) (src contiguous [rows, cols]).
+Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride, bool bf16);
+/// The EXL3 MoE activation: act[a, i] = →fp16(→md(w[a]·(silu(min(g, L))·clamp(u, ±L)))) with g, u = →md(G, U [a, i])
+/// (w null: unweighted, the shared expert; L ≤ 0: no clamp).
+Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int64_t inter, float limit,
+                    bool bf16, uint16_t* out);
+/// out[t, :] = →md(Σ_{j in [off[t], off[t+1])} →md(y[list[j], :]) + →md(ysh[t, :])) summed from +0 in this order
+/// (ysh null: no shared term).
+Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t const* list, float const* ysh,
+                   int64_t tokens, int64_t D, bool bf16, float* out);
 
 // On the model's backend: the CUDA launch, or its host twin (gpu_mem.cpp) with the same arithmetic.
 Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
+#include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/core/thread_pool.hpp"
 #include "tessera/ops/linear_tc.hpp"
 #include "tessera/ref/rope_ref.hpp"
@@ -79,6 +80,31 @@ bool scaled_rows_viewable(ScaledWeight const& sw, int64_t row_block) {
   return sw.dtype != DType::kF8E4m3 || row_block % 32 == 0;
 }
 
+/// The routed experts of layer l in EXL3 (every w1/w3/w2 recorded in Weights::exl3, one layer shape per
+/// projection, and the shared expert EXL3 too): true; none of them EXL3: false; anything else kNotSupported.
+Result<bool> routed_exl3(Weights const& h, int64_t l, int64_t E) {
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; ++e)
+    for (char const* wn : {"w1", "w3", "w2"}) n += h.exl3_of(scaled_expert_key(l, e, wn)) != nullptr;
+  int64_t sh = 0;
+  for (char const* wn : {"w1", "w3", "w2"}) sh += h.exl3_of(exl3_shared_key(l, wn)) != nullptr;
+  if (n == 0 && sh == 0) return false;
+  std::string const where = "layer " + std::to_string(l) + ": the GPU model runs EXL3 experts only when ";
+  if (n != 3 * E || sh != 3)
+    return not_supported(where + "every routed and shared expert linear is EXL3 (found " + std::to_string(n) + " of " +
+                         std::to_string(3 * E) + " routed, " + std::to_string(sh) + " of 3 shared)");
+  for (char const* wn : {"w1", "w3", "w2"}) {
+    Exl3Weight const& q0 = *h.exl3_of(scaled_expert_key(l, 0, wn));
+    for (int64_t e = 1; e < E; ++e) {
+      Exl3Weight const& q = *h.exl3_of(scaled_expert_key(l, e, wn));
+      if (!(q.desc == q0.desc))
+        return not_supported(where + "all experts of a projection share K and codebook (one grouped launch); " + q.name +
+                             " differs from " + q0.name);
+    }
+  }
+  return true;
+}
+
 Status upload_floats(gpu::Mem const& mem, gpu::GpuWeights& w, std::vector<float> const& v, gpu::DevTensor* out) {
   Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(v.size())});
   std::memcpy(t.data(), v.data(), v.size() * 4);
@@ -113,6 +139,8 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     return hw.scaled.at(scaled_expert_key(l, 0, "w1")).dtype;
   };
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
+    // EXL3 as stored (both backends, both numerics); the grouped wo_a in its row_block-wide output slices.
+    if (Exl3Weight const* q = h.exl3_of(key)) return gpu::upload_exl3(mem, w, *q, row_block ? q->desc.n / row_block : 1, o);
     auto it = h.scaled.find(key);
     // CUDA keeps a stored form only when decode shapes run it fused (else each call would decode W to bf16
     // first, slower than holding bf16); the CPU backend takes every stored form.
@@ -157,9 +185,23 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     std::vector<void const*> ptrs(3 * E), sptrs(3 * E);
     // Routed experts as stored (CUDA, bf16 numerics) when every one of them is recorded in one block-scaled
     // dtype and the block-scaled expert path takes the shape (ops::MoeExpertsDesc::routed_scaled); else dequantised.
-    DType const rq = routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    auto rx = routed_exl3(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    if (!rx) return rx.status();
+    m.routed_exl3 = *rx;
+    DType const rq = m.routed_exl3 ? DType::kF32 : routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    std::vector<void const*> xptrs(m.routed_exl3 ? 9 * E : 0);
     for (size_t e = 0; e < E; ++e) {
-      if (rq != DType::kF32) {
+      if (m.routed_exl3) {
+        int j = 0;
+        for (auto [wn, dst] : {std::pair{"w1", &m.w1[e]}, {"w3", &m.w3[e]}, {"w2", &m.w2[e]}}) {
+          TESSERA_TRY(gpu::upload_exl3(mem, w, *h.exl3_of(scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e), wn)),
+                                       1, dst));
+          xptrs[(3 * j + 0) * E + e] = dst->p;
+          xptrs[(3 * j + 1) * E + e] = dst->suh;
+          xptrs[(3 * j + 2) * E + e] = dst->svh;
+          ++j;
+        }
+      } else if (rq != DType::kF32) {
         auto const key = [&](char const* wn) { return scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e), wn); };
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w1")), &m.w1[e]));
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w3")), &m.w3[e]));
@@ -177,9 +219,19 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
       sptrs[2 * E + e] = m.w2[e].scale;
     }
     m.routed_scaled = rq;
-    TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
-    TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
-    TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
+    if (m.routed_exl3) {
+      for (auto [wn, dst] : {std::pair{"w1", &m.s1}, {"w3", &m.s3}, {"w2", &m.s2}})
+        TESSERA_TRY(gpu::upload_exl3(mem, w, *h.exl3_of(exl3_shared_key(static_cast<int64_t>(l), wn)), 1, dst));
+      auto p = alloc_weight(mem, w, xptrs.size() * sizeof(void*));
+      if (!p) return p.status();
+      m.exl3_ptrs = *p;
+      TESSERA_TRY(mem.copy(m.exl3_ptrs, xptrs.data(), xptrs.size() * sizeof(void*), Copy::kHostToDev));
+      TESSERA_TRY(mem.sync());
+    } else {
+      TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
+      TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
+      TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
+    }
     if (E > 0) {
       auto p = alloc_weight(mem, w, ptrs.size() * sizeof(void*));
       if (!p) return p.status();
@@ -219,6 +271,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // bf16 numerics keep the block-scaled projections as stored (upload); fp32 numerics read fp32 weights.
   WeightLoadOptions wo;
   wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
+  wo.keep_exl3 = !opts.dequantize_weights;  // EXL3 linears run as stored (gpu_exl3.cpp), in either numerics
   // Routed experts stay as stored where MoeExperts<kCuda> runs them fused (the CPU op takes fp32 experts).
   if (wo.keep_scaled_projections && backend == Backend::kCuda &&
       spec.hidden_size % 32 == 0 && spec.moe_inter % 32 == 0 && spec.hidden_size <= ops::kTcQuantMaxK &&
@@ -226,6 +279,7 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
     wo.experts_as_stored = [](DType t) { return ops::tc_quant_format_fused(t); };
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
+  TESSERA_TRY(check_exl3_weights(spec, *hw, false));
   auto e = load_engram_tables(spec, src);
   if (!e) return e.status();
   I.engram = std::move(*e);

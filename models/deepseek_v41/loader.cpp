@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "tessera/core/thread_pool.hpp"
+#include "tessera/ops/exl3_loader.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -130,6 +131,44 @@ Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
       }
   }, 32);
   return out;
+}
+
+namespace {
+std::string exl3_prefix(std::string const& name) {
+  return ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : std::string();
+}
+}  // namespace
+
+bool CheckpointSource::is_exl3(std::string const& name) const {
+  std::string const p = exl3_prefix(name);
+  return !p.empty() && !contains(name) && contains(p + ".trellis");
+}
+
+Result<Exl3Weight> CheckpointSource::load_exl3(std::string const& name) const {
+  if (!is_exl3(name)) return not_found(describe() + ": no EXL3 group for " + name);
+  std::string const p = exl3_prefix(name);
+  io::Checkpoint const* c = find(p + ".trellis");
+  // The loader's checks over exactly this group's tensors (trellis shape and K, markers, scales, bias).
+  ops::Exl3TensorSource gs;
+  for (char const* part : {".trellis", ".suh", ".su", ".svh", ".sv", ".mcg", ".mul1", ".bias"})
+    if (c->contains(p + part)) gs.names.push_back(p + part);
+  gs.view = [c](std::string const& n) { return c->view(n); };
+  auto groups = ops::load_exl3_groups(gs);
+  if (!groups) return Status(groups.status().code(), describe() + ": " + groups.status().message());
+  if (groups->size() != 1) return malformed(describe() + ": EXL3 group " + p + " did not load as one group");
+  ops::Exl3Group& g = groups->front();
+  if (!g.bias.empty())
+    return not_supported(describe() + ": EXL3 tensor '" + p + ".bias': DeepSeek-V4.1's linears have no bias");
+  Exl3Weight w;
+  w.desc = g.desc;
+  w.name = p;
+  auto t = Tensor::empty(DType::kI16, g.trellis.dims());
+  if (!t) return t.status();
+  std::memcpy(t->data(), g.trellis.data, t->nbytes());
+  w.trellis = std::move(*t);
+  w.suh = std::move(g.suh);
+  w.svh = std::move(g.svh);
+  return w;
 }
 
 Result<Tensor> CheckpointSource::load_i64(std::string const& name) const {

@@ -59,8 +59,11 @@ size_t Dsv41State::memory_bytes() const {
 Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSource const& src, ModelOptions opts) {
   TESSERA_TRY(spec.validate());
   std::unique_ptr<Dsv41Model> m(new Dsv41Model());
-  auto w = load_weights(spec, src, opts.numerics);
+  // EXL3 linears run as stored (their product, exl3_linear.cpp) unless dequantize_weights asks for their
+  // effective dense weights.
+  auto w = load_weights(spec, src, opts.numerics, {.keep_exl3 = !opts.dequantize_weights});
   if (!w) return w.status();
+  TESSERA_TRY(check_exl3_weights(spec, *w, false));
   m->w_ = std::move(*w);
   auto e = load_engram_tables(spec, src);
   if (!e) return e.status();
@@ -297,7 +300,7 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
                                             {TensorView<int64_t const, 2>(ids.data(), {S, C}), cv2(lw.e_table),
                                              v2(rows, S, C * de)}));
         tap(pfx + "engram.embed.out0", {1, S, C, de}, rows);
-        linear(ctx, rows.data(), S, lw.e_wkv, kv.data(), md);
+        linear(ctx, rows.data(), S, lw.e_wkv, w_.exl3_of(scaled_weight_key(l, "e_wkv")), kv.data(), md);
         throw_if_error(ops::engram_gate(ctx, {S, n, D, s.rms_eps, md},
                                         {cv2(X, S, nD), cv2(kv, S, (n + 1) * D), cv1(lw.e_qk), v2(X, S, nD)}));
         tap_pin(pfx + "engram.out0", {1, S, n, D}, X);
@@ -351,6 +354,8 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
       }
       if (shard_) {
         shard_moe(*shard_, ctx, s, lw, xa, rid, rw, S, md, F);
+      } else if (layer_has_exl3_experts(w_, l, s.n_experts)) {
+        moe_experts_mixed(ctx, s, w_, l, xa.data(), rid.data(), rw.data(), S, md, F.data());
       } else {
         std::vector<TensorView<float const, 2>> w1, w3, w2;
         for (auto const& ex : lw.experts) { w1.push_back(cv2(ex.w1)); w3.push_back(cv2(ex.w3)); w2.push_back(cv2(ex.w2)); }
@@ -373,7 +378,8 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
     if (num_logit_rows > 0 && shard_)
       shard_head(*shard_, ctx, w_.lm_head, xa.data() + (S - num_logit_rows) * D, num_logit_rows, D, s.vocab_size, md, logits);
     else if (num_logit_rows > 0)
-      linear(ctx, xa.data() + (S - num_logit_rows) * D, num_logit_rows, w_.lm_head, logits, md);
+      linear(ctx, xa.data() + (S - num_logit_rows) * D, num_logit_rows, w_.lm_head, w_.exl3_of(scaled_head_key()), logits,
+             md);
     st.length_ += S;
   } catch (Error const& e) {
     return e.status();

@@ -11,6 +11,7 @@
 #include "tessera/core/tensor.hpp"
 #include "tessera/models/deepseek_v41/model.hpp"
 #include "tessera/models/deepseek_v41/model_spec.hpp"
+#include "tessera/models/deepseek_v41/weights.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -31,6 +32,30 @@ struct Dsv41Model::Chunk {
 /// out[r, o] = →md(x[r]·W[o]) for r < rows, W [out, in]; each element is one fixed-order dot product, so
 /// the split across threads (rows × column blocks) never changes a value.
 void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, float* out, DType md);
+
+// EXL3 linears (exl3_linear.cpp): y = →md(Exl3Gemm_f32(→fp16(x))) per row; docs/deepseek-v41-gpu.md.
+/// x [rows, x_stride] fp32 → fp16 bits [rows, cols] (RNE).
+void to_f16_rows(float const* x, int64_t x_stride, int64_t rows, int64_t cols, uint16_t* out);
+/// out[r, :] = →md(Exl3Gemm_f32(→fp16(x[r, :]))) on the CPU backend; x [rows, k], out [rows, n].
+void linear_exl3(ExecContext& ctx, float const* x, int64_t rows, Exl3Weight const& q, float* out, DType md);
+/// linear_exl3 when `q` is set, else the dense linear above.
+void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, Exl3Weight const* q, float* out, DType md);
+/// The `groups` output slices of an EXL3 linear as layers of their own (trellis tile columns and svh of the
+/// slice, suh shared; spec/exl3.md §1.4): each slice must be a multiple of 128 outputs (kNotSupported).
+std::vector<Exl3Weight> exl3_split_outputs(Exl3Weight const& q, int64_t groups);
+/// The grouped form (ops::LinearDesc::groups) of an EXL3 linear: group g maps x columns [g·k, (g+1)·k) to
+/// out columns [g·n/G, (g+1)·n/G) through output slice g.
+void linear_exl3_grouped(ExecContext& ctx, float const* x, int64_t rows, Exl3Weight const& q, int64_t groups, float* out,
+                         DType md);
+/// Whether layer l has any EXL3 routed or shared expert linear (the MoE then runs moe_experts_mixed).
+bool layer_has_exl3_experts(Weights const& w, int64_t l, int64_t experts);
+/// MoeExperts' arithmetic with each expert linear dense or EXL3: x [rows, D], ids / weights [rows, top_k]
+/// (id −1 skipped), out [rows, D].
+void moe_experts_mixed(ExecContext& ctx, ModelSpec const& s, Weights const& w, int64_t l, float const* x,
+                       int32_t const* ids, float const* weights, int64_t rows, DType md, float* out);
+/// What the models cannot run yet with EXL3 weights: sharded models, a grouped wo_a whose groups split a
+/// 128-column Hadamard block.
+Status check_exl3_weights(ModelSpec const& s, Weights const& w, bool sharded);
 
 // Tensor/expert-parallel steps of one rank (sharded_forward.cpp; plans in dist/plan.hpp). Each replaces
 // the single-rank step it is named after and leaves every rank with the same full-size result.

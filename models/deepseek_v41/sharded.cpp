@@ -53,6 +53,7 @@ struct RankAccess {
                                                   ThreadPool* pool) {
     if (full.shard_) return invalid_argument("make_rank_model: the model is already a rank model");
     ModelSpec const& s = full.spec_;
+    TESSERA_TRY(check_exl3_weights(s, full.w_, true));
     dist::RankPlan const& me = sh->me();
     dist::ShardingPlan const& p = sh->plan;
     std::unique_ptr<Dsv41Model> m(new Dsv41Model());

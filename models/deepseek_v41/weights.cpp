@@ -10,6 +10,7 @@
 
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/thread_pool.hpp"
+#include "tessera/ref/exl3_ref.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -30,10 +31,16 @@ class Loader {
 
   /// The first present name, checked against `shape`; rounded to bf16 unless `keep_fp32`. `found` (if set)
   /// receives the name loaded.
+  /// A name stored as an EXL3 group loads as its effective dense weight, or, with `exl3_key` and
+  /// WeightLoadOptions::keep_exl3, is recorded as stored under that key (an undefined tensor is returned).
   Result<Tensor> get(std::vector<std::string> const& names, std::vector<int64_t> const& shape, bool keep_fp32 = false,
-                     std::string* found = nullptr) {
+                     std::string* found = nullptr, std::string const* exl3_key = nullptr) {
     for (auto const& n : names) {
-      if (!src_.contains(n)) continue;
+      if (!src_.contains(n)) {
+        if (!src_.is_exl3(n)) continue;
+        if (found) *found = n;
+        return exl3(n, shape, keep_fp32, exl3_key);
+      }
       if (found) *found = n;
       auto sh = src_.shape(n);
       if (!sh) return sh.status();
@@ -48,6 +55,21 @@ class Loader {
     return not_found(src_.describe() + ": missing tensor " + names.front() +
                      (names.size() > 1 ? " (also looked for " + join({names.begin() + 1, names.end()}) + ")" : ""));
   }
+  Result<Tensor> exl3(std::string const& n, std::vector<int64_t> const& shape, bool keep_fp32, std::string const* key) {
+    auto q = src_.load_exl3(n);
+    if (!q) return q.status();
+    if (shape.size() != 2 || q->desc.n != shape[0] || q->desc.k != shape[1])
+      return malformed(src_.describe() + ": EXL3 group " + q->name + " stores a " + std::to_string(q->desc.k) + " → " +
+                       std::to_string(q->desc.n) + " linear (trellis [k/16, n/16, 16K]), expected weight " + n +
+                       " of shape " + shape_to_string(shape));
+    if (key && opts_.keep_exl3) {
+      out_.exl3[*key] = std::move(*q);
+      return Tensor{};
+    }
+    Tensor t = exl3_effective_weight(*q);
+    if (!keep_fp32) round(t);
+    return t;
+  }
   void round(Tensor& t) const {
     if (num_ != Numerics::kBf16) return;
     float* p = t.data_as<float>();
@@ -60,6 +82,10 @@ class Loader {
   Result<Tensor> projection(std::string const& key, std::vector<std::string> const& names,
                             std::vector<int64_t> const& shape) {
     return stored(key, names, shape, opts_.keep_scaled_projections);
+  }
+  /// A linear that may be stored as EXL3 (get with its Weights::exl3 key).
+  Result<Tensor> linear(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape) {
+    return get(names, shape, false, nullptr, &key);
   }
   /// The first present name of `names` (empty when none is).
   std::string find_name(std::vector<std::string> const& names) const {
@@ -96,8 +122,8 @@ class Loader {
   Result<Tensor> stored(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
                         bool record) {
     std::string name;
-    auto t = get(names, shape, false, &name);
-    if (!t || !record) return t;
+    auto t = get(names, shape, false, &name, &key);
+    if (!t || !record || !t->defined()) return t;
     auto sw = src_.load_scaled(name);
     if (!sw) return sw.status();
     if (!sw->present()) return t;
@@ -207,14 +233,17 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
     TRY_ASSIGN(stored_only, ld.experts_as_stored(l, E, I, D));
     for (int64_t e = 0; e < E && !stored_only; ++e) {
       std::string p = "ffn.experts." + std::to_string(e) + ".";
-      TRY_ASSIGN(w.experts[e].w1, ld.get(lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w3, ld.get(lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
-      TRY_ASSIGN(w.experts[e].w2, ld.get(lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
+      TRY_ASSIGN(w.experts[e].w1, ld.linear(scaled_expert_key(l, e, "w1"), lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w3, ld.linear(scaled_expert_key(l, e, "w3"), lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
+      TRY_ASSIGN(w.experts[e].w2, ld.linear(scaled_expert_key(l, e, "w2"), lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
     }
   }
-  TRY_ASSIGN(w.shared.w1, ld.get(lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));
-  TRY_ASSIGN(w.shared.w3, ld.get(lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D}));
-  TRY_ASSIGN(w.shared.w2, ld.get(lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I}));
+  TRY_ASSIGN(w.shared.w1, ld.linear(exl3_shared_key(l, "w1"),
+                                    lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));
+  TRY_ASSIGN(w.shared.w3, ld.linear(exl3_shared_key(l, "w3"),
+                                    lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D}));
+  TRY_ASSIGN(w.shared.w2, ld.linear(exl3_shared_key(l, "w2"),
+                                    lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I}));
   int64_t ei = s.engram_index(l);
   if (ei >= 0) {
     int64_t de = s.engram_head_dim, C = (s.engram_max_ngram - 1) * s.engram_n_heads;
@@ -249,6 +278,21 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
 }
 
 }  // namespace
+
+Tensor exl3_effective_weight(Exl3Weight const& q) {
+  ref::Exl3HostLayer L;
+  L.k = q.desc.k; L.n = q.desc.n; L.k2 = q.desc.k2; L.codebook = q.desc.codebook;
+  L.trellis = q.trellis.data_as<int16_t>();
+  L.suh = q.suh.data(); L.svh = q.svh.data();
+  std::vector<double> const w = ref::exl3_dense_weight(L, ref::exl3_decode_inner(L).data());  // [k, n]
+  Tensor t = Tensor::zeros(DType::kF32, {L.n, L.k});
+  float* o = t.data_as<float>();
+  parallel_for(L.n, [&](int64_t b, int64_t e) {  // elementwise: any split gives the same values
+    for (int64_t j = b; j < e; ++j)
+      for (int64_t i = 0; i < L.k; ++i) o[j * L.k + i] = static_cast<float>(w[static_cast<size_t>(i * L.n + j)]);
+  });
+  return t;
+}
 
 std::string scaled_weight_key(int64_t layer, std::string const& field) {
   return "layers." + std::to_string(layer) + "." + field;

@@ -72,7 +72,7 @@ class GpuDsv41Model final : public LanguageModel {
   /// Device bytes held by the weights.
   size_t weight_bytes() const;
   /// How the projection of Weights::scaled key `key` (scaled_weight_key / scaled_head_key) is held:
-  /// kF8E4m3 / kF4E2m1x2 as stored (codes + scales), kBf16 or kF32 dense; kNotFound for an unknown key or a
+  /// kF8E4m3 / kF4E2m1x2 as stored (codes + scales), kI16 an EXL3 trellis as stored, kBf16 or kF32 dense; kNotFound for an unknown key or a
   /// weight the layer does not have.
   Result<DType> projection_dtype(std::string const& key) const;
   /// How layer `layer`'s routed experts are held: kF8E4m3 / kF4E2m1x2 as stored (CUDA, bf16 numerics, a

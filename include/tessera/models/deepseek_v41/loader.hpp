@@ -18,7 +18,8 @@ namespace tessera::model::dsv41 {
 
 /// A WeightSource over one or more checkpoints (the first holding a name wins). Native FP8 linears
 /// (F8_E4M3 + 32×32-block F8_E8M0 `.scale`) and packed FP4 experts (I8 [r, c/2] + per-row-per-32 `.scale`)
-/// load dequantised, with their logical shapes (spec/deepseek-v41.md §4.2).
+/// load dequantised, with their logical shapes (spec/deepseek-v41.md §4.2). EXL3 groups (spec/exl3.md §1.1)
+/// stand for the `P.weight` they replace (is_exl3 / load_exl3).
 class CheckpointSource final : public WeightSource {
  public:
   void add(io::Checkpoint ckpt, std::string label);
@@ -31,6 +32,9 @@ class CheckpointSource final : public WeightSource {
   Result<Tensor> load_i64(std::string const& name) const override;
   /// Native FP8 linears as kF8E4m3, packed FP4 experts as kF4E2m1x2 (their `.scale` shape checked).
   Result<ScaledWeight> load_scaled(std::string const& name) const override;
+  /// "P.weight" absent and "P.trellis" present: an EXL3 group, validated by ops::load_exl3_groups.
+  bool is_exl3(std::string const& name) const override;
+  Result<Exl3Weight> load_exl3(std::string const& name) const override;
   std::string describe() const override;
 
  private:

@@ -121,7 +121,8 @@ struct ModelOptions {
   int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
   /// GPU model, bf16 numerics: true uploads block-scaled (native FP8 / FP4) projections and head dequantised
   /// to bf16 instead of as stored codes + scales (the same values and logits; twice the bytes). The CPU model
-  /// always dequantises.
+  /// always dequantises. EXL3 linears (CPU and GPU model): true loads their effective dense weights
+  /// (exl3_effective_weight, →bf16 in bf16) and runs the dense arithmetic instead of the EXL3 product.
   bool dequantize_weights = false;
 };
 
@@ -166,6 +167,8 @@ class Dsv41Model final : public LanguageModel {
   Dsv41Model() = default;
   struct Chunk;
   void attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vector<float> const& xa, std::vector<float>& out);
+  /// The EXL3 form of projection `field` of layer l (Weights::exl3), or nullptr when it is dense.
+  Exl3Weight const* q_(int64_t l, char const* field) const { return w_.exl3_of(scaled_weight_key(l, field)); }
   void dspark_record(Dsv41State& st, int64_t layer, std::vector<float> const& X) const;
   void dspark_truncate(Dsv41State& st, int64_t length) const;
   void tap(std::string const& name, std::vector<int64_t> shape, std::span<float const> v) const {

@@ -14,6 +14,7 @@
 
 #include "tessera/core/tensor.hpp"
 #include "tessera/models/deepseek_v41/model_spec.hpp"
+#include "tessera/ops/exl3.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -31,6 +32,21 @@ struct ScaledWeight {
   bool present() const { return dtype == DType::kF8E4m3 || dtype == DType::kF4E2m1x2; }
 };
 
+/// An EXL3 linear as stored (spec/exl3.md §1.1): the group `P.trellis` / `P.suh` / `P.svh` (+ codebook marker)
+/// standing for the weight `P.weight` [out, in]. Its value as a linear of the model is the EXL3 product
+///   y = →md(Exl3Gemm_f32(→fp16(x)))   (docs/deepseek-v41-gpu.md "EXL3 checkpoints"; architecture note 18)
+/// with k = in, n = out. No bias (DeepSeek-V4.1's linears have none; a group with `P.bias` is refused).
+struct Exl3Weight {
+  ops::Exl3LayerDesc desc;          // k = in_features, n = out_features, 2·K, codebook
+  Tensor trellis;                   // I16 [k/16, n/16, 8·k2]: the checkpoint's words, an owned copy
+  std::vector<uint16_t> suh, svh;   // fp16 bits [k], [n] (legacy packed signs expanded to ±1)
+  std::string name;                 // the group's prefix P, for messages
+};
+
+/// The effective dense weight of an EXL3 linear as the model's [out, in] fp32 tensor: W = diag(suh) H W' H
+/// diag(svh) (spec/exl3.md §4.2) summed in float64 and rounded once to fp32 (Wᵀ, row o = output o).
+Tensor exl3_effective_weight(Exl3Weight const& w);
+
 /// Where tensors come from (a checkpoint, a test fixture). Float tensors of any float dtype are returned
 /// as fp32 values (exact for bf16/fp8); integer tensors as int64.
 class WeightSource {
@@ -47,6 +63,15 @@ class WeightSource {
   virtual Result<ScaledWeight> load_scaled(std::string const& name) const {
     (void)name;
     return ScaledWeight{};
+  }
+  /// Whether the weight `name` ("P.weight", absent as such) is stored as an EXL3 group `P.trellis` / … .
+  virtual bool is_exl3(std::string const& name) const {
+    (void)name;
+    return false;
+  }
+  /// The validated EXL3 group standing for `name` (errors name the offending tensor).
+  virtual Result<Exl3Weight> load_exl3(std::string const& name) const {
+    return not_found(describe() + ": no EXL3 group for " + name);
   }
   /// Where the tensors come from, for messages.
   virtual std::string describe() const = 0;
@@ -75,6 +100,14 @@ struct Weights {
   /// scaled_weight_key (the dequantised tensor above is loaded as well). Its bf16 value
   /// ops::scaled_weight = →bf16(code · 2^(s − 127)) equals the tensor above in bf16 numerics.
   std::map<std::string, ScaledWeight> scaled;
+  /// With WeightLoadOptions::keep_exl3: every linear stored as an EXL3 group, by scaled_weight_key /
+  /// scaled_head_key / scaled_expert_key / exl3_shared_key; its dense tensor above is left undefined.
+  std::map<std::string, Exl3Weight> exl3;
+  /// The EXL3 weight recorded under `key`, or nullptr.
+  Exl3Weight const* exl3_of(std::string const& key) const {
+    auto it = exl3.find(key);
+    return it == exl3.end() ? nullptr : &it->second;
+  }
 };
 
 /// Key of Weights::scaled: "lm_head", or "layers.<l>.<field>" with the LayerWeights field name of one of the
@@ -86,7 +119,16 @@ inline std::string scaled_expert_key(int64_t layer, int64_t expert, char const* 
   return "layers." + std::to_string(layer) + ".experts." + std::to_string(expert) + "." + w;
 }
 
+/// "layers.<l>.shared.<w>" (w = w1, w3, w2): the shared expert's key in Weights::exl3.
+inline std::string exl3_shared_key(int64_t layer, char const* w) {
+  return "layers." + std::to_string(layer) + ".shared." + w;
+}
+
 struct WeightLoadOptions {
+  /// Linears stored as EXL3 groups (the head, every projection, routed and shared experts) are recorded in
+  /// Weights::exl3 as stored and their dense tensors left undefined. Off: they load as their effective dense
+  /// weight (exl3_effective_weight, then →bf16 in bf16 numerics). Other EXL3 tensors always load dense.
+  bool keep_exl3 = false;
   /// Also record the stored codes and scales of the head and of the attention / compressor / indexer /
   /// Engram projections that the source stores block-scaled (Weights::scaled). Experts (routed and shared)
   /// are never recorded.

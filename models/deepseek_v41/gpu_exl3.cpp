@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+/// EXL3 linears in the GPU model, kept as stored (trellis + suh + svh in the backend's memory): the upload,
+/// Forward::lin_exl3 (every projection and the head) and Forward::moe_exl3 (routed experts through
+/// Exl3GroupedGemm, the shared expert through Exl3Gemm), plus the host twins of the glue kernels
+/// (kernels/dsv41/exl3_glue.cu). The arithmetic is the CPU model's (exl3_linear.cpp):
+///   y = →md(Exl3Gemm_f32(→fp16(x)))
+/// Exl3Gemm / Exl3GroupedGemm are row-invariant (ops/exl3.hpp: a row's result never depends on the number of
+/// rows or on the other rows), and the glue is elementwise per row, so batched == alone holds bit for bit.
+/// On the CPU backend the ops are the float64-summed reference, bit for bit the CPU model; on CUDA the
+/// accumulation xh·W' is fp32 in the kernels' chunk order (spec/exl3.md §4.4), so CUDA agrees with the CPU
+/// within a tolerance only.
+#include <algorithm>
+#include <cstring>
+
+#include "models/deepseek_v41/gpu_forward.hpp"
+#include "models/deepseek_v41/model_internal.hpp"
+#include "tessera/ref/common_ref.hpp"
+
+namespace tessera::model::dsv41 {
+
+namespace gpu {
+
+Status to_f16(Mem const& m, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_to_f16(m.stream, x, stride, rows, cols, out);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  to_f16_rows(x, stride, rows, cols, out);
+  return {};
+}
+
+Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride, bool bf16) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_store_md(m.stream, src, rows, cols, dst, stride, bf16);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * stride + c] = bf16 ? round_to_bf16(src[r * cols + c]) : src[r * cols + c];
+  return {};
+}
+
+Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int64_t inter, float limit,
+                    bool bf16, uint16_t* out) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_exl3_moe_act(m.stream, g, u, w, rows, inter, limit, bf16, out);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  DType const md = bf16 ? DType::kBf16 : DType::kF32;
+  for (int64_t a = 0; a < rows; ++a)
+    for (int64_t i = 0; i < inter; ++i) {  // moe_experts_mixed's activation, then →fp16
+      float gv = ref::round_md(g[a * inter + i], md), uv = ref::round_md(u[a * inter + i], md);
+      if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
+      float y = ref::silu(gv, md) * uv;
+      if (w) y = w[a] * y;
+      out[a * inter + i] = f16_bits_from_float(ref::round_md(y, md));
+    }
+  return {};
+}
+
+Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t const* list, float const* ysh,
+                   int64_t tokens, int64_t D, bool bf16, float* out) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_moe_combine(m.stream, y, off, list, ysh, tokens, D, bf16, out);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  DType const md = bf16 ? DType::kBf16 : DType::kF32;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t o = 0; o < D; ++o) {
+      float acc = 0.f;
+      for (int64_t j = off[t]; j < off[t + 1]; ++j) acc += ref::round_md(y[list[j] * D + o], md);
+      if (ysh) acc += ref::round_md(ysh[t * D + o], md);
+      out[t * D + o] = ref::round_md(acc, md);
+    }
+  return {};
+}
+
+Status upload_exl3(Mem const& mem, GpuWeights& w, Exl3Weight const& q, int64_t groups, DevTensor* out) {
+  *out = {};
+  std::vector<Exl3Weight> split;
+  if (groups > 1) {
+    try {
+      split = exl3_split_outputs(q, groups);
+    } catch (Error const& e) {
+      return e.status();
+    }
+  }
+  out->rows = q.desc.n;
+  out->cols = q.desc.k;
+  out->dtype = DType::kI16;
+  out->exl3 = q.desc;
+  out->exl3.n = q.desc.n / groups;
+  out->exl3_groups = groups;
+  size_t const tbytes = q.trellis.nbytes(), kb = q.suh.size() * 2, nb = q.svh.size() * 2;
+  auto alloc = [&](size_t bytes) -> Result<void*> {
+    auto p = mem.alloc(bytes);
+    if (!p) return p.status();
+    w.allocations.push_back(*p);
+    w.bytes += bytes;
+    return p;
+  };
+  auto t = alloc(tbytes);
+  if (!t) return t.status();
+  out->p = *t;
+  auto su = alloc(kb);
+  if (!su) return su.status();
+  out->suh = *su;
+  auto sv = alloc(nb);
+  if (!sv) return sv.status();
+  out->svh = *sv;
+  if (groups > 1) {
+    size_t const part = tbytes / static_cast<size_t>(groups);
+    for (int64_t g = 0; g < groups; ++g)
+      TESSERA_TRY(mem.copy(static_cast<char*>(out->p) + g * part, split[static_cast<size_t>(g)].trellis.data(), part,
+                           Mem::Copy::kHostToDev));
+  } else {
+    TESSERA_TRY(mem.copy(out->p, q.trellis.data(), tbytes, Mem::Copy::kHostToDev));
+  }
+  TESSERA_TRY(mem.copy(out->suh, q.suh.data(), kb, Mem::Copy::kHostToDev));
+  TESSERA_TRY(mem.copy(out->svh, q.svh.data(), nb, Mem::Copy::kHostToDev));
+  return mem.sync();  // the host copies (and `split`) are released on return
+}
+
+}  // namespace gpu
+
+namespace fwd {
+
+namespace {
+
+Status exl3_gemm(ExecContext& ctx, ops::Exl3GemmDesc const& d, ops::Exl3GemmArgs const& a) {
+  if (ctx.backend == Backend::kCpu) return ops::Exl3Gemm<Backend::kCpu>::run(d, a, ctx);
+#if TESSERA_WITH_CUDA
+  return ops::Exl3Gemm<Backend::kCuda>::run(d, a, ctx);
+#else
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+Status exl3_grouped(ExecContext& ctx, ops::Exl3GroupedGemmDesc const& d, ops::Exl3GroupedGemmArgs const& a) {
+  if (ctx.backend == Backend::kCpu) return ops::Exl3GroupedGemm<Backend::kCpu>::run(d, a, ctx);
+#if TESSERA_WITH_CUDA
+  return ops::Exl3GroupedGemm<Backend::kCuda>::run(d, a, ctx);
+#else
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+/// Exl3Gemm with fp32 output of slice g of `w` on x16 [rows, k] → y [rows, n/G].
+void gemm_slice(ExecContext& ctx, DevTensor const& w, int64_t g, uint16_t const* x16, int64_t rows, float* y) {
+  ops::Exl3LayerDesc const& l = w.exl3;
+  ops::Exl3GemmArgs a;
+  a.x = TensorView<Fp16 const, 2>(reinterpret_cast<Fp16 const*>(x16), {rows, l.k}, kDev);
+  a.trellis = TensorView<int16_t const, 3>(static_cast<int16_t const*>(w.p) + g * w.exl3_slice_words(),
+                                           {l.k / 16, l.n / 16, 8 * l.k2}, kDev);
+  a.suh = TensorView<Fp16 const, 1>(static_cast<Fp16 const*>(w.suh), {l.k}, kDev);
+  a.svh = TensorView<Fp16 const, 1>(static_cast<Fp16 const*>(w.svh) + g * l.n, {l.n}, kDev);
+  a.y_f32 = TensorView<float, 2>(y, {rows, l.n}, kDev);
+  throw_if_error(exl3_gemm(ctx, ops::Exl3GemmDesc{l, rows, DType::kF32, false}, a));
+}
+
+}  // namespace
+
+void Forward::lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride,
+                       DType md, int64_t groups) {
+  if (groups != w.exl3_groups)
+    throw Error(invalid_argument("forward: an EXL3 weight stored in " + std::to_string(w.exl3_groups) +
+                                 " output slices used with " + std::to_string(groups) + " groups"));
+  if (rows == 0) return;
+  int64_t const k = w.exl3.k, n = w.exl3.n;
+  size_t const m = tmp_.mark();
+  auto* x16 = tmp_.get<uint16_t>(rows * k);
+  auto* acc = tmp_.get<float>(rows * n);
+  for (int64_t g = 0; g < groups; ++g) {
+    throw_if_error(gpu::to_f16(s_, x + g * k, x_stride, rows, k, x16));
+    gemm_slice(ctx_, w, g, x16, rows, acc);
+    throw_if_error(gpu::store_md(s_, acc, rows, n, y + g * n, y_stride, md == DType::kBf16));
+  }
+  tmp_.release(m);
+}
+
+void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F) {
+  ModelSpec const& s = m_.spec;
+  gpu::GpuExperts const& me = m_.w.layers[static_cast<size_t>(l)].moe;
+  int64_t const D = s.hidden_size, I = s.moe_inter, K = s.top_k, E = s.n_experts;
+  bool const bf16 = b_.md == DType::kBf16;
+  // The routing, on the host: assignments grouped by expert (rows ascending within an expert), and per token its
+  // assignments in ascending expert id (the combine order). Slots of id −1 (pruned) are skipped.
+  std::vector<int32_t> ids(static_cast<size_t>(N * K));
+  std::vector<float> wts(static_cast<size_t>(N * K));
+  throw_if_error(s_.copy(ids.data(), rid, ids.size() * 4, Copy::kDevToHost));
+  throw_if_error(s_.copy(wts.data(), rw, wts.size() * 4, Copy::kDevToHost));
+  throw_if_error(s_.sync());
+  std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
+  for (int32_t id : ids)
+    if (id >= 0) {
+      if (id >= E) throw Error(Status(StatusCode::kInternal, "moe_exl3: expert id out of range"));
+      ++offsets[static_cast<size_t>(id) + 1];
+    }
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  int64_t const A = offsets[E];
+  std::vector<int32_t> token(static_cast<size_t>(A)), iota(static_cast<size_t>(A)), list(static_cast<size_t>(A));
+  std::vector<float> wa(static_cast<size_t>(A));
+  std::vector<int32_t> slot_a(static_cast<size_t>(N * K), -1), fill(offsets.begin(), offsets.end() - 1);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < K; ++i) {
+      int32_t const id = ids[r * K + i];
+      if (id < 0) continue;
+      int32_t const a = fill[static_cast<size_t>(id)]++;
+      token[a] = static_cast<int32_t>(r);
+      wa[a] = wts[r * K + i];
+      slot_a[r * K + i] = a;
+    }
+  for (int64_t a = 0; a < A; ++a) iota[a] = static_cast<int32_t>(a);
+  std::vector<int64_t> toff(static_cast<size_t>(N + 1), 0);
+  {
+    std::vector<std::pair<int32_t, int32_t>> order;
+    int64_t j = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      order.clear();
+      for (int64_t i = 0; i < K; ++i)
+        if (ids[r * K + i] >= 0) order.emplace_back(ids[r * K + i], slot_a[r * K + i]);
+      std::sort(order.begin(), order.end());
+      for (auto const& [id, a] : order) list[j++] = a;
+      toff[r + 1] = j;
+    }
+  }
+  size_t const mk = tmp_.mark();
+  auto* d_off = tmp_.get<int32_t>(E + 1);
+  auto* d_tok = tmp_.get<int32_t>(A);
+  auto* d_iota = tmp_.get<int32_t>(A);
+  auto* d_list = tmp_.get<int32_t>(A);
+  auto* d_wa = tmp_.get<float>(A);
+  auto* d_toff = tmp_.get<int64_t>(N + 1);
+  throw_if_error(s_.copy(d_off, offsets.data(), offsets.size() * 4, Copy::kHostToDev));
+  throw_if_error(s_.copy(d_tok, token.data(), token.size() * 4, Copy::kHostToDev));
+  throw_if_error(s_.copy(d_iota, iota.data(), iota.size() * 4, Copy::kHostToDev));
+  throw_if_error(s_.copy(d_list, list.data(), list.size() * 4, Copy::kHostToDev));
+  throw_if_error(s_.copy(d_wa, wa.data(), wa.size() * 4, Copy::kHostToDev));
+  throw_if_error(s_.copy(d_toff, toff.data(), toff.size() * 8, Copy::kHostToDev));
+
+  auto* x16 = tmp_.get<uint16_t>(N * D);
+  throw_if_error(gpu::to_f16(s_, xa, D, N, D, x16));
+  auto* y = tmp_.get<float>(A * D);
+  if (A > 0) {
+    auto* g = tmp_.get<float>(A * I);
+    auto* u = tmp_.get<float>(A * I);
+    auto* act = tmp_.get<uint16_t>(A * I);
+    auto* const* P = static_cast<void const* const*>(me.exl3_ptrs);  // [3][3][E]
+    auto grouped = [&](int j, ops::Exl3LayerDesc const& layer, uint16_t const* x, int64_t T, int32_t const* tok,
+                       float* out) {
+      ops::Exl3GroupedGemmArgs a;
+      a.x = TensorView<Fp16 const, 2>(reinterpret_cast<Fp16 const*>(x), {T, layer.k}, kDev);
+      a.trellis = reinterpret_cast<int16_t const* const*>(P + (3 * j + 0) * E);
+      a.suh = reinterpret_cast<Fp16 const* const*>(P + (3 * j + 1) * E);
+      a.svh = reinterpret_cast<Fp16 const* const*>(P + (3 * j + 2) * E);
+      a.expert_offsets = d_off;
+      a.token_idx = tok;
+      a.y = TensorView<float, 2>(out, {A, layer.n}, kDev);
+      throw_if_error(exl3_grouped(ctx_, ops::Exl3GroupedGemmDesc{layer, E, T, A}, a));
+    };
+    grouped(0, me.w1.front().exl3, x16, N, d_tok, g);
+    grouped(1, me.w3.front().exl3, x16, N, d_tok, u);
+    throw_if_error(gpu::exl3_moe_act(s_, g, u, d_wa, A, I, s.swiglu_limit, bf16, act));
+    grouped(2, me.w2.front().exl3, act, A, d_iota, y);
+  }
+  // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
+  auto* gs = tmp_.get<float>(N * I);
+  auto* us = tmp_.get<float>(N * I);
+  auto* acts = tmp_.get<uint16_t>(N * I);
+  auto* ysh = tmp_.get<float>(N * D);
+  gemm_slice(ctx_, me.s1, 0, x16, N, gs);
+  gemm_slice(ctx_, me.s3, 0, x16, N, us);
+  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, I, s.swiglu_limit, bf16, acts));
+  gemm_slice(ctx_, me.s2, 0, acts, N, ysh);
+  throw_if_error(gpu::moe_combine(s_, y, d_toff, d_list, ysh, N, D, bf16, F));
+  throw_if_error(s_.sync());  // the host vectors above are released on return
+  tmp_.release(mk);
+}
+
+}  // namespace fwd
+
+}  // namespace tessera::model::dsv41

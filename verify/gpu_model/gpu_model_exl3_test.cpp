@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+/// EXL3 checkpoints in the models (`make-synthetic --format exl3:B`): a tiny config widened to 128-multiple
+/// dimensions so that every projection, the head and the routed and shared experts are EXL3 groups.
+/// What is checked, and why:
+///   * bitwise: the GPU model on the CPU op backends == the CPU model (both run y = →md(Exl3Gemm_f32(→fp16(x)))
+///     on the float64-summed reference op, in the same order); batched == alone on the backend under test
+///     (Exl3Gemm / Exl3GroupedGemm and the glue are row-invariant); decoded-dense GPU model == decoded-dense
+///     CPU model (ModelOptions::dequantize_weights: the dense paths, already bitwise);
+///   * tolerance kExl3VsDense (relative RMS of the logits): EXL3 vs the same model given the decoded dense
+///     weights. The two are different arithmetic by definition (fp16 rounding of x and of xh = H·(x·suh),
+///     spec/exl3.md §4.3, against a dense product over W rounded to fp32/bf16);
+///   * tolerance kCudaVsCpu (CUDA only): the CUDA kernels accumulate xh·W' in fp32 in their chunk order,
+///     the CPU reference in float64 (spec/exl3.md §4.4), so CUDA agrees with the CPU model within a tolerance;
+///   * as stored: projections, head and experts are held as kI16 trellis (less memory than decoded);
+///   * malformed groups: a clear error naming the tensor.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <unistd.h>
+
+#include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/synthetic.hpp"
+#include "models/deepseek_v41/model_internal.hpp"
+#include "verify/gpu_model/gpu_model_fixture.hpp"
+#include "verify/model/fixture.hpp"
+
+using namespace tessera;
+using namespace tessera::model;
+using namespace tessera::model::dsv41;
+using verify::bitwise_equal;
+
+namespace {
+
+constexpr Backend kBackend = verify::kGpuModelOnCpu ? Backend::kCpu : Backend::kCuda;
+/// One EXL3 linear vs the dense product over its effective weight, relative RMS: x and xh are rounded to fp16
+/// (relative 2^−11 each, ~4e-4 RMS after the Hadamard mixes them), the fp32 dense product is exact to ~1e-7.
+constexpr double kExl3VsDenseLinear = 2e-3;
+/// End to end (logits of the random tiny model), EXL3 vs decoded dense and CUDA vs CPU: a per-linear difference
+/// of 1e-3 (or CUDA's 1e-6) flips router / indexer top-k selections of a random-weight model now and then, and a
+/// flipped expert moves a logit row by O(its size); measured 0.12–0.14 for EXL3 vs dense on the CPU. So the bound
+/// is loose (agreement in bulk) and the per-linear bound above carries the precision.
+constexpr double kEndToEnd = 0.3;
+constexpr double kCudaVsCpu = kEndToEnd;
+
+Config exl3_config() {
+  Config c = tiny_config(512);
+  c.hidden_size = 128;
+  c.head_dim = 128;
+  c.q_lora_rank = 128;
+  c.o_lora_rank = 128;
+  c.moe_intermediate_size = 128;
+  c.engram_head_dim = 64;
+  return c;
+}
+
+/// A synthetic exl3:2.5 checkpoint of exl3_config (Engram hash data from the golden tiny fixture).
+struct Exl3Checkpoint {
+  std::filesystem::path dir;
+  ModelSpec spec;
+  CheckpointSource src;
+  Exl3Checkpoint() {
+    dir = std::filesystem::temp_directory_path() /
+          ("tessera_exl3_model_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+    Config const c = exl3_config();
+    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 43, *exl3_format(2.5)).status());
+    spec = spec_from_config(c).value_or_throw();
+    throw_if_error(src.open((dir / "model.safetensors").string()));
+    throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
+  }
+  ~Exl3Checkpoint() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+Exl3Checkpoint& ckpt() {
+  static Exl3Checkpoint c;
+  return c;
+}
+
+std::vector<int32_t> tokens(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 512u);
+  return t;
+}
+
+/// Logits of a prefill (every row) then single-token decode steps.
+std::vector<float> prefill_then_decode(LanguageModel& m, std::vector<int32_t> const& prompt,
+                                       std::vector<int32_t> const& decode) {
+  int64_t const V = m.info().vocab_size, S = static_cast<int64_t>(prompt.size());
+  std::vector<float> out(static_cast<size_t>((S + static_cast<int64_t>(decode.size())) * V));
+  auto st = m.new_sequence();
+  SequenceStep pre{st.get(), prompt, S, out.data()};
+  throw_if_error(m.forward({&pre, 1}));
+  for (size_t k = 0; k < decode.size(); ++k) {
+    SequenceStep step{st.get(), std::span<int32_t const>(&decode[k], 1), 1, out.data() + (S + static_cast<int64_t>(k)) * V};
+    throw_if_error(m.forward({&step, 1}));
+  }
+  return out;
+}
+
+double rel_rms(std::vector<float> const& a, std::vector<float> const& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void exl3_model_checks(Numerics num) {
+  Exl3Checkpoint& ck = ckpt();
+  ModelOptions o;
+  o.numerics = num;
+  ModelOptions od = o;
+  od.dequantize_weights = true;
+  auto cpu = Dsv41Model::create(ck.spec, ck.src, o).value_or_throw();
+  auto cpu_dense = Dsv41Model::create(ck.spec, ck.src, od).value_or_throw();
+  auto gpu = GpuDsv41Model::create(ck.spec, ck.src, o, kBackend).value_or_throw();
+  auto gpu_dense = GpuDsv41Model::create(ck.spec, ck.src, od, kBackend).value_or_throw();
+
+  // Held as stored: every projection the layer has, the head and the experts are trellis (kI16).
+  BOOST_TEST((gpu->projection_dtype(scaled_head_key()).value_or_throw() == DType::kI16));
+  for (int64_t l = 0; l < ck.spec.num_layers; ++l) {
+    for (char const* f : {"wq_a", "wq_b", "wkv", "wo_a", "wo_b"})
+      BOOST_TEST((gpu->projection_dtype(scaled_weight_key(l, f)).value_or_throw() == DType::kI16), l << " " << f);
+    BOOST_TEST((gpu->routed_experts_dtype(l).value_or_throw() == DType::kI16), "layer " << l);
+  }
+  BOOST_TEST(gpu->weight_bytes() < gpu_dense->weight_bytes());
+
+  auto const prompt = tokens(40, 7), decode = tokens(6, 8);
+  auto const a = prefill_then_decode(*cpu, prompt, decode);
+  auto const b = prefill_then_decode(*gpu, prompt, decode);
+  auto const ad = prefill_then_decode(*cpu_dense, prompt, decode);
+  auto const bd = prefill_then_decode(*gpu_dense, prompt, decode);
+  if (kBackend == Backend::kCpu) {
+    BOOST_TEST(bitwise_equal(b, a), "GPU model (CPU backends) on EXL3 != CPU model");
+  } else {
+    double const e = rel_rms(b, a);
+    BOOST_TEST(e <= kCudaVsCpu, "CUDA vs CPU model on EXL3: relative RMS " << e);
+    BOOST_TEST_MESSAGE("CUDA vs CPU model on EXL3: relative RMS " << e);
+  }
+  BOOST_TEST(bitwise_equal(bd, ad), "decoded-dense GPU model != decoded-dense CPU model");
+  double const ed = rel_rms(a, ad);
+  BOOST_TEST_MESSAGE("EXL3 vs decoded dense (" << (num == Numerics::kBf16 ? "bf16" : "fp32") << "): relative RMS " << ed);
+  BOOST_TEST(ed <= kEndToEnd);
+  BOOST_TEST(ed > 0.0);  // different arithmetic: the fp16 roundings of x and xh are real
+
+  // Batched == alone (row invariance): two sequences of different lengths in one pass.
+  auto const p2 = tokens(23, 9);
+  auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
+  int64_t const V = ck.spec.vocab_size;
+  std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+  auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
+  SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+  throw_if_error(gpu->forward(steps));
+  BOOST_TEST(bitwise_equal(b1, alone1), "batched != alone (sequence 1)");
+  BOOST_TEST(bitwise_equal(b2, alone2), "batched != alone (sequence 2)");
+  // Chunked prefill == one shot on the CPU model (its EXL3 linears are row-wise too).
+  BOOST_TEST(bitwise_equal(verify::run_chunked(*cpu, prompt, 7), verify::run_all(*cpu, prompt, 40)));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gpu_model_exl3)
+
+BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
+BOOST_AUTO_TEST_CASE(exl3_fp32) { exl3_model_checks(Numerics::kFp32); }
+
+// Per linear: linear_exl3 (the EXL3 product) vs x·Wᵀ over exl3_effective_weight, in fp32, for every EXL3 linear
+// of layer 1 (attention, indexer, compressor, experts) and the head.
+BOOST_AUTO_TEST_CASE(exl3_linear_vs_effective_dense_weight) {
+  Weights const w = load_weights(ckpt().spec, ckpt().src, Numerics::kFp32, {.keep_exl3 = true}).value_or_throw();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  ExecContext ctx;
+  int checked = 0;
+  for (auto const& [key, q] : w.exl3) {
+    if (key.rfind("layers.1.", 0) != 0 && key != scaled_head_key()) continue;
+    int64_t const rows = 3, k = q.desc.k, n = q.desc.n;
+    std::vector<float> x(static_cast<size_t>(rows * k)), ye(static_cast<size_t>(rows * n)), yd(ye.size());
+    for (auto& v : x) v = nd(rng);
+    linear_exl3(ctx, x.data(), rows, q, ye.data(), DType::kF32);
+    Tensor const dense = exl3_effective_weight(q);
+    linear(ctx, x.data(), rows, dense, yd.data(), DType::kF32);
+    double const e = rel_rms(ye, yd);
+    BOOST_TEST(e <= kExl3VsDenseLinear, key << ": relative RMS " << e);
+    ++checked;
+  }
+  BOOST_TEST(checked > 10);
+}
+
+// A malformed group names its tensor: the loader's checks run on the group standing for the weight.
+BOOST_AUTO_TEST_CASE(exl3_malformed_group_names_the_tensor) {
+  auto const dir = std::filesystem::temp_directory_path() / ("tessera_exl3_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string const file = (dir / "bad.safetensors").string();
+  io::SafetensorsWriter w;
+  auto zero = [](void* d, size_t n) { std::memset(d, 0, n); return Status{}; };
+  throw_if_error(w.add("model.layers.0.attn.wq_a.trellis", DType::kI16, {8, 8, 40}, zero));  // 16·K = 40: no K
+  throw_if_error(w.add("model.layers.0.attn.wq_a.suh", DType::kF16, {128}, zero));
+  throw_if_error(w.add("model.layers.0.attn.wq_a.svh", DType::kF16, {128}, zero));
+  throw_if_error(w.add("model.layers.0.attn.wkv.trellis", DType::kI16, {8, 8, 32}, zero));
+  throw_if_error(w.add("model.layers.0.attn.wkv.suh", DType::kF16, {64}, zero));  // should be [128]
+  throw_if_error(w.add("model.layers.0.attn.wkv.svh", DType::kF16, {128}, zero));
+  throw_if_error(w.write(file));
+  CheckpointSource src;
+  throw_if_error(src.open(file));
+  BOOST_TEST(src.is_exl3("model.layers.0.attn.wq_a.weight"));
+  auto bad_k = src.load_exl3("model.layers.0.attn.wq_a.weight");
+  BOOST_TEST(!bad_k.ok());
+  BOOST_TEST(bad_k.status().message().find("model.layers.0.attn.wq_a.trellis") != std::string::npos,
+             bad_k.status().message());
+  auto bad_s = src.load_exl3("model.layers.0.attn.wkv.weight");
+  BOOST_TEST(!bad_s.ok());
+  BOOST_TEST(bad_s.status().message().find("model.layers.0.attn.wkv.suh") != std::string::npos, bad_s.status().message());
+  // A well-formed group of the wrong shape for its weight: the model's loader names both.
+  ModelSpec spec = spec_from_config(exl3_config()).value_or_throw();
+  spec.q_lora_rank = 256;
+  auto lw = load_weights(spec, ckpt().src, Numerics::kFp32, {.keep_exl3 = true});
+  BOOST_TEST(!lw.ok());
+  BOOST_TEST(lw.status().message().find("model.layers.0.attn.wq_a") != std::string::npos, lw.status().message());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
