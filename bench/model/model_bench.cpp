@@ -13,9 +13,9 @@
 /// Rooflines. Decode is bound by the bytes of weights one step reads: every dense tensor of the trunk,
 /// one embedding row, the LM head, and the routed experts the batch selects (uniform routing: a batch of B
 /// rows touches E·(1 − (1 − k/E)^B) of the E experts of a layer), once per step, divided by the B tokens
-/// of the step. Two byte counts: the weights as the model stores them on the device (the projections in
-/// the model dtype, the fp32 islands in fp32) and the weights as the checkpoint stores them (fp8/fp4/EXL3
-/// bytes incl. scales: what a kernel reading the packed format would read). Prefill is bound by the
+/// of the step. Two byte counts: the weights as the model stores them on the device (FP8/FP4 and EXL3 as stored
+/// in bf16 numerics on CUDA, else dequantised: the projections in the model dtype, the fp32 islands in fp32)
+/// and the weights as the checkpoint stores them (fp8/fp4/EXL3 bytes incl. scales). Prefill is bound by the
 /// FLOPs of the linears (2 · params touched per token; attention FLOPs are not counted, so the reported
 /// fraction is a lower bound). Ceilings are the H200's measured 4.27 TB/s copy and 754 TFLOP/s bf16 GEMM.
 ///
@@ -80,7 +80,10 @@ bool stored_in_model_dtype(std::string const& group) {
   return false;
 }
 
-Result<WeightBytes> weight_bytes(std::string const& dir, ModelSpec const& spec, bool bf16) {
+/// as_stored: the device holds block-scaled (FP8/FP4) weights and EXL3 groups as stored (bf16 numerics without
+/// --dequantize-weights), so their stored bytes are their file bytes; otherwise the logical tensor in the model
+/// dtype (fp32 islands fp32).
+Result<WeightBytes> weight_bytes(std::string const& dir, ModelSpec const& spec, bool bf16, bool as_stored) {
   auto ck = io::Checkpoint::open(dir);
   if (!ck) return ck.status();
   WeightBytes wb;
@@ -95,17 +98,22 @@ Result<WeightBytes> weight_bytes(std::string const& dir, ModelSpec const& spec, 
         break;
       }
     bool const is_scale_or_part = !ends_with(n, ".weight") && group != n;
+    bool const trellis = ends_with(n, ".trellis");  // EXL3 [in/16, out/16, 16·K]: in·out weights
+    bool const quantized = group != n && (!ends_with(n, ".weight") || t.dtype == DType::kF8E4m3 ||
+                                          t.dtype == DType::kF4E2m1x2);
     double numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<double>(d);
     if (t.dtype == DType::kF4E2m1x2) numel *= 2;
+    if (trellis && t.shape.size() == 3) numel = static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]) * 256.0;
     bool const expert = n.find(".ffn.experts.") != std::string::npos;
     bool const embed = n.rfind("model.embed.", 0) == 0 || n.rfind("embed.", 0) == 0;
     bool const engram_table = n.find("engram.embed.") != std::string::npos;
     double const file = static_cast<double>(t.nbytes);
     // Stored on the device: the logical tensor once (its parts/scales are folded into it on load).
     double stored = 0;
-    if (!is_scale_or_part) stored = numel * ((bf16 && stored_in_model_dtype(group)) ? 2.0 : 4.0);
-    bool const linear = stored_in_model_dtype(group) && ends_with(n, ".weight");
+    if (as_stored && quantized) stored = file;
+    else if (!is_scale_or_part || trellis) stored = numel * ((bf16 && stored_in_model_dtype(group)) ? 2.0 : 4.0);
+    bool const linear = stored_in_model_dtype(group) && (ends_with(n, ".weight") || trellis);
     if (group == "lm_head") {
       wb.head_stored += stored;
       wb.head_file += file;
@@ -259,7 +267,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_model: %s\n", folder.status().to_string().c_str());
       return 1;
     }
-    auto wb = weight_bytes(dir, folder->spec, bf16);
+    auto wb = weight_bytes(dir, folder->spec, bf16, bf16 && !a.dequantize_weights && a.device == "cuda");
     if (!wb) {
       std::fprintf(stderr, "bench_model: %s\n", wb.status().to_string().c_str());
       return 1;
