@@ -23,7 +23,7 @@
 ///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
 ///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
 ///            block-scaled launch equals the bf16 launch on the decoded weights (ops::scaled_weight) bit for bit.
-/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N]
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|auto]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -185,8 +185,12 @@ Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int6
 }
 
 /// The skinny tile on block-scaled W (codes [n, k or k/2] contiguous, scales [srows, ⌈k/32⌉]), bf16 output.
+/// --quant-path ring|direct|auto: how block-scaled codes reach the mma chain (ops::TcQuantPath).
+ops::TcQuantPath g_quant_path = ops::TcQuantPath::kAuto;
+
 Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
   ops::LinearTcDesc d{m, n, k};
+  d.quant = g_quant_path == ops::TcQuantPath::kDirect && !ops::tc_quant_direct_fits(m, k) ? ops::TcQuantPath::kRing : g_quant_path;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(x);
   a.ldx = k;
@@ -264,6 +268,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--moe") { o.decode = false; o.prefill = false; }
     else if (a == "--slabs") { o.decode = false; o.prefill = false; o.moe = false; o.slabs = true; }
     else if (a == "--quant") { o.decode = false; o.prefill = false; o.moe = false; o.quant = true; }
+    else if (a == "--quant-path") {
+      std::string const v = next();
+      g_quant_path = v == "ring" ? ops::TcQuantPath::kRing : v == "direct" ? ops::TcQuantPath::kDirect : ops::TcQuantPath::kAuto;
+    }
     else if (a == "--shape") o.shape = next();
     else if (a == "--batch") o.batch = std::stoll(next());
     else if (a == "--iters") o.iters = std::stoi(next());

@@ -11,6 +11,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "kernels/linear/linear_tc_quant_direct.cuh"
 
 namespace tessera::kernels::tc_linear {
 namespace {
@@ -49,6 +50,24 @@ Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
   kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_q_launch_smem<kFmt>(p.m, p.k), stream>>>(p);
   return launch_status("linear_tc_skinny_q_kernel");
+}
+
+/// Block-scaled W with the codes loaded into registers (linear_tc_quant_direct.cuh): M ≤ kTcDirectMaxRows, one row group.
+template <DType kFmt>
+Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt>;
+  size_t const smax = skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2);
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(smax), "linear_tc skinny (block-scaled, direct): shared memory attribute"));
+  int64_t const gx = ceil_div(p.n, kSkinnyCols);
+  if (gx > 0x7FFFFFFF) return invalid_argument("linear_tc skinny: grid too large");
+  kKernel<<<static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k), stream>>>(p);
+  return launch_status("linear_tc_skinny_qd_kernel");
+}
+
+/// The path a block-scaled call takes: kDirect where it fits unless kRing is asked for.
+bool quant_direct(ops::LinearTcDesc const& d) {
+  return d.quant != ops::TcQuantPath::kRing && ops::tc_quant_direct_fits(d.m, d.k) &&
+         (d.tile == ops::TcTile::kAuto || d.tile == ops::TcTile::kSkinny);
 }
 
 /// Skinny with another K slab / ring depth (m16n8k16 only): the same launch with kBK-wide slabs in kStages.
@@ -166,8 +185,15 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   bool empty = false;
   TESSERA_TRY(tc_params(d, a, p, empty));
   if (empty) return {};
-  if (a.w_format == DType::kF8E4m3) return launch_skinny_q<DType::kF8E4m3>(p, kernels::stream_of(ctx));
-  if (a.w_format == DType::kF4E2m1x2) return launch_skinny_q<DType::kF4E2m1x2>(p, kernels::stream_of(ctx));
+  if (a.w_format != DType::kBf16 && d.quant == ops::TcQuantPath::kDirect && !quant_direct(d))
+    return not_supported("linear_tc: the direct block-scaled path takes at most " +
+                         std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
+  bool const direct = a.w_format != DType::kBf16 && quant_direct(d);
+  if (a.w_format == DType::kF8E4m3)
+    return direct ? launch_skinny_qd<DType::kF8E4m3>(p, kernels::stream_of(ctx)) : launch_skinny_q<DType::kF8E4m3>(p, kernels::stream_of(ctx));
+  if (a.w_format == DType::kF4E2m1x2)
+    return direct ? launch_skinny_qd<DType::kF4E2m1x2>(p, kernels::stream_of(ctx))
+                  : launch_skinny_q<DType::kF4E2m1x2>(p, kernels::stream_of(ctx));
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && slab != TcSlab::k256x8)
     return kSkinnySlab[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
@@ -203,8 +229,20 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
   using BatchKernel = void (*)(TcLinearBatch);
   if (a[0].w_format != DType::kBf16) {
     int64_t kmax = 0;
-    for (size_t i = 0; i < d.size(); ++i) kmax = std::max(kmax, d[i].k);
+    bool direct = true;
+    for (size_t i = 0; i < d.size(); ++i) kmax = std::max(kmax, d[i].k), direct = direct && quant_direct(d[i]);
     bool const fp4 = a[0].w_format == DType::kF4E2m1x2;
+    if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
+      BatchKernel const kd = fp4 ? linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
+      size_t smem = 0;
+      for (size_t i = 0; i < d.size(); ++i)
+        smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k)
+                                  : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k));
+      TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                              "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
+      kd<<<dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx)>>>(b);
+      return launch_status("linear_tc_skinny_qd_batch_kernel");
+    }
     BatchKernel const kq = fp4 ? linear_tc_skinny_q_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_q_batch_kernel<DType::kF8E4m3>;
     size_t const smax = fp4 ? skinny_q_launch_smem<DType::kF4E2m1x2>(kSkinnyRows, ops::kTcQuantMaxK)
                             : skinny_q_launch_smem<DType::kF8E4m3>(kSkinnyRows, ops::kTcQuantMaxK);

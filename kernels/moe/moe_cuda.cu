@@ -631,6 +631,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.rows = d.rows; q.dim = d.dim; q.inter = d.inter; q.top_k = d.top_k; q.max_routed_tiles = L.max_routed_tiles;
     q.tile_rows = p.tile_rows; q.limit = d.swiglu_limit; q.shared = d.shared_expert;
     q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
+    q.direct_ok = d.routed_quant_path != TcQuantPath::kRing;
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (L.path == MoeTcPath::kGemm) TESSERA_TRY(moe_tc::launch_gemm(q, st));
     else TESSERA_TRY(moe_tc::launch_skinny(q, st));

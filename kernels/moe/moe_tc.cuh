@@ -59,6 +59,7 @@ struct MoeTcParams {
   /// their own launches (kernels/linear/linear_tc_quant.cuh's tile); the shared expert's tiles stay bf16.
   DType routed_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
+  bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
 };
 
 /// xb[i] = →bf16(x[i]) (RNE) for i < n.

@@ -25,6 +25,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "kernels/linear/linear_tc_quant_direct.cuh"
 #include "kernels/moe/moe_tc.cuh"
 
 namespace tessera::kernels::moe_tc {
@@ -227,6 +228,42 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   down_store(p, t, slot_s, n0, acc);
 }
 
+/// The same tiles with the codes loaded into registers (linear_tc_quant_direct.cuh): a tile holds distinct tokens,
+/// so its count is at most the call's rows; taken when rows ≤ kTcDirectMaxRows and the x rows fit.
+template <DType kFmt>
+__global__ void __launch_bounds__(32) moe_tc_act_skinny_qd_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char act_qd_smem[];
+  __shared__ RowInfo rows_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
+  __syncwarp();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
+  float acc[2][4];
+  skinny_warp_tile_qd<kFmt, 2>(act_qd_smem, w, n0, p.inter, p.dim, t.count,
+                               [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+  act_store(p, t, rows_s, n0, acc);
+}
+
+template <DType kFmt>
+__global__ void __launch_bounds__(32) moe_tc_down_skinny_qd_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char down_qd_smem[];
+  __shared__ int32_t slot_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  int const lane = static_cast<int>(threadIdx.x);
+  if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
+  __syncwarp();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
+  float acc[1][4];
+  skinny_warp_tile_qd<kFmt, 1>(down_qd_smem, w, n0, p.dim, p.inter, t.count,
+                               [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
+  down_store(p, t, slot_s, n0, acc);
+}
+
 // ---- kGemm: grid (⌈N/128⌉, tiles), block 256 ----
 
 /// The block's tile rows into shared memory (row r < count: rows_s[r]).
@@ -403,6 +440,30 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   TESSERA_TRY(check_grid(gd, gr + gs, "moe_tc down skinny"));
   MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
   ps.tile0 = p.max_routed_tiles;
+  // Codes into registers when every tile fits the direct path (a tile's rows are distinct tokens: ≤ p.rows).
+  bool const direct = p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter);
+  if (direct && gr > 0) {
+    constexpr auto kActD = moe_tc_act_skinny_qd_kernel<kFmt>;
+    constexpr auto kDownD = moe_tc_down_skinny_qd_kernel<kFmt>;
+    size_t const sa = skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim), sd = skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter);
+    TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_smem_bytes<kFmt>(2, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
+                            "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
+    TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
+                            "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
+    kActD<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, sa, st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_act_skinny_qd_kernel"));
+    if (gs > 0) {
+      kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
+      TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
+    }
+    kDownD<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), 32, sd, st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_down_skinny_qd_kernel"));
+    if (gs > 0) {
+      kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
+      TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
+    }
+    return {};
+  }
   if (gr > 0) {
     kActQ<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, act_q(xr), st>>>(p);
     TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel"));

@@ -87,7 +87,8 @@ std::vector<DType> fused_formats() {
 }
 
 /// The fused tile on one problem against ref::dot_tc; returns the mismatch count (fp32 + bf16).
-int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string const& what) {
+int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string const& what,
+                    ops::TcQuantPath path = ops::TcQuantPath::kRing) {
   int64_t const ldx = w.k + 8;
   auto const xb = random_x(m, ldx, seed);
   std::vector<float> xf(xb.size());
@@ -97,6 +98,7 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
   DeviceBuffer<float> dy(std::vector<float>(static_cast<size_t>(m * w.n), -7.f));
   DeviceBuffer<uint16_t> dyb(std::vector<uint16_t>(static_cast<size_t>(m * w.n), 0x7FAB));
   ops::LinearTcDesc d{m, w.n, w.k};
+  d.quant = path;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(dx.data());
   a.ldx = ldx;
@@ -124,7 +126,8 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
       bad += !ok32 + !ok16;
     }
   g_outputs += m * w.n;
-  std::printf("%-40s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(), static_cast<long long>(m),
+  std::printf("%-40s %s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(),
+              path == ops::TcQuantPath::kDirect ? "direct" : "ring  ", static_cast<long long>(m),
               static_cast<long long>(w.n), static_cast<long long>(w.k), static_cast<long long>(w.ldq),
               static_cast<long long>(bad));
   return bad;
@@ -151,6 +154,7 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
                                                          : (extreme ? "fp4 all-scales" : "fp4 scales~1");
           BOOST_TEST_INFO(what << " M " << m << " N " << w.n << " K " << w.k);
           BOOST_TEST(check_fused(w, m, seed++, what) == 0);
+          if (ops::tc_quant_direct_fits(m, w.k)) BOOST_TEST(check_fused(w, m, seed++, what, ops::TcQuantPath::kDirect) == 0);
         }
       }
   // Real DeepSeek-V4.1-Flash decode shapes.
@@ -161,6 +165,8 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
       for (int64_t m : {int64_t{1}, int64_t{4}}) {
         BOOST_TEST_INFO("real shape " << sh[0] << "x" << sh[1] << " M " << m);
         BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real") == 0);
+        if (ops::tc_quant_direct_fits(m, w.k))
+          BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real", ops::TcQuantPath::kDirect) == 0);
       }
     }
   std::printf("fused block-scaled tile: %lld outputs compared\n", static_cast<long long>(g_outputs));

@@ -131,7 +131,8 @@ struct Problem {
     return out;
   }
 
-  Status gpu(int64_t r0, int64_t nr, MoeTcPath path, std::vector<float>* out) const {
+  Status gpu(int64_t r0, int64_t nr, MoeTcPath path, std::vector<float>* out,
+             ops::TcQuantPath quant = ops::TcQuantPath::kAuto) const {
     DeviceBuffer<float> dx(std::vector<float>(x.begin() + r0 * dim, x.begin() + (r0 + nr) * dim));
     DeviceBuffer<int32_t> di(std::vector<int32_t>(ids.begin() + r0 * k, ids.begin() + (r0 + nr) * k));
     DeviceBuffer<float> dwt(std::vector<float>(wts.begin() + r0 * k, wts.begin() + (r0 + nr) * k));
@@ -143,7 +144,9 @@ struct Problem {
     a.out = dout.view<2>({nr, dim});
     a.dev = dev;
     ExecContext c = cuda_ctx();
-    Status const s = ops::dispatch<ops::MoeExperts>(c, desc(nr, path), a);
+    ops::MoeExpertsDesc d = desc(nr, path);
+    d.routed_quant_path = quant;
+    Status const s = ops::dispatch<ops::MoeExperts>(c, d, a);
     if (s.ok() && out) *out = dout.get();
     return s;
   }
@@ -197,6 +200,17 @@ void check(Problem const& p) {
                 static_cast<long long>(p.inter), path == MoeTcPath::kAuto ? "auto" : "skinny",
                 static_cast<long long>(diff), gpu.size());
     BOOST_TEST_INFO(fmt << " rows " << p.rows << " dim " << p.dim << " inter " << p.inter);
+    BOOST_TEST(diff == 0);
+  }
+  // The ring path (codes through shared memory) on the same call: the direct path's bits, which kAuto took where
+  // rows ≤ kTcDirectMaxRows.
+  {
+    std::vector<float> ring;
+    Status const s = p.gpu(0, p.rows, MoeTcPath::kAuto, &ring, ops::TcQuantPath::kRing);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    int64_t const diff = count_bit_diffs(ring, cpu, "moe block-scaled ring vs cpu");
+    std::printf("moe %s routed rows=%lld ring path: %lld/%zu outputs differ from the CPU\n", fmt,
+                static_cast<long long>(p.rows), static_cast<long long>(diff), ring.size());
     BOOST_TEST(diff == 0);
   }
   auto rows_of = [&](int64_t r0, int64_t nr) {

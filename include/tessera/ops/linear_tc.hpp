@@ -48,11 +48,26 @@ inline constexpr TcSlab kTcDefaultSlab = TcSlab::k256x8;
 /// the values never change, only the speed).
 TcSlab tc_default_slab();
 
+/// How the skinny tile feeds block-scaled codes to the mma chain (same values either way: same operands, same
+/// block order). kRing: each warp stages its 8 W rows' codes through a shared-memory ring and decodes them into a
+/// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane loads, into registers, exactly the 4 codes of each
+/// 16-wide block its mma fragment holds and decodes them there (x rows staged once, block-permuted to match;
+/// linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows and the staged x within kTcDirectMaxXBytes.
+/// kAuto: kDirect where it applies.
+enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1 };
+inline constexpr int64_t kTcDirectMaxRows = 4;
+inline constexpr int64_t kTcDirectMaxXBytes = 48 * 1024;
+/// Whether kDirect takes m rows of k: the x rows (k + 8 halves each) fit its shared-memory budget.
+inline constexpr bool tc_quant_direct_fits(int64_t m, int64_t k) {
+  return m >= 1 && m <= kTcDirectMaxRows && m * (k + 8) * 2 <= kTcDirectMaxXBytes;
+}
+
 struct LinearTcDesc {
   int64_t m = 0, n = 0, k = 0;
   TcMma mma = TcMma::kK16;
   TcTile tile = TcTile::kAuto;  // kAuto: tc_tile_for(m)
   TcSlab slab = TcSlab::kAuto;  // skinny tile only
+  TcQuantPath quant = TcQuantPath::kAuto;  // block-scaled weights only
 };
 
 struct LinearTcArgs {

@@ -14,6 +14,7 @@
 
 #include <ostream>
 
+#include "tessera/ops/linear_tc.hpp"
 #include "tessera/ops/op_common.hpp"
 
 namespace tessera::ops {
@@ -81,6 +82,9 @@ struct MoeExpertsDesc {
   /// path (kAuto picks it), dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values
   /// are those of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
   DType routed_scaled = DType::kF32;
+  /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kDirect
+  /// when rows ≤ kTcDirectMaxRows and the x rows fit (a tile's rows are distinct tokens, at most `rows`).
+  TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
 
@@ -109,7 +113,8 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
             << " shared_expert=" << d.shared_expert
             << " md=" << dtype_name(d.md)
             << " weight=" << dtype_name(d.weight_dtype)
-            << " tc_path=" << static_cast<int>(d.tc_path) << " }";
+            << " tc_path=" << static_cast<int>(d.tc_path)
+            << " routed_quant_path=" << static_cast<int>(d.routed_quant_path) << " }";
 }
 
 /// Expert weights of the CUDA backend, fp32 or bf16 (MoeExpertsDesc::weight_dtype), all in device memory:
