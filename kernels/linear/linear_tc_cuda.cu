@@ -64,10 +64,12 @@ Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
   return launch_status("linear_tc_skinny_qd_kernel");
 }
 
-/// The path a block-scaled call takes: kDirect where it fits unless kRing is asked for.
+/// The path a block-scaled call takes: kDirect when asked for and it fits; kAuto takes it for wide matrices
+/// (N ≥ kTcDirectMinCols, enough warps to cover its per-warp latency).
 bool quant_direct(ops::LinearTcDesc const& d) {
-  return d.quant != ops::TcQuantPath::kRing && ops::tc_quant_direct_fits(d.m, d.k) &&
-         (d.tile == ops::TcTile::kAuto || d.tile == ops::TcTile::kSkinny);
+  bool const fits = ops::tc_quant_direct_fits(d.m, d.k) && (d.tile == ops::TcTile::kAuto || d.tile == ops::TcTile::kSkinny);
+  if (d.quant == ops::TcQuantPath::kDirect) return fits;
+  return d.quant == ops::TcQuantPath::kAuto && fits && d.n >= ops::kTcDirectMinCols;
 }
 
 /// Skinny with another K slab / ring depth (m16n8k16 only): the same launch with kBK-wide slabs in kStages.

@@ -53,8 +53,13 @@ TcSlab tc_default_slab();
 /// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane loads, into registers, exactly the 4 codes of each
 /// 16-wide block its mma fragment holds and decodes them there (x rows staged once, block-permuted to match;
 /// linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows and the staged x within kTcDirectMaxXBytes.
-/// kAuto: kDirect where it applies.
+/// kAuto: kDirect where it applies and N ≥ kTcDirectMinCols. Per warp the direct path walks K with the decode in
+/// front of each block's mma, so it is faster only with many warps in flight: on the H200 (tc_bench --quant, M = 1)
+/// wq_b 1280×32768 FP8 45 µs against 57 (FP4 39 against 72), but w1/w3 5120×2304 FP8 56 against 35, wo_b
+/// 8192×5120 92 against 66; MoE routed experts (thousands of warps) take it at ≤ 4 rows (FP4, 1 token: 279
+/// against 420 µs).
 enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1 };
+inline constexpr int64_t kTcDirectMinCols = 16384;
 inline constexpr int64_t kTcDirectMaxRows = 4;
 inline constexpr int64_t kTcDirectMaxXBytes = 48 * 1024;
 /// Whether kDirect takes m rows of k: the x rows (k + 8 halves each) fit its shared-memory budget.
