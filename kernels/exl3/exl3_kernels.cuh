@@ -230,9 +230,9 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
 }
 
 /// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128,
-/// dynamic shared memory C·512 B. The block's 4 warps share one chunk of C k-tiles (C a multiple of 8):
-/// the A fragments of the row group (xh rows rg..rg+15, lane order {a0, a1, a2, a3}) are staged once in
-/// shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
+/// dynamic shared memory C·512 B (max(C, S)·512 B with the fused epilogue). The block's 4 warps share one
+/// chunk of C k-tiles (C a multiple of 8): the A fragments of the row group (xh rows rg..rg+15, lane order
+/// {a0, a1, a2, a3}) are staged once in shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
 /// of kGemvDepth tiles of trellis words in registers; the first ring is loaded before `pdl_wait` (weights
 /// only), so the trellis stream starts while the input transform still runs.
 template <int kBits, Codebook kCb>
