@@ -132,6 +132,13 @@ constexpr std::array<Exl3ReconstructFn, 24> kReconstruct = {
 #undef TESSERA_EXL3_ROW
 };
 
+constexpr std::array<Exl3ReconstructFn, 24> kReconstructT = {
+#define TESSERA_EXL3_ROW(K) &launch_exl3_reconstruct_t<K, 0>, &launch_exl3_reconstruct_t<K, 1>, &launch_exl3_reconstruct_t<K, 2>,
+    TESSERA_EXL3_ROW(1) TESSERA_EXL3_ROW(2) TESSERA_EXL3_ROW(3) TESSERA_EXL3_ROW(4)
+    TESSERA_EXL3_ROW(5) TESSERA_EXL3_ROW(6) TESSERA_EXL3_ROW(7) TESSERA_EXL3_ROW(8)
+#undef TESSERA_EXL3_ROW
+};
+
 int table_index(ops::Exl3LayerDesc const& d) { return (d.k2 / 2 - 1) * 3 + static_cast<int>(d.codebook); }
 
 Status cuda_status(cudaError_t e, char const* what) {
@@ -206,15 +213,17 @@ Status lt_handle(int dev, cublasLtHandle_t* out) {
   return {};
 }
 
-/// acc [m, n] = xh [m, k] · W' [k, n] (all row-major) in cuBLAS's column-major terms: D (n × m, ld n) =
-/// A (n × k, ld n: W' as stored) · B (k × m, ld k: xh as stored); fp16 A and B, fp32 C = D, fp32 compute and
-/// scale (alpha 1, beta 0).
+/// acc [m, n] = xh [m, k] · W' (all row-major; W' held as W'ᵀ [n, k]) in cuBLAS's column-major terms:
+/// D (n × m, ld n) = op_T(A) · B with A = W'ᵀ as stored (k × n, ld k) and B = xh as stored (k × m, ld k) —
+/// both operands K-major (the "TN" layout); fp16 A and B, fp32 C = D, fp32 compute and scale (alpha 1, beta 0).
 struct LtProblem {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   Status init(int64_t m, int64_t k, int64_t n) {
     TESSERA_TRY(lt_status(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc"));
-    TESSERA_TRY(lt_status(cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, static_cast<uint64_t>(n), static_cast<uint64_t>(k), n), "layout W'"));
+    cublasOperation_t const ta = CUBLAS_OP_T;
+    TESSERA_TRY(lt_status(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa"));
+    TESSERA_TRY(lt_status(cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k), "layout W'"));
     TESSERA_TRY(lt_status(cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k), "layout xh"));
     return lt_status(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n), "layout acc");
   }
@@ -268,8 +277,8 @@ Status lt_algo(cublasLtHandle_t h, int dev, int64_t k, int64_t n, cublasLtMatmul
                        " n=" + std::to_string(n));
 }
 
-/// acc = xh · W' with the layer shape's fixed algorithm (lt_algo).
-Status lt_gemm(__half const* xh, __half const* w, float* acc, int64_t m, int64_t k, int64_t n, void* ws,
+/// acc = xh · W' with the layer shape's fixed algorithm (lt_algo); wt = W'ᵀ [n, k].
+Status lt_gemm(__half const* xh, __half const* wt, float* acc, int64_t m, int64_t k, int64_t n, void* ws,
                cudaStream_t stream) {
   int dev = 0;
   TESSERA_TRY(cuda_status(cudaGetDevice(&dev), "device query"));
@@ -280,7 +289,7 @@ Status lt_gemm(__half const* xh, __half const* w, float* acc, int64_t m, int64_t
   LtProblem pr;
   TESSERA_TRY(pr.init(m, k, n));
   float const alpha = 1.f, beta = 0.f;
-  return lt_status(cublasLtMatmul(h, pr.op, &alpha, w, pr.a, xh, pr.b, &beta, acc, pr.c, acc, pr.c, &algo, ws,
+  return lt_status(cublasLtMatmul(h, pr.op, &alpha, wt, pr.a, xh, pr.b, &beta, acc, pr.c, acc, pr.c, &algo, ws,
                                   kLtWorkspaceBytes, stream),
                    "matmul");
 }
@@ -331,10 +340,11 @@ Status Exl3Dequant<Backend::kCuda>::check(Exl3LayerDesc const& d, DeviceInfo con
 
 Status Exl3Dequant<Backend::kCuda>::run(Exl3LayerDesc const& d, Exl3DequantArgs const& a, ExecContext& ctx) {
   TESSERA_TRY(check(d, ctx.device));
-  if (!a.trellis.data || !a.w.data || !a.w.is_contiguous() || a.w.shape[0] != d.k || a.w.shape[1] != d.n)
-    return invalid_argument("exl3 dequant: trellis and w [k, n] (contiguous, device) required");
+  int64_t const rows = a.transposed ? d.n : d.k, cols = a.transposed ? d.k : d.n;
+  if (!a.trellis.data || !a.w.data || !a.w.is_contiguous() || a.w.shape[0] != rows || a.w.shape[1] != cols)
+    return invalid_argument("exl3 dequant: trellis and w [k, n] ([n, k] transposed; contiguous, device) required");
   auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
-  return kx::cuda_status(kx::kReconstruct[kx::table_index(d)](a.trellis.data, reinterpret_cast<__half*>(a.w.data),
+  return kx::cuda_status((a.transposed ? kx::kReconstructT : kx::kReconstruct)[kx::table_index(d)](a.trellis.data, reinterpret_cast<__half*>(a.w.data),
                                                               static_cast<int>(d.k / 16), static_cast<int>(d.n / 16), stream),
                          "reconstruct launch");
 }
@@ -350,10 +360,13 @@ Status Exl3Gemm<Backend::kCuda>::check(Exl3GemmDesc const& d, DeviceInfo const& 
 namespace {
 /// Tactics: 1 GEMV with the fused epilogue, 2 GEMM (chain in registers), 3 naive reference, 4 decode-once
 /// (W' decoded to fp16 scratch once, acc = xh·W' on cuBLASLt), 5 GEMV then the epilogue kernel.
-/// Auto: 1 up to 16 rows; 4 from kExl3DecodeOnceMinRows rows unless strict_rows; 2 otherwise.
+/// Auto: up to 16 rows the GEMV, its epilogue fused for one row of a small layer (≤ 2^17 tiles) and a
+/// separate kernel otherwise (H200: fused saves 0.4–1.4 µs per op at one row of the ≤ 6 MB layers; at 2+
+/// rows, or with ≥ 1000 column groups as on the head, the elected blocks' serial reduction costs more
+/// than the second launch); 4 from kExl3DecodeOnceMinRows rows unless strict_rows; 2 otherwise.
 int gemm_tactic(Exl3GemmDesc const& d, int impl_override) {
   if (impl_override > 0) return impl_override;
-  if (d.num_rows <= 16) return 1;
+  if (d.num_rows <= 16) return d.num_rows == 1 && kx::gemv_fuses_transform(d.layer.k / 16, d.layer.n / 16) ? 1 : 5;
   return !d.strict_rows && d.num_rows >= kExl3DecodeOnceMinRows ? 4 : 2;
 }
 size_t gemm_workspace(Exl3GemmDesc const& d, int tactic) {
@@ -419,15 +432,15 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   else ep.y32 = a.y_f32.data;
 
   if (tactic == 4) {
-    // W' bit-exact into scratch (spec §3), acc = xh·W' in fp32 on the tensor cores (cuBLASLt, one fixed
+    // W'ᵀ bit-exact into scratch (spec §3), acc = xh·W' in fp32 on the tensor cores (cuBLASLt, one fixed
     // algorithm per layer shape), then the epilogue kernel with S = 1.
-    auto* w = reinterpret_cast<__half*>(partial);
-    auto* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(w) + kx::align256(static_cast<size_t>(l.k * l.n) * 2));
+    auto* wt = reinterpret_cast<__half*>(partial);
+    auto* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(wt) + kx::align256(static_cast<size_t>(l.k * l.n) * 2));
     void* lt_ws = reinterpret_cast<char*>(acc) + kx::align256(static_cast<size_t>(m * l.n) * 4);
-    TESSERA_TRY(kx::cuda_status(kx::kReconstruct[kx::table_index(l)](a.trellis.data, w, static_cast<int>(l.k / 16),
-                                                                     static_cast<int>(l.n / 16), stream),
+    TESSERA_TRY(kx::cuda_status(kx::kReconstructT[kx::table_index(l)](a.trellis.data, wt, static_cast<int>(l.k / 16),
+                                                                      static_cast<int>(l.n / 16), stream),
                                 "reconstruct launch"));
-    TESSERA_TRY(kx::lt_gemm(xh, w, acc, m, l.k, l.n, lt_ws, stream));
+    TESSERA_TRY(kx::lt_gemm(xh, wt, acc, m, l.k, l.n, lt_ws, stream));
     ep.partial = acc;
   } else {
     kx::Exl3MmaParams p;
@@ -533,10 +546,11 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   p.tiles_n = static_cast<int>(l.n / 16);
   p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
   p.chunk_tiles = p.tiles_k / p.num_chunks;
-  // Up to 16 tokens (at most 16 rows per expert): one launch, the GEMV's last block per (expert, column
-  // group) runs the epilogue; more rows would serialise in that block, so the epilogue kernel follows.
+  // One token (at most one row per expert) of a small layer: one launch, the GEMV's last block per
+  // (expert, column group) runs the epilogue (see gemm_tactic); otherwise the epilogue kernel follows.
   // impl_override 1 / 5 force either.
-  bool const fused = ctx.impl_override == 1 || (ctx.impl_override != 5 && d.num_tokens <= 16);
+  bool const fused = ctx.impl_override == 1 ||
+                     (ctx.impl_override != 5 && d.num_tokens == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16));
   if (fused) {
     TESSERA_TRY(kx::gemv_tickets(stream, static_cast<size_t>(e) * static_cast<size_t>(l.n / 128), &p.tickets));
     p.svh_e = reinterpret_cast<__half const* const*>(a.svh);

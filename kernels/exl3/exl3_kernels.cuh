@@ -548,6 +548,35 @@ __global__ void __launch_bounds__(128) exl3_reconstruct_kernel(int16_t const* __
   }
 }
 
+/// W'ᵀ [n, k] fp16 (k contiguous: the K-major operand of cuBLAS's TN kernels) from the trellis: one warp
+/// per tile, warps of a block on consecutive k-tiles of one column tile. The decoded tile is transposed in
+/// shared memory; then lane l stores W'ᵀ row 16·tn + l/2, k = 16·tk + 8·(l%2)..+7 as one 16-byte store, so
+/// every 32-byte sector is written whole (the [k, n] kernel above scatters 2-byte stores).
+/// grid (ceil(tiles_k·tiles_n / 4)), block 128.
+template <int kBits, Codebook kCb>
+__global__ void __launch_bounds__(128) exl3_reconstruct_t_kernel(int16_t const* __restrict__ trellis, __half* wt,
+                                                                 int tiles_k, int tiles_n, int64_t k) {
+  __shared__ __align__(16) uint16_t st[4][16][24];   // [warp][col][row], rows padded to 48 B
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  if (t >= static_cast<int64_t>(tiles_k) * tiles_n) return;
+  int const tk = static_cast<int>(t % tiles_k), tn = static_cast<int>(t / tiles_k);
+  int const first = dx::lane_first_bit<kBits>(lane);
+  uint32_t wd[dx::kLaneWords<kBits>];
+  dx::load_lane_words<kBits>(tile_words<kBits>(trellis, tiles_n, tk, tn), first, wd);
+  uint32_t frag[4];
+  dx::decode_fragments<kBits, kCb>(wd, first & 31, frag);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    int const pos = 8 * lane + j;
+    st[warp][tessera::exl3::tile_col(pos)][tessera::exl3::tile_row(pos)] = static_cast<uint16_t>(frag[j >> 1] >> (16 * (j & 1)));
+  }
+  __syncwarp();
+  int const c = lane >> 1, h = lane & 1;
+  uint4 const v = *reinterpret_cast<uint4 const*>(&st[warp][c][8 * h]);
+  *reinterpret_cast<uint4*>(wt + (16 * static_cast<int64_t>(tn) + c) * k + 16 * static_cast<int64_t>(tk) + 8 * h) = v;
+}
+
 /// Launchers (defined per (K, codebook) in the generated inst/ TUs).
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream_t stream) {
@@ -575,6 +604,14 @@ cudaError_t launch_exl3_reconstruct(int16_t const* trellis, __half* w, int tiles
   return cudaGetLastError();
 }
 
+template <int kBits, int kCb>
+cudaError_t launch_exl3_reconstruct_t(int16_t const* trellis, __half* wt, int tiles_k, int tiles_n, cudaStream_t stream) {
+  int64_t const tiles = static_cast<int64_t>(tiles_k) * tiles_n;
+  exl3_reconstruct_t_kernel<kBits, static_cast<Codebook>(kCb)>
+      <<<static_cast<unsigned>((tiles + 3) / 4), 128, 0, stream>>>(trellis, wt, tiles_k, tiles_n, 16LL * tiles_k);
+  return cudaGetLastError();
+}
+
 using Exl3MmaLaunchFn = cudaError_t (*)(Exl3MmaParams const&, int, cudaStream_t);
 using Exl3ReconstructFn = cudaError_t (*)(int16_t const*, __half*, int, int, cudaStream_t);
 
@@ -582,7 +619,8 @@ using Exl3ReconstructFn = cudaError_t (*)(int16_t const*, __half*, int, int, cud
 #define TESSERA_EXL3_EXTERN_ONE(K, CB)                                                                   \
   extern template cudaError_t launch_exl3_gemv<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
   extern template cudaError_t launch_exl3_gemm<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
-  extern template cudaError_t launch_exl3_reconstruct<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);
+  extern template cudaError_t launch_exl3_reconstruct<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);     \
+  extern template cudaError_t launch_exl3_reconstruct_t<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);
 #define TESSERA_EXL3_EXTERN_K(K) TESSERA_EXL3_EXTERN_ONE(K, 0) TESSERA_EXL3_EXTERN_ONE(K, 1) TESSERA_EXL3_EXTERN_ONE(K, 2)
 // clang-format on
 #ifndef TESSERA_EXL3_INSTANTIATING

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// EXL3 CUDA kernels against the CPU reference (include/tessera/ref/exl3_ref.hpp):
-///   * W' from the device reconstruct equals the CPU decode bit for bit, every K and codebook;
+///   * W' (and W'ᵀ) from the device reconstruct equals the CPU decode bit for bit, every K and codebook;
 ///   * the naive reference kernel (tactic 3: per-element decode, fp32 FMA chain over k) equals a CPU
 ///     emulation of the same chain followed by the CPU epilogue bit for bit — this pins the device input
 ///     transform, decode and fp16/fp32 epilogues to the spec's roundings;
@@ -86,6 +86,16 @@ BOOST_AUTO_TEST_CASE(reconstruct_bitwise_every_k_and_codebook) {
       Tensor wh = w.to(Device::kCpu).value_or_throw();
       std::vector<uint16_t> ref = ref::exl3_decode_inner(h.host());
       BOOST_TEST(std::memcmp(wh.data(), ref.data(), ref.size() * 2) == 0, "K" << bits << " cb" << cb);
+      // W'ᵀ [n, k] (the decode-once path's operand).
+      Tensor wt = Tensor::empty(DType::kF16, {h.n, h.k}, Device::kCuda).value_or_throw();
+      ops::Exl3DequantArgs at{d.trellis.view_as<int16_t const, 3>(), wt.view_as<Fp16, 2>(), true};
+      s = ops::Exl3Dequant<Backend::kCuda>::run({h.k, h.n, h.k2, h.cb}, at, ctx);
+      BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+      Tensor wth = wt.to(Device::kCpu).value_or_throw();
+      std::vector<uint16_t> reft(ref.size());
+      for (int64_t i = 0; i < h.k; ++i)
+        for (int64_t j = 0; j < h.n; ++j) reft[static_cast<size_t>(j * h.k + i)] = ref[static_cast<size_t>(i * h.n + j)];
+      BOOST_TEST(std::memcmp(wth.data(), reft.data(), reft.size() * 2) == 0, "transposed K" << bits << " cb" << cb);
     }
 }
 
@@ -357,13 +367,13 @@ BOOST_AUTO_TEST_CASE(moe_grouped_equals_dense_per_expert) {
   a.y = y.view_as<float, 2>();
   ExecContext ctx;
   ctx.backend = Backend::kCuda;
-  // Unfused (impl_override 5) first, then fused (the default at ≤ 16 tokens): bit for bit equal.
+  // Separate epilogue kernel (impl_override 5, the default at 9 tokens) first, then fused (1): bit for bit equal.
   ctx.impl_override = 5;
   Status s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc, a, ctx);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
   Tensor yu = y.to(Device::kCpu).value_or_throw();
   cudaMemset(y.data(), 0xFF, y.nbytes());
-  ctx.impl_override = -1;
+  ctx.impl_override = 1;
   s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc, a, ctx);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
   BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

@@ -43,7 +43,8 @@ Status check_exl3_layer(Exl3LayerDesc const& d);
 
 struct Exl3DequantArgs {
   TensorView<int16_t const, 3> trellis;  // [k/16, n/16, 8·k2]
-  TensorView<Fp16, 2> w;                  // [k, n] out: W'
+  TensorView<Fp16, 2> w;                  // [k, n] out: W', or [n, k]: W'ᵀ when transposed
+  bool transposed = false;
 };
 
 /// Rows from which the CUDA Exl3Gemm decodes W' once to fp16 scratch and runs the product on cuBLASLt.
@@ -121,16 +122,16 @@ template <> struct Exl3Dequant<Backend::kCuda> {
 template <> struct Exl3Gemm<Backend::kCuda> {
   static Status check(Exl3GemmDesc const&, DeviceInfo const&);
   /// Device scratch: fp16 xh [m, k] + fp32 chunk partials [S or 1][m, n]; decode-once path: fp16 xh [m, k] +
-  /// fp16 W' [k, n] + fp32 acc [m, n] + 8 MiB for cuBLASLt.
+  /// fp16 W'ᵀ [n, k] + fp32 acc [m, n] + 8 MiB for cuBLASLt.
   /// Tactics (ctx.impl_override): 1 GEMV with the epilogue fused (one launch), 2 GEMM, 3 naive reference,
-  /// 4 decode-once (cuBLASLt), 5 GEMV then the epilogue kernel; auto: 1 for m ≤ 16, 4 for
-  /// m ≥ kExl3DecodeOnceMinRows unless strict_rows, else 2.
+  /// 4 decode-once (cuBLASLt), 5 GEMV then the epilogue kernel; auto: 1 for m = 1 on layers of ≤ 2^17
+  /// tiles, 5 for other m ≤ 16, 4 for m ≥ kExl3DecodeOnceMinRows unless strict_rows, else 2.
   static size_t workspace_bytes(Exl3GemmDesc const&);
   static Status run(Exl3GemmDesc const&, Exl3GemmArgs const&, ExecContext&);
 };
 /// GEMV over each expert's rows (W' never materialised: all experts' W' would not fit in scratch, and the
 /// host does not know the per-expert row counts, which live in device memory); the epilogue is fused into
-/// the GEMV for up to 16 tokens.
+/// the GEMV for one token on layers of ≤ 2^17 tiles (impl_override 1 / 5 force fused / separate).
 template <> struct Exl3GroupedGemm<Backend::kCuda> {
   static Status check(Exl3GroupedGemmDesc const&, DeviceInfo const&);
   static size_t workspace_bytes(Exl3GroupedGemmDesc const&);
