@@ -3,7 +3,8 @@
 /// transform and epilogue kernels (bit-exact roundings of spec/exl3.md §4.3), the naive reference kernel
 /// used to check big shapes, and dispatch of the (K, codebook) instantiations of exl3_kernels.cuh.
 ///
-/// Input transform / epilogue: one warp per 128-block of a row, lane l holding elements 4l..4l+3.
+/// Input transform / epilogue: a warp per 128-block (of 8 rows, or of one row for the chunk-partials
+/// epilogue), lane l holding elements 4l..4l+3.
 /// Butterfly stages b = 0, 1 run inside the lane, b = 2..6 across lanes (shfl_xor by 2^(b−2)), in the
 /// spec's order, each (lo, hi) → (lo + hi, lo − hi) in fp32.
 #include <cublasLt.h>
@@ -60,19 +61,35 @@ __device__ int expert_of(int32_t const* off, int num_experts, int64_t row) {
   return lo;
 }
 
-/// xh = fp16(fwht(fp16(x·suh))·r). grid (rows, ceil(k/512)), block 128.
+/// Rows per warp of the transform and decode-once epilogue kernels: their loads are issued together, so a
+/// warp has 8 × 512 B in flight instead of one L2/DRAM round trip per 128 values.
+constexpr int kRowsPerWarp = 8;
+
+/// xh = fp16(fwht(fp16(x·suh))·r). grid (ceil(rows/8), ceil(k/512)), block 128: warp w transforms 128-block
+/// 4·blockIdx.y + w of rows 8·blockIdx.x .. +7.
 __global__ void __launch_bounds__(128) exl3_input_transform_kernel(XformParams const p) {
   int const lane = threadIdx.x & 31;
   int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128;
   if (col >= p.k) return;
-  int64_t const row = blockIdx.x;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
   pdl_wait();
   pdl_launch_dependents();
-  int64_t const src = p.token_idx ? p.token_idx[row] : row;
-  __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
-  uint2 const xv = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
-  uint2 const sv = *reinterpret_cast<uint2 const*>(suh + col + 4 * lane);
-  *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv, sv, lane);
+  uint2 xv[kRowsPerWarp], sv[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    int64_t const src = p.token_idx ? p.token_idx[row] : row;
+    __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
+    xv[r] = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
+    sv[r] = *reinterpret_cast<uint2 const*>(suh + col + 4 * lane);
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv[r], sv[r], lane);
+  }
 }
 
 /// acc = 0 + P_0 + … + P_{S−1} (in order), fwht, ·r, ·svh (+ bias) (· route weight). grid (rows, ceil(n/512)).
@@ -92,6 +109,35 @@ __global__ void __launch_bounds__(128) exl3_epilogue_kernel(EpilogueParams const
   epilogue_warp<16>(p.partial + at, p.rows * p.n, p.num_chunks, sv, bv, p.bias != nullptr,
                     p.route_weight ? p.route_weight + row : nullptr, p.y16 ? p.y16 + at : nullptr,
                     p.y32 ? p.y32 + at : nullptr, lane);
+}
+
+/// Epilogue of one accumulator (dense, S = 1: acc = 0 + P_0, the same chain as exl3_epilogue_kernel; GEMM,
+/// naive and decode-once paths). grid
+/// (ceil(rows/8), n/512), block 128: warp w finishes 128-column group 4·blockIdx.y + w of rows
+/// 8·blockIdx.x .. +7, their acc loads issued together.
+__global__ void __launch_bounds__(128) exl3_epilogue_acc_kernel(EpilogueParams const p) {
+  int const lane = threadIdx.x & 31;
+  int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128 + 4 * lane;
+  if (col >= p.n) return;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
+  uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(p.svh + col));
+  uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
+  pdl_wait();
+  pdl_launch_dependents();
+  float4 q[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    if (row0 + r < p.rows) q[r] = __ldcg(reinterpret_cast<float4 const*>(p.partial + (row0 + r) * p.n + col));
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    acc_add(v, q[r]);
+    int64_t const at = row * p.n + col;
+    epilogue_finish(v, sv, bv, p.bias != nullptr, nullptr, p.y16 ? p.y16 + at : nullptr, p.y32 ? p.y32 + at : nullptr,
+                    lane);
+  }
 }
 
 /// Naive reference: one thread per output element, W' decoded element by element with the codec
@@ -417,7 +463,8 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   bool const fuse = gemv && kx::gemv_fuses_transform(l.k / 16, l.n / 16);
   if (!fuse)
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
-                                                 dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(static_cast<unsigned>((m + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                                      static_cast<unsigned>((l.k + 511) / 512)),
                                                  dim3(128), 0, stream, xp),
                                 "input transform launch"));
 
@@ -477,6 +524,13 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
       TESSERA_TRY(kx::cuda_status(cudaGetLastError(), "naive launch"));
     }
   }
+  // One accumulator (GEMM, naive, decode-once): the row-batched kernel; chunk partials: the chain kernel.
+  if (ep.num_chunks == 1)
+    return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_acc_kernel,
+                                          dim3(static_cast<unsigned>((m + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                               static_cast<unsigned>((l.n + 511) / 512)),
+                                          dim3(128), 0, stream, ep),
+                           "epilogue launch");
   return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_kernel,
                                         dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.n + 511) / 512)), dim3(128),
                                         0, stream, ep),
@@ -531,7 +585,8 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
     p.suh_e = xp.suh_e;
   } else {
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
-                                                 dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(static_cast<unsigned>((rows + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                                      static_cast<unsigned>((l.k + 511) / 512)),
                                                  dim3(128), 0, stream, xp),
                                 "input transform launch"));
   }

@@ -174,20 +174,30 @@ __device__ __forceinline__ void epilogue_finish(float (&v)[4], uint2 sv, uint2 b
   __half const* svh = reinterpret_cast<__half const*>(&sv);
   __half const* bias = reinterpret_cast<__half const*>(&bv);
   float const r = tessera::exl3::kHadScale;
+  if (y16) {
+    __half y[4];
 #pragma unroll
-  for (int t = 0; t < 4; ++t) {
-    if (y16) {
+    for (int t = 0; t < 4; ++t) {
       // __hmul/__hadd lower to mul.f16/add.f16, which ptxas may contract into one fma.rn.f16 (one
       // rounding instead of two: y differs from fp16(fp16(o·svh) + bias) by an ulp). The _rn forms forbid it.
-      __half y = __hmul_rn(__float2half_rn(__fmul_rn(v[t], r)), svh[t]);
-      if (has_bias) y = __hadd_rn(y, bias[t]);
-      y16[t] = y;
-    } else {
-      float y = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[t]));
-      if (has_bias) y = __fadd_rn(y, __half2float(bias[t]));
-      if (route) y = __fmul_rn(y, *route);
-      y32[t] = y;
+      y[t] = __hmul_rn(__float2half_rn(__fmul_rn(v[t], r)), svh[t]);
+      if (has_bias) y[t] = __hadd_rn(y[t], bias[t]);
     }
+    __half2 const y01 = __halves2half2(y[0], y[1]), y23 = __halves2half2(y[2], y[3]);
+    uint2 out;
+    out.x = *reinterpret_cast<uint32_t const*>(&y01);
+    out.y = *reinterpret_cast<uint32_t const*>(&y23);
+    *reinterpret_cast<uint2*>(y16) = out;   // 8-byte aligned: n % 128 == 0
+  } else {
+    float4 y;
+    float* yv = &y.x;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      yv[t] = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[t]));
+      if (has_bias) yv[t] = __fadd_rn(yv[t], __half2float(bias[t]));
+      if (route) yv[t] = __fmul_rn(yv[t], *route);
+    }
+    *reinterpret_cast<float4*>(y32) = y;
   }
 }
 
@@ -548,33 +558,39 @@ __global__ void __launch_bounds__(128) exl3_reconstruct_kernel(int16_t const* __
   }
 }
 
-/// W'ᵀ [n, k] fp16 (k contiguous: the K-major operand of cuBLAS's TN kernels) from the trellis: one warp
-/// per tile, warps of a block on consecutive k-tiles of one column tile. The decoded tile is transposed in
-/// shared memory; then lane l stores W'ᵀ row 16·tn + l/2, k = 16·tk + 8·(l%2)..+7 as one 16-byte store, so
-/// every 32-byte sector is written whole (the [k, n] kernel above scatters 2-byte stores).
-/// grid (ceil(tiles_k·tiles_n / 4)), block 128.
+/// W'ᵀ [n, k] fp16 (k contiguous: the K-major operand of cuBLAS's TN kernels) from the trellis. A warp
+/// takes 4 consecutive k-tiles of one column tile (kTTiles; tiles_k is a multiple of 8), their trellis
+/// words loaded together; each decoded tile is transposed in shared memory, then lane l stores W'ᵀ row
+/// 16·tn + l/2, k = 16·tk + 8·(l%2)..+7 as one 16-byte store, so every 32-byte sector is written whole
+/// (the [k, n] kernel above scatters 2-byte stores). grid (ceil(tiles_k·tiles_n / 16)), block 128.
+inline constexpr int kTTiles = 4;
 template <int kBits, Codebook kCb>
 __global__ void __launch_bounds__(128) exl3_reconstruct_t_kernel(int16_t const* __restrict__ trellis, __half* wt,
                                                                  int tiles_k, int tiles_n, int64_t k) {
   __shared__ __align__(16) uint16_t st[4][16][24];   // [warp][col][row], rows padded to 48 B
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t const t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  int64_t const t = (static_cast<int64_t>(blockIdx.x) * 4 + warp) * kTTiles;
   if (t >= static_cast<int64_t>(tiles_k) * tiles_n) return;
-  int const tk = static_cast<int>(t % tiles_k), tn = static_cast<int>(t / tiles_k);
+  int const tk0 = static_cast<int>(t % tiles_k), tn = static_cast<int>(t / tiles_k);
   int const first = dx::lane_first_bit<kBits>(lane);
-  uint32_t wd[dx::kLaneWords<kBits>];
-  dx::load_lane_words<kBits>(tile_words<kBits>(trellis, tiles_n, tk, tn), first, wd);
-  uint32_t frag[4];
-  dx::decode_fragments<kBits, kCb>(wd, first & 31, frag);
+  uint32_t wd[kTTiles][dx::kLaneWords<kBits>];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    int const pos = 8 * lane + j;
-    st[warp][tessera::exl3::tile_col(pos)][tessera::exl3::tile_row(pos)] = static_cast<uint16_t>(frag[j >> 1] >> (16 * (j & 1)));
-  }
-  __syncwarp();
+  for (int i = 0; i < kTTiles; ++i) dx::load_lane_words<kBits>(tile_words<kBits>(trellis, tiles_n, tk0 + i, tn), first, wd[i]);
   int const c = lane >> 1, h = lane & 1;
-  uint4 const v = *reinterpret_cast<uint4 const*>(&st[warp][c][8 * h]);
-  *reinterpret_cast<uint4*>(wt + (16 * static_cast<int64_t>(tn) + c) * k + 16 * static_cast<int64_t>(tk) + 8 * h) = v;
+#pragma unroll
+  for (int i = 0; i < kTTiles; ++i) {
+    uint32_t frag[4];
+    dx::decode_fragments<kBits, kCb>(wd[i], first & 31, frag);
+    __syncwarp();   // the previous tile's reads of st are done
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int const pos = 8 * lane + j;
+      st[warp][tessera::exl3::tile_col(pos)][tessera::exl3::tile_row(pos)] = static_cast<uint16_t>(frag[j >> 1] >> (16 * (j & 1)));
+    }
+    __syncwarp();
+    uint4 const v = *reinterpret_cast<uint4 const*>(&st[warp][c][8 * h]);
+    *reinterpret_cast<uint4*>(wt + (16 * static_cast<int64_t>(tn) + c) * k + 16 * static_cast<int64_t>(tk0 + i) + 8 * h) = v;
+  }
 }
 
 /// Launchers (defined per (K, codebook) in the generated inst/ TUs).
@@ -608,7 +624,8 @@ template <int kBits, int kCb>
 cudaError_t launch_exl3_reconstruct_t(int16_t const* trellis, __half* wt, int tiles_k, int tiles_n, cudaStream_t stream) {
   int64_t const tiles = static_cast<int64_t>(tiles_k) * tiles_n;
   exl3_reconstruct_t_kernel<kBits, static_cast<Codebook>(kCb)>
-      <<<static_cast<unsigned>((tiles + 3) / 4), 128, 0, stream>>>(trellis, wt, tiles_k, tiles_n, 16LL * tiles_k);
+      <<<static_cast<unsigned>((tiles + 4 * kTTiles - 1) / (4 * kTTiles)), 128, 0, stream>>>(trellis, wt, tiles_k, tiles_n,
+                                                                                         16LL * tiles_k);
   return cudaGetLastError();
 }
 
