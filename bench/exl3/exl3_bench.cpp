@@ -3,8 +3,10 @@
 /// same shape in the same run. Decode: batch 1, 2, 4, 8 at K = 2, 3, 4 (MUL1): achieved trellis GB/s
 /// against the H200's 4.27 TB/s copy bandwidth. Prefill: M = 512..8192, TFLOP/s = 2·M·k·n / t.
 /// Every row is checked before it is timed: decode rows against the naive reference kernel (spec §7.4
-/// bounds), prefill rows by bitwise equality of sampled rows with the single-row path (row invariance) and
-/// that row against the naive kernel. Two timings per decode row, medians of the iterations:
+/// bounds) and the fused GEMV epilogue against the unfused one (bitwise); prefill rows by bitwise equality
+/// of sampled rows with the same row alone through the same path (row invariance: the decode-once path at
+/// m ≥ kExl3DecodeOnceMinRows, the GEMM below) and that row against the naive kernel. The prefill table also
+/// times the chunk-chain GEMM (strict_rows) beside the default path. Two timings per decode row, medians:
 ///   * call: one op after an L2 flush (a 256 MiB memset), events around it — includes the launch latency
 ///     of an isolated call (the "empty kernel" floor row measures that floor for one launch);
 ///   * stream: R back-to-back ops over R distinct copies of the weights (R·bytes ≥ 3× the 60 MB L2, so
@@ -101,9 +103,9 @@ struct Bench {
   Bench(int64_t k, int64_t n, int bits, uint64_t seed)
       : h(random_layer(k, n, 2 * bits, x3::Codebook::kMul1, seed, false)), d(h) {}
   std::vector<Tensor> copies;   // extra trellis copies for the stream timing
-  Status run(Tensor const& x, Tensor& y, int tactic, int copy = 0) {
+  Status run(Tensor const& x, Tensor& y, int tactic, int copy = 0, bool strict = false) {
     int64_t const m = x.dim(0);
-    ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, DType::kF16, false};
+    ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, DType::kF16, false, strict};
     ops::Exl3GemmArgs a = d.args(x);
     if (copy > 0) a.trellis = copies[static_cast<size_t>(copy - 1)].view_as<int16_t const, 3>();
     a.y_f16 = y.view_as<Fp16, 2>();
@@ -111,7 +113,8 @@ struct Bench {
     ctx.backend = Backend::kCuda;
     ctx.impl_override = tactic;
     size_t need = ops::Exl3Gemm<Backend::kCuda>::workspace_bytes(desc);
-    if (tactic == 1) need = std::max(need, (size_t{64} << 20));
+    if (tactic == 1 || tactic == 5) need = std::max(need, (size_t{64} << 20));
+    if (tactic == 4) need = std::max(need, ops::Exl3Gemm<Backend::kCuda>::workspace_bytes({desc.layer, std::max<int64_t>(m, ops::kExl3DecodeOnceMinRows), DType::kF16}));
     if (!ws.defined() || ws.nbytes() < need) ws = Tensor::empty(DType::kU8, {static_cast<int64_t>(need)}, Device::kCuda).value_or_throw();
     ctx.workspace = ws.data();
     ctx.workspace_bytes = ws.nbytes();
@@ -201,9 +204,11 @@ int main(int argc, char** argv) {
                 floor_stream);
     std::printf("\n### EXL3 decode GEMV (MUL1) vs cuBLAS bf16, H200, median of %d\n\n", iters);
     std::printf("call = one op after an L2 flush; stream = back-to-back ops over distinct weight copies (DRAM), per op.\n\n");
-    std::printf("| shape | K | batch | check | call us | stream us | stream GB/s | %% of 4.27 TB/s | cuBLAS call us "
-                "| cuBLAS stream us | speedup call | speedup stream |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("unfused = the GEMV then the epilogue kernel (two launches); the default fuses the epilogue into the GEMV "
+                "at batch 1 on layers of <= 2^17 tiles and is the unfused path otherwise.\n\n");
+    std::printf("| shape | K | batch | check | call us | stream us | unfused stream us | stream GB/s | %% of 4.27 TB/s "
+                "| cuBLAS call us | cuBLAS stream us | speedup call | speedup stream |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   for (auto const& sh : shapes) {
     if (!opt.decode || !selected(sh)) continue;
@@ -225,23 +230,28 @@ int main(int argc, char** argv) {
         Tensor x = upload(random_x(m, sh.k, 77 + m), DType::kF16, {m, sh.k});
         Tensor y = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
         Tensor yr = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
+        Tensor yu = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
         Status s = b.run(x, y, 0);
         Status s2 = b.run(x, yr, 3);
-        bool ok = s.ok() && s2.ok();
-        std::string why = ok ? "" : (s.ok() ? s2.to_string() : s.to_string());
+        Status s3 = b.run(x, yu, 5);
+        bool ok = s.ok() && s2.ok() && s3.ok();
+        std::string why = ok ? "" : (!s.ok() ? s.to_string() : !s2.ok() ? s2.to_string() : s3.to_string());
         if (ok) {
-          Bounds bd = spec_bounds(download16(y), download16(yr));
+          auto const yv = download16(y);
+          Bounds bd = spec_bounds(yv, download16(yr));
           ok = bd.ok();
           if (!ok) why = bd.text();
+          if (ok && yv != download16(yu)) { ok = false; why = "fused epilogue differs from the unfused one"; }
         }
         if (!ok) {
           ++failures;
-          std::printf("| %s | %d | %lld | FAIL: %s | | | | | | | | |\n", sh.name, bits, static_cast<long long>(m),
+          std::printf("| %s | %d | %lld | FAIL: %s | | | | | | | | | |\n", sh.name, bits, static_cast<long long>(m),
                       why.c_str());
           continue;
         }
         double const us = timer.median_us([&] { (void)b.run(x, y, 0); }, iters);
         double const us_s = timer.median_stream_us([&](int c) { (void)b.run(x, y, 0, c); }, copies, iters);
+        double const us_u = timer.median_stream_us([&](int c) { (void)b.run(x, yu, 5, c); }, copies, iters);
         Tensor xb = Tensor::empty(DType::kBf16, {m, sh.k}, Device::kCuda).value_or_throw();
         Tensor yb = Tensor::empty(DType::kBf16, {m, sh.n}, Device::kCuda).value_or_throw();
         cudaMemset(xb.data(), 0x3C, xb.nbytes());
@@ -249,9 +259,9 @@ int main(int argc, char** argv) {
         double const cu_s = timer.median_stream_us(
             [&](int c) { cublas.gemm(wbf_ptr(c), xb.data(), yb.data(), m, sh.k, sh.n); }, bf_copies, iters);
         double const gbs = b.trellis_bytes() / (us_s * 1e-6) / 1e9;
-        std::printf("| %s | %d | %lld | ok | %.1f | %.2f | %.0f | %.1f | %.1f | %.2f | %.2fx | %.2fx |\n", sh.name, bits,
-                    static_cast<long long>(m), us, us_s, gbs, 100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu_s, cu / us,
-                    cu_s / us_s);
+        std::printf("| %s | %d | %lld | ok | %.1f | %.2f | %.2f | %.0f | %.1f | %.1f | %.2f | %.2fx | %.2fx |\n", sh.name,
+                    bits, static_cast<long long>(m), us, us_s, us_u, gbs, 100.0 * gbs * 1e9 / kCopyBandwidth, cu, cu_s,
+                    cu / us, cu_s / us_s);
         std::fflush(stdout);
       }
     }
@@ -259,8 +269,12 @@ int main(int argc, char** argv) {
 
   if (opt.prefill) {
     std::printf("\n### EXL3 prefill GEMM (MUL1 K=3) vs cuBLAS bf16, H200, median of %d\n\n", iters);
-    std::printf("| shape | M | check | EXL3 us | EXL3 TFLOP/s | cuBLAS bf16 us | cuBLAS TFLOP/s | EXL3 / cuBLAS |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("path: decode-once = W' decoded to fp16 scratch once + cuBLASLt (m >= %lld); GEMM = the chunk-chain "
+                "GEMM (decode in the loop), also timed as \"strict\" at every M.\n\n",
+                static_cast<long long>(ops::kExl3DecodeOnceMinRows));
+    std::printf("| shape | M | path | check | EXL3 us | EXL3 TFLOP/s | strict GEMM us | cuBLAS bf16 us | cuBLAS TFLOP/s "
+                "| EXL3 / cuBLAS |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   }
   Shape const prefill[] = {shapes[0], shapes[1], shapes[5]};
   for (auto const& sh : prefill) {
@@ -274,6 +288,7 @@ int main(int argc, char** argv) {
       auto xs = random_x(m, sh.k, 300 + m);
       Tensor x = upload(xs, DType::kF16, {m, sh.k});
       Tensor y = Tensor::empty(DType::kF16, {m, sh.n}, Device::kCuda).value_or_throw();
+      bool const once = m >= ops::kExl3DecodeOnceMinRows;
       bool ok = b.run(x, y, 0).ok();
       std::string why = ok ? "" : "launch failed";
       if (ok) {
@@ -283,7 +298,7 @@ int main(int argc, char** argv) {
           Tensor x1 = upload(one, DType::kF16, {1, sh.k});
           Tensor y1 = Tensor::empty(DType::kF16, {1, sh.n}, Device::kCuda).value_or_throw();
           Tensor y1r = Tensor::empty(DType::kF16, {1, sh.n}, Device::kCuda).value_or_throw();
-          ok = ok && b.run(x1, y1, 0).ok() && b.run(x1, y1r, 3).ok();
+          ok = ok && b.run(x1, y1, once ? 4 : 0).ok() && b.run(x1, y1r, 3).ok();
           auto g1 = download16(y1);
           if (!std::equal(g1.begin(), g1.end(), all.begin() + r * sh.n)) { ok = false; why = "row " + std::to_string(r) + " differs from its single-row result"; }
           Bounds bd = spec_bounds(g1, download16(y1r));
@@ -292,17 +307,20 @@ int main(int argc, char** argv) {
       }
       if (!ok) {
         ++failures;
-        std::printf("| %s | %lld | FAIL: %s | | | | | |\n", sh.name, static_cast<long long>(m), why.c_str());
+        std::printf("| %s | %lld | %s | FAIL: %s | | | | | | |\n", sh.name, static_cast<long long>(m),
+                    once ? "decode-once" : "GEMM", why.c_str());
         continue;
       }
       double const flop = 2.0 * static_cast<double>(m) * sh.k * sh.n;
       double const us = timer.median_us([&] { (void)b.run(x, y, 0); }, iters);
+      double const us_strict = timer.median_us([&] { (void)b.run(x, y, 0, 0, true); }, std::max(3, iters / 4));
       Tensor xb = Tensor::empty(DType::kBf16, {m, sh.k}, Device::kCuda).value_or_throw();
       Tensor yb = Tensor::empty(DType::kBf16, {m, sh.n}, Device::kCuda).value_or_throw();
       cudaMemset(xb.data(), 0x3C, xb.nbytes());
       double const cu = timer.median_us([&] { cublas.gemm(wbf.data(), xb.data(), yb.data(), m, sh.k, sh.n); }, iters);
-      std::printf("| %s | %lld | ok | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name, static_cast<long long>(m), us,
-                  flop / (us * 1e-6) / 1e12, cu, flop / (cu * 1e-6) / 1e12, 100.0 * cu / us);
+      std::printf("| %s | %lld | %s | ok | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name,
+                  static_cast<long long>(m), once ? "decode-once" : "GEMM", us, flop / (us * 1e-6) / 1e12, us_strict, cu,
+                  flop / (cu * 1e-6) / 1e12, 100.0 * cu / us);
       std::fflush(stdout);
     }
   }

@@ -3,14 +3,19 @@
 /// transform and epilogue kernels (bit-exact roundings of spec/exl3.md §4.3), the naive reference kernel
 /// used to check big shapes, and dispatch of the (K, codebook) instantiations of exl3_kernels.cuh.
 ///
-/// Input transform / epilogue: one warp per 128-block of a row, lane l holding elements 4l..4l+3.
+/// Input transform / epilogue: a warp per 128-block (of 8 rows, or of one row for the chunk-partials
+/// epilogue), lane l holding elements 4l..4l+3.
 /// Butterfly stages b = 0, 1 run inside the lane, b = 2..6 across lanes (shfl_xor by 2^(b−2)), in the
 /// spec's order, each (lo, hi) → (lo + hi, lo − hi) in fp32.
+#include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <array>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "kernels/exl3/exl3_kernels.cuh"
@@ -56,19 +61,35 @@ __device__ int expert_of(int32_t const* off, int num_experts, int64_t row) {
   return lo;
 }
 
-/// xh = fp16(fwht(fp16(x·suh))·r). grid (rows, ceil(k/512)), block 128.
+/// Rows per warp of the transform and decode-once epilogue kernels: their loads are issued together, so a
+/// warp has 8 × 512 B in flight instead of one L2/DRAM round trip per 128 values.
+constexpr int kRowsPerWarp = 8;
+
+/// xh = fp16(fwht(fp16(x·suh))·r). grid (ceil(rows/8), ceil(k/512)), block 128: warp w transforms 128-block
+/// 4·blockIdx.y + w of rows 8·blockIdx.x .. +7.
 __global__ void __launch_bounds__(128) exl3_input_transform_kernel(XformParams const p) {
   int const lane = threadIdx.x & 31;
   int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128;
   if (col >= p.k) return;
-  int64_t const row = blockIdx.x;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
   pdl_wait();
   pdl_launch_dependents();
-  int64_t const src = p.token_idx ? p.token_idx[row] : row;
-  __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
-  uint2 const xv = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
-  uint2 const sv = *reinterpret_cast<uint2 const*>(suh + col + 4 * lane);
-  *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv, sv, lane);
+  uint2 xv[kRowsPerWarp], sv[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    int64_t const src = p.token_idx ? p.token_idx[row] : row;
+    __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
+    xv[r] = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
+    sv[r] = *reinterpret_cast<uint2 const*>(suh + col + 4 * lane);
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv[r], sv[r], lane);
+  }
 }
 
 /// acc = 0 + P_0 + … + P_{S−1} (in order), fwht, ·r, ·svh (+ bias) (· route weight). grid (rows, ceil(n/512)).
@@ -84,42 +105,38 @@ __global__ void __launch_bounds__(128) exl3_epilogue_kernel(EpilogueParams const
   pdl_wait();
   pdl_launch_dependents();
   if (p.svh_e) sv = *reinterpret_cast<uint2 const*>(p.svh_e[expert_of(p.expert_offsets, p.num_experts, row)] + col + 4 * lane);
-  // acc = ((0 + P_0) + P_1) + … in this order; the loads of a batch of 16 chunks are issued before their
-  // adds so the S dependent L2 round trips become S/16.
-  float v[4] = {0.f, 0.f, 0.f, 0.f};
-  float const* src = p.partial + row * p.n + col + 4 * lane;
-  int64_t const cstride = p.rows * p.n;
-  for (int s0 = 0; s0 < p.num_chunks; s0 += 16) {
-    float4 q[16];
+  int64_t const at = row * p.n + col + 4 * lane;
+  epilogue_warp<16>(p.partial + at, p.rows * p.n, p.num_chunks, sv, bv, p.bias != nullptr,
+                    p.route_weight ? p.route_weight + row : nullptr, p.y16 ? p.y16 + at : nullptr,
+                    p.y32 ? p.y32 + at : nullptr, lane);
+}
+
+/// Epilogue of one accumulator (dense, S = 1: acc = 0 + P_0, the same chain as exl3_epilogue_kernel; GEMM,
+/// naive and decode-once paths). grid
+/// (ceil(rows/8), n/512), block 128: warp w finishes 128-column group 4·blockIdx.y + w of rows
+/// 8·blockIdx.x .. +7, their acc loads issued together.
+__global__ void __launch_bounds__(128) exl3_epilogue_acc_kernel(EpilogueParams const p) {
+  int const lane = threadIdx.x & 31;
+  int64_t const col = (static_cast<int64_t>(blockIdx.y) * 4 + (threadIdx.x >> 5)) * 128 + 4 * lane;
+  if (col >= p.n) return;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
+  uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(p.svh + col));
+  uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
+  pdl_wait();
+  pdl_launch_dependents();
+  float4 q[kRowsPerWarp];
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (s0 + i < p.num_chunks) q[i] = __ldcg(reinterpret_cast<float4 const*>(src + (s0 + i) * cstride));
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    if (row0 + r < p.rows) q[r] = __ldcg(reinterpret_cast<float4 const*>(p.partial + (row0 + r) * p.n + col));
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (s0 + i < p.num_chunks) {
-        v[0] = __fadd_rn(v[0], q[i].x); v[1] = __fadd_rn(v[1], q[i].y);
-        v[2] = __fadd_rn(v[2], q[i].z); v[3] = __fadd_rn(v[3], q[i].w);
-      }
-  }
-  fwht128_warp(v, lane);
-  __half const* svh = reinterpret_cast<__half const*>(&sv);
-  __half const* bias = reinterpret_cast<__half const*>(&bv);
-  float const r = tessera::exl3::kHadScale;
-  int64_t const base = row * p.n + col + 4 * lane;
-#pragma unroll
-  for (int t = 0; t < 4; ++t) {
-    if (p.y16) {
-      // __hmul/__hadd lower to mul.f16/add.f16, which ptxas may contract into one fma.rn.f16 (one
-      // rounding instead of two: y differs from fp16(fp16(o·svh) + bias) by an ulp). The _rn forms forbid it.
-      __half y = __hmul_rn(__float2half_rn(__fmul_rn(v[t], r)), svh[t]);
-      if (p.bias) y = __hadd_rn(y, bias[t]);
-      p.y16[base + t] = y;
-    } else {
-      float y = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[t]));
-      if (p.bias) y = __fadd_rn(y, __half2float(bias[t]));
-      if (p.route_weight) y = __fmul_rn(y, p.route_weight[row]);
-      p.y32[base + t] = y;
-    }
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    int64_t const row = row0 + r;
+    if (row >= p.rows) break;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    acc_add(v, q[r]);
+    int64_t const at = row * p.n + col;
+    epilogue_finish(v, sv, bv, p.bias != nullptr, nullptr, p.y16 ? p.y16 + at : nullptr, p.y32 ? p.y32 + at : nullptr,
+                    lane);
   }
 }
 
@@ -161,6 +178,13 @@ constexpr std::array<Exl3ReconstructFn, 24> kReconstruct = {
 #undef TESSERA_EXL3_ROW
 };
 
+constexpr std::array<Exl3ReconstructFn, 24> kReconstructT = {
+#define TESSERA_EXL3_ROW(K) &launch_exl3_reconstruct_t<K, 0>, &launch_exl3_reconstruct_t<K, 1>, &launch_exl3_reconstruct_t<K, 2>,
+    TESSERA_EXL3_ROW(1) TESSERA_EXL3_ROW(2) TESSERA_EXL3_ROW(3) TESSERA_EXL3_ROW(4)
+    TESSERA_EXL3_ROW(5) TESSERA_EXL3_ROW(6) TESSERA_EXL3_ROW(7) TESSERA_EXL3_ROW(8)
+#undef TESSERA_EXL3_ROW
+};
+
 int table_index(ops::Exl3LayerDesc const& d) { return (d.k2 / 2 - 1) * 3 + static_cast<int>(d.codebook); }
 
 Status cuda_status(cudaError_t e, char const* what) {
@@ -185,6 +209,136 @@ struct Scratch {
     if (owned && ptr) cudaFreeAsync(ptr, stream);
   }
 };
+
+/// Arrival counters of the GEMV's fused epilogue (exl3_kernels.cuh), one array per (device, stream): zero at
+/// rest, because the block that draws a group's last ticket resets it, so successive ops on one stream reuse
+/// them (each GEMV touches its counters only after pdl_wait, i.e. after the previous op completed) and ops
+/// on different streams never share one. Grown stream-ordered on demand; never returned.
+Status gemv_tickets(cudaStream_t stream, size_t count, uint32_t** out) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, std::pair<uint32_t*, size_t>> pool;
+  int dev = 0;
+  TESSERA_TRY(cuda_status(cudaGetDevice(&dev), "device query"));
+  std::lock_guard<std::mutex> lock(mu);
+  auto& e = pool[{dev, stream}];
+  if (e.second < count) {
+    size_t const cap = std::max<size_t>(count, 4096);
+    void* ptr = nullptr;
+    TESSERA_TRY(cuda_status(cudaMallocAsync(&ptr, cap * sizeof(uint32_t), stream), "ticket allocation"));
+    TESSERA_TRY(cuda_status(cudaMemsetAsync(ptr, 0, cap * sizeof(uint32_t), stream), "ticket reset"));
+    if (e.first) TESSERA_TRY(cuda_status(cudaFreeAsync(e.first, stream), "ticket release"));
+    e = {static_cast<uint32_t*>(ptr), cap};
+  }
+  *out = e.first;
+  return {};
+}
+
+// ---- Decode-once product: acc = xh · W' on cuBLASLt -------------------------------------------------------
+
+/// Rows at which the heuristic picks the one algorithm of a layer shape, and the cuBLASLt workspace offered.
+constexpr int64_t kLtPlanRows = 4096;
+constexpr size_t kLtWorkspaceBytes = size_t{8} << 20;
+
+Status lt_status(cublasStatus_t e, char const* what) {
+  if (e == CUBLAS_STATUS_SUCCESS) return {};
+  return Status(StatusCode::kCudaError, std::string("exl3 cuBLASLt ") + what + ": " + cublasLtGetStatusString(e));
+}
+
+/// One cuBLASLt handle per device (a handle holds no stream; calls on it may come from any thread).
+Status lt_handle(int dev, cublasLtHandle_t* out) {
+  static std::mutex mu;
+  static std::map<int, cublasLtHandle_t> handles;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = handles.find(dev);
+  if (it == handles.end()) {
+    cublasLtHandle_t h = nullptr;
+    TESSERA_TRY(lt_status(cublasLtCreate(&h), "create"));
+    it = handles.emplace(dev, h).first;
+  }
+  *out = it->second;
+  return {};
+}
+
+/// acc [m, n] = xh [m, k] · W' (all row-major; W' held as W'ᵀ [n, k]) in cuBLAS's column-major terms:
+/// D (n × m, ld n) = op_T(A) · B with A = W'ᵀ as stored (k × n, ld k) and B = xh as stored (k × m, ld k) —
+/// both operands K-major (the "TN" layout); fp16 A and B, fp32 C = D, fp32 compute and scale (alpha 1, beta 0).
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  Status init(int64_t m, int64_t k, int64_t n) {
+    TESSERA_TRY(lt_status(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc"));
+    cublasOperation_t const ta = CUBLAS_OP_T;
+    TESSERA_TRY(lt_status(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa"));
+    TESSERA_TRY(lt_status(cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k), "layout W'"));
+    TESSERA_TRY(lt_status(cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k), "layout xh"));
+    return lt_status(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n), "layout acc");
+  }
+  ~LtProblem() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+/// The one algorithm a layer shape (k, n) uses at every row count: the first candidate of cuBLASLt's
+/// heuristic at m = kLtPlanRows that neither splits k nor reduces partial results. cuBLAS's own choice
+/// changes with m (tile shape, split-K); one fixed algorithm walks k in one order for every output tile, so
+/// a row's acc does not depend on m or on the other rows within this path.
+Status lt_algo(cublasLtHandle_t h, int dev, int64_t k, int64_t n, cublasLtMatmulAlgo_t* out) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int64_t, int64_t>, cublasLtMatmulAlgo_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto const key = std::make_tuple(dev, k, n);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *out = it->second;
+    return {};
+  }
+  LtProblem pr;
+  TESSERA_TRY(pr.init(kLtPlanRows, k, n));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TESSERA_TRY(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+  uint64_t const ws = kLtWorkspaceBytes;
+  uint32_t const scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof scheme);
+  cublasLtMatmulHeuristicResult_t res[16] = {};
+  int count = 0;
+  cublasStatus_t const hs = cublasLtMatmulAlgoGetHeuristic(h, pr.op, pr.a, pr.b, pr.c, pr.c, pref, 16, res, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  TESSERA_TRY(lt_status(hs, "heuristic"));
+  for (int i = 0; i < count; ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > kLtWorkspaceBytes) continue;
+    int32_t splitk = 1;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &written);
+    if (splitk > 1 || red != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
+    cache.emplace(key, res[i].algo);
+    *out = res[i].algo;
+    return {};
+  }
+  return not_supported("exl3: cuBLASLt offers no algorithm without split-K for k=" + std::to_string(k) +
+                       " n=" + std::to_string(n));
+}
+
+/// acc = xh · W' with the layer shape's fixed algorithm (lt_algo); wt = W'ᵀ [n, k].
+Status lt_gemm(__half const* xh, __half const* wt, float* acc, int64_t m, int64_t k, int64_t n, void* ws,
+               cudaStream_t stream) {
+  int dev = 0;
+  TESSERA_TRY(cuda_status(cudaGetDevice(&dev), "device query"));
+  cublasLtHandle_t h = nullptr;
+  TESSERA_TRY(lt_handle(dev, &h));
+  cublasLtMatmulAlgo_t algo;
+  TESSERA_TRY(lt_algo(h, dev, k, n, &algo));
+  LtProblem pr;
+  TESSERA_TRY(pr.init(m, k, n));
+  float const alpha = 1.f, beta = 0.f;
+  return lt_status(cublasLtMatmul(h, pr.op, &alpha, wt, pr.a, xh, pr.b, &beta, acc, pr.c, acc, pr.c, &algo, ws,
+                                  kLtWorkspaceBytes, stream),
+                   "matmul");
+}
 
 Status check_device(DeviceInfo const& dev) {
   if (dev.sm != 0 && dev.sm < 90) return not_supported("exl3 CUDA kernels are built for sm_90a; device is sm_" + std::to_string(dev.sm));
@@ -232,10 +386,11 @@ Status Exl3Dequant<Backend::kCuda>::check(Exl3LayerDesc const& d, DeviceInfo con
 
 Status Exl3Dequant<Backend::kCuda>::run(Exl3LayerDesc const& d, Exl3DequantArgs const& a, ExecContext& ctx) {
   TESSERA_TRY(check(d, ctx.device));
-  if (!a.trellis.data || !a.w.data || !a.w.is_contiguous() || a.w.shape[0] != d.k || a.w.shape[1] != d.n)
-    return invalid_argument("exl3 dequant: trellis and w [k, n] (contiguous, device) required");
+  int64_t const rows = a.transposed ? d.n : d.k, cols = a.transposed ? d.k : d.n;
+  if (!a.trellis.data || !a.w.data || !a.w.is_contiguous() || a.w.shape[0] != rows || a.w.shape[1] != cols)
+    return invalid_argument("exl3 dequant: trellis and w [k, n] ([n, k] transposed; contiguous, device) required");
   auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
-  return kx::cuda_status(kx::kReconstruct[kx::table_index(d)](a.trellis.data, reinterpret_cast<__half*>(a.w.data),
+  return kx::cuda_status((a.transposed ? kx::kReconstructT : kx::kReconstruct)[kx::table_index(d)](a.trellis.data, reinterpret_cast<__half*>(a.w.data),
                                                               static_cast<int>(d.k / 16), static_cast<int>(d.n / 16), stream),
                          "reconstruct launch");
 }
@@ -249,19 +404,29 @@ Status Exl3Gemm<Backend::kCuda>::check(Exl3GemmDesc const& d, DeviceInfo const& 
 }
 
 namespace {
-/// Tactics: 1 GEMV (chunk partials in the workspace), 2 GEMM (chain in registers), 3 naive reference.
-int gemm_tactic(int64_t m, int impl_override) { return impl_override > 0 ? impl_override : (m <= 16 ? 1 : 2); }
+/// Tactics: 1 GEMV with the fused epilogue, 2 GEMM (chain in registers), 3 naive reference, 4 decode-once
+/// (W' decoded to fp16 scratch once, acc = xh·W' on cuBLASLt), 5 GEMV then the epilogue kernel.
+/// Auto: up to 16 rows the GEMV, its epilogue fused for one row of a small layer (≤ 2^17 tiles) and a
+/// separate kernel otherwise (H200: fused saves 0.4–1.4 µs per op at one row of the ≤ 6 MB layers; at 2+
+/// rows, or with ≥ 1000 column groups as on the head, the elected blocks' serial reduction costs more
+/// than the second launch); 4 from kExl3DecodeOnceMinRows rows unless strict_rows; 2 otherwise.
+int gemm_tactic(Exl3GemmDesc const& d, int impl_override) {
+  if (impl_override > 0) return impl_override;
+  if (d.num_rows <= 16) return d.num_rows == 1 && kx::gemv_fuses_transform(d.layer.k / 16, d.layer.n / 16) ? 1 : 5;
+  return !d.strict_rows && d.num_rows >= kExl3DecodeOnceMinRows ? 4 : 2;
+}
 size_t gemm_workspace(Exl3GemmDesc const& d, int tactic) {
-  auto const m = static_cast<size_t>(d.num_rows);
-  int const s = kx::exl3_num_chunks(static_cast<int>(d.layer.k / 16), static_cast<int>(d.layer.n / 16));
-  size_t const chunks = tactic == 1 ? static_cast<size_t>(s) : 1;
-  return kx::align256(m * static_cast<size_t>(d.layer.k) * 2) +
-         kx::align256(chunks * m * static_cast<size_t>(d.layer.n) * 4);
+  auto const m = static_cast<size_t>(d.num_rows), k = static_cast<size_t>(d.layer.k), n = static_cast<size_t>(d.layer.n);
+  size_t const xh = kx::align256(m * k * 2);
+  if (tactic == 4) return xh + kx::align256(k * n * 2) + kx::align256(m * n * 4) + kx::kLtWorkspaceBytes;
+  int const s = kx::exl3_num_chunks(static_cast<int>(k / 16), static_cast<int>(n / 16));
+  size_t const chunks = tactic == 1 || tactic == 5 ? static_cast<size_t>(s) : 1;
+  return xh + kx::align256(chunks * m * n * 4);
 }
 }  // namespace
 
 size_t Exl3Gemm<Backend::kCuda>::workspace_bytes(Exl3GemmDesc const& d) {
-  return gemm_workspace(d, gemm_tactic(d.num_rows, -1));
+  return gemm_workspace(d, gemm_tactic(d, -1));
 }
 
 Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& a, ExecContext& ctx) {
@@ -277,14 +442,15 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
           : (!a.y_f32.data || a.y_f32.shape[0] != m || a.y_f32.shape[1] != l.n))
     return invalid_argument("exl3 gemm: output must be [m, n] of the output dtype");
   if (m == 0) return {};
-  int const tactic = gemm_tactic(m, ctx.impl_override);
-  if (tactic < 1 || tactic > 3)
-    return invalid_argument("exl3 gemm: impl_override " + std::to_string(ctx.impl_override) + " is not 1..3");
+  int const tactic = gemm_tactic(d, ctx.impl_override);
+  if (tactic < 1 || tactic > 5)
+    return invalid_argument("exl3 gemm: impl_override " + std::to_string(ctx.impl_override) + " is not 1..5");
   kx::Scratch ws;
   TESSERA_TRY(ws.acquire(ctx, gemm_workspace(d, tactic)));
   auto* xh = static_cast<__half*>(ws.ptr);
   auto* partial = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + kx::align256(static_cast<size_t>(m * l.k) * 2));
   cudaStream_t stream = ws.stream;
+  bool const gemv = tactic == 1 || tactic == 5;
 
   kx::XformParams xp;
   xp.x = reinterpret_cast<__half const*>(a.x.data);
@@ -294,50 +460,77 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
   xp.k = l.k;
   // Small layers: the GEMV applies the input transform itself while staging its A fragments (one launch
   // less); large ones keep the transform kernel (the GEMV's staging repeats it in every column block).
-  bool const fuse = tactic == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16);
+  bool const fuse = gemv && kx::gemv_fuses_transform(l.k / 16, l.n / 16);
   if (!fuse)
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
-                                                 dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(static_cast<unsigned>((m + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                                      static_cast<unsigned>((l.k + 511) / 512)),
                                                  dim3(128), 0, stream, xp),
                                 "input transform launch"));
 
-  kx::Exl3MmaParams p;
-  p.xh = xh;
-  p.trellis = a.trellis.data;
-  p.partial = partial;
-  p.num_rows = m;
-  p.k = l.k;
-  p.n = l.n;
-  p.tiles_k = static_cast<int>(l.k / 16);
-  p.tiles_n = static_cast<int>(l.n / 16);
-  p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
-  p.chunk_tiles = p.tiles_k / p.num_chunks;
-  // Auto: GEMV up to 16 rows, GEMM above (identical bits either way, see exl3_kernels.cuh).
-  int epilogue_chunks = 1;
-  if (tactic == 1) {
-    epilogue_chunks = p.num_chunks;
-    if (fuse) {
-      p.x = xp.x;
-      p.suh = xp.suh;
-    }
-    TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, 1, stream), "gemv launch"));
-  } else if (tactic == 2) {
-    TESSERA_TRY(kx::cuda_status(kx::kGemm[kx::table_index(l)](p, 1, stream), "gemm launch"));
-  } else {
-    kx::exl3_naive_acc_kernel<<<dim3(static_cast<unsigned>((l.n + 127) / 128), static_cast<unsigned>(m)), 128, 0, stream>>>(
-        xh, a.trellis.data, partial, m, l.k, l.n, l.k2, static_cast<int>(l.codebook));
-    TESSERA_TRY(kx::cuda_status(cudaGetLastError(), "naive launch"));
-  }
-
   kx::EpilogueParams ep;
   ep.partial = partial;
-  ep.num_chunks = epilogue_chunks;
+  ep.num_chunks = 1;
   ep.rows = m;
   ep.n = l.n;
   ep.svh = reinterpret_cast<__half const*>(a.svh.data);
   ep.bias = d.has_bias ? reinterpret_cast<__half const*>(a.bias.data) : nullptr;
   if (f16) ep.y16 = reinterpret_cast<__half*>(a.y_f16.data);
   else ep.y32 = a.y_f32.data;
+
+  if (tactic == 4) {
+    // W'ᵀ bit-exact into scratch (spec §3), acc = xh·W' in fp32 on the tensor cores (cuBLASLt, one fixed
+    // algorithm per layer shape), then the epilogue kernel with S = 1.
+    auto* wt = reinterpret_cast<__half*>(partial);
+    auto* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(wt) + kx::align256(static_cast<size_t>(l.k * l.n) * 2));
+    void* lt_ws = reinterpret_cast<char*>(acc) + kx::align256(static_cast<size_t>(m * l.n) * 4);
+    TESSERA_TRY(kx::cuda_status(kx::kReconstructT[kx::table_index(l)](a.trellis.data, wt, static_cast<int>(l.k / 16),
+                                                                      static_cast<int>(l.n / 16), stream),
+                                "reconstruct launch"));
+    TESSERA_TRY(kx::lt_gemm(xh, wt, acc, m, l.k, l.n, lt_ws, stream));
+    ep.partial = acc;
+  } else {
+    kx::Exl3MmaParams p;
+    p.xh = xh;
+    p.trellis = a.trellis.data;
+    p.partial = partial;
+    p.num_rows = m;
+    p.k = l.k;
+    p.n = l.n;
+    p.tiles_k = static_cast<int>(l.k / 16);
+    p.tiles_n = static_cast<int>(l.n / 16);
+    p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
+    p.chunk_tiles = p.tiles_k / p.num_chunks;
+    if (gemv) {
+      ep.num_chunks = p.num_chunks;
+      if (fuse) {
+        p.x = xp.x;
+        p.suh = xp.suh;
+      }
+      if (tactic == 1) {   // one launch: the GEMV's last block per column group runs the epilogue
+        TESSERA_TRY(kx::gemv_tickets(stream, static_cast<size_t>(l.n / 128), &p.tickets));
+        p.svh = ep.svh;
+        p.bias = ep.bias;
+        p.y16 = ep.y16;
+        p.y32 = ep.y32;
+      }
+      TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, 1, stream), "gemv launch"));
+      if (tactic == 1) return {};
+    } else if (tactic == 2) {
+      TESSERA_TRY(kx::cuda_status(kx::kGemm[kx::table_index(l)](p, 1, stream), "gemm launch"));
+    } else {
+      kx::exl3_naive_acc_kernel<<<dim3(static_cast<unsigned>((l.n + 127) / 128), static_cast<unsigned>(m)), 128, 0, stream>>>(
+          xh, a.trellis.data, partial, m, l.k, l.n, l.k2, static_cast<int>(l.codebook));
+      TESSERA_TRY(kx::cuda_status(cudaGetLastError(), "naive launch"));
+    }
+  }
+  // One accumulator (GEMM, naive, decode-once): the row-batched kernel; chunk partials: the chain kernel.
+  if (ep.num_chunks == 1)
+    return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_acc_kernel,
+                                          dim3(static_cast<unsigned>((m + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                               static_cast<unsigned>((l.n + 511) / 512)),
+                                          dim3(128), 0, stream, ep),
+                           "epilogue launch");
   return kx::cuda_status(kx::launch_pdl(kx::exl3_epilogue_kernel,
                                         dim3(static_cast<unsigned>(m), static_cast<unsigned>((l.n + 511) / 512)), dim3(128),
                                         0, stream, ep),
@@ -392,7 +585,8 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
     p.suh_e = xp.suh_e;
   } else {
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
-                                                 dim3(static_cast<unsigned>(rows), static_cast<unsigned>((l.k + 511) / 512)),
+                                                 dim3(static_cast<unsigned>((rows + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
+                                                      static_cast<unsigned>((l.k + 511) / 512)),
                                                  dim3(128), 0, stream, xp),
                                 "input transform launch"));
   }
@@ -407,7 +601,19 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   p.tiles_n = static_cast<int>(l.n / 16);
   p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
   p.chunk_tiles = p.tiles_k / p.num_chunks;
+  // One token (at most one row per expert) of a small layer: one launch, the GEMV's last block per
+  // (expert, column group) runs the epilogue (see gemm_tactic); otherwise the epilogue kernel follows.
+  // impl_override 1 / 5 force either.
+  bool const fused = ctx.impl_override == 1 ||
+                     (ctx.impl_override != 5 && d.num_tokens == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16));
+  if (fused) {
+    TESSERA_TRY(kx::gemv_tickets(stream, static_cast<size_t>(e) * static_cast<size_t>(l.n / 128), &p.tickets));
+    p.svh_e = reinterpret_cast<__half const* const*>(a.svh);
+    p.route_weight = a.route_weight;
+    p.y32 = a.y.data;
+  }
   TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, e, stream), "grouped gemv launch"));
+  if (fused) return {};
 
   kx::EpilogueParams ep;
   ep.partial = partial;

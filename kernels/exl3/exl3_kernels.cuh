@@ -8,7 +8,14 @@
 /// The GEMV kernel computes the chunks in parallel (grid.y) into a partials buffer [S][rows][n] and the
 /// epilogue adds them in order; the GEMM kernel walks the chunks sequentially with the same chain in
 /// registers and stores acc as a single "partial". Both give the same bits for every row whatever the row
-/// count, so choosing between them by row count keeps a row's result independent of the batch. No atomics.
+/// count, so choosing between them by row count keeps a row's result independent of the batch.
+/// No atomics in the value path.
+///
+/// Fused epilogue (GEMV, `tickets` set): a 128-column group is written by 2·S blocks (its two 64-column
+/// halves × S chunks). Each block stores its partials, fences, and takes a ticket (atomicAdd on the group's
+/// counter); the block that draws ticket 2S − 1 resets the counter to 0 and applies `epilogue_warp` to the
+/// group for every row — the same function, so the same additions in the same order, as the epilogue
+/// kernel. The ticket only elects the block; no value passes through an atomic.
 ///
 /// Work split:
 ///   GEMV   block = 4 warps sharing one chunk, warp = one 16-column tile × the chunk × its expert's rows in
@@ -50,6 +57,14 @@ struct Exl3MmaParams {
   int tiles_k = 0, tiles_n = 0;
   int num_chunks = 1;                        // S
   int chunk_tiles = 0;                       // C = tiles_k / S
+  // GEMV fused epilogue (null tickets: the epilogue kernel runs after the GEMV instead).
+  uint32_t* tickets = nullptr;               // [E or 1][n / 128] arrival counters, zero at rest
+  __half const* svh = nullptr;               // [n] (dense)
+  __half const* const* svh_e = nullptr;      // [E] → [n] (MoE)
+  __half const* bias = nullptr;              // [n] or null
+  float const* route_weight = nullptr;       // [num_rows] or null (fp32 output only)
+  __half* y16 = nullptr;                     // [num_rows, n] fp16 output, or
+  float* y32 = nullptr;                      // [num_rows, n] fp32 output
 };
 
 inline constexpr int kGemvWarps = 4;
@@ -141,6 +156,80 @@ __device__ __forceinline__ uint2 input_transform_warp(uint2 xv, uint2 sv, int la
   return out;
 }
 
+/// Epilogue of one 128-column group of one row by a warp (spec §4.3); lane l owns columns 4l..4l+3.
+/// acc = ((0 + P_0) + P_1) + … + P_{S−1} in fp32, in this order (loads issued kBatch chunks at a time, adds
+/// in order); butterflies; fp16 output y = fp16(fp16(v·r)·svh) (+ bias, fp16 add); fp32 output
+/// y = (v·r)·svh (+ bias) (· route weight), every step rounded once. `src` is the lane's quad of P_0,
+/// `cstride` the floats from P_s to P_{s+1}; y16 / y32 (one non-null) point at the lane's output quad.
+/// acc quad += q (the lane's 4 columns of the next chunk partial): one step of the chain.
+__device__ __forceinline__ void acc_add(float (&v)[4], float4 q) {
+  v[0] = __fadd_rn(v[0], q.x); v[1] = __fadd_rn(v[1], q.y);
+  v[2] = __fadd_rn(v[2], q.z); v[3] = __fadd_rn(v[3], q.w);
+}
+
+/// The epilogue after the chunk sum (see epilogue_warp): butterflies, ·r, ·svh, bias, route weight.
+__device__ __forceinline__ void epilogue_finish(float (&v)[4], uint2 sv, uint2 bv, bool has_bias, float const* route,
+                                                __half* y16, float* y32, int lane) {
+  fwht128_warp(v, lane);
+  __half const* svh = reinterpret_cast<__half const*>(&sv);
+  __half const* bias = reinterpret_cast<__half const*>(&bv);
+  float const r = tessera::exl3::kHadScale;
+  if (y16) {
+    __half y[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      // __hmul/__hadd lower to mul.f16/add.f16, which ptxas may contract into one fma.rn.f16 (one
+      // rounding instead of two: y differs from fp16(fp16(o·svh) + bias) by an ulp). The _rn forms forbid it.
+      y[t] = __hmul_rn(__float2half_rn(__fmul_rn(v[t], r)), svh[t]);
+      if (has_bias) y[t] = __hadd_rn(y[t], bias[t]);
+    }
+    __half2 const y01 = __halves2half2(y[0], y[1]), y23 = __halves2half2(y[2], y[3]);
+    uint2 out;
+    out.x = *reinterpret_cast<uint32_t const*>(&y01);
+    out.y = *reinterpret_cast<uint32_t const*>(&y23);
+    *reinterpret_cast<uint2*>(y16) = out;   // 8-byte aligned: n % 128 == 0
+  } else {
+    float4 y;
+    float* yv = &y.x;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      yv[t] = __fmul_rn(__fmul_rn(v[t], r), __half2float(svh[t]));
+      if (has_bias) yv[t] = __fadd_rn(yv[t], __half2float(bias[t]));
+      if (route) yv[t] = __fmul_rn(yv[t], *route);
+    }
+    *reinterpret_cast<float4*>(y32) = y;
+  }
+}
+
+/// Epilogue of one 128-column group of one row by a warp (spec §4.3); lane l owns columns 4l..4l+3.
+/// acc = ((0 + P_0) + P_1) + … + P_{S−1} in fp32, in this order (loads issued kBatch chunks at a time, adds
+/// in order); butterflies; fp16 output y = fp16(fp16(v·r)·svh) (+ bias, fp16 add); fp32 output
+/// y = (v·r)·svh (+ bias) (· route weight), every step rounded once. `src` is the lane's quad of P_0,
+/// `cstride` the floats from P_s to P_{s+1}; y16 / y32 (one non-null) point at the lane's output quad.
+template <int kBatch>
+__device__ __forceinline__ void epilogue_warp(float const* src, int64_t cstride, int num_chunks, uint2 sv, uint2 bv,
+                                              bool has_bias, float const* route, __half* y16, float* y32, int lane) {
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s0 = 0; s0 < num_chunks; s0 += kBatch) {
+    float4 q[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (s0 + i < num_chunks) q[i] = __ldcg(reinterpret_cast<float4 const*>(src + (s0 + i) * cstride));
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (s0 + i < num_chunks) acc_add(v, q[i]);
+  }
+  epilogue_finish(v, sv, bv, has_bias, route, y16, y32, lane);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, bool valid) {
+  uint32_t const s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
 __device__ __forceinline__ uint32_t ld_u32_or_zero(__half const* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<uint32_t const*>(p)) : 0u;
 }
@@ -151,12 +240,14 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
 }
 
 /// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128,
-/// dynamic shared memory C·512 B. The block's 4 warps share one chunk of C k-tiles (C a multiple of 8):
-/// the A fragments of the row group (xh rows rg..rg+15, lane order {a0, a1, a2, a3}) are staged once in
-/// shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
+/// dynamic shared memory C·512 B (max(C, S)·512 B with the fused epilogue). The block's 4 warps share one
+/// chunk of C k-tiles (C a multiple of 8): the A fragments of the row group (xh rows rg..rg+15, lane order
+/// {a0, a1, a2, a3}) are staged once in shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
 /// of kGemvDepth tiles of trellis words in registers; the first ring is loaded before `pdl_wait` (weights
 /// only), so the trellis stream starts while the input transform still runs.
-template <int kBits, Codebook kCb>
+/// kFused: p.tickets is set and the kernel ends with the fused epilogue; a separate instantiation, so the
+/// two-launch path keeps the main loop's code and registers as without it (≈ 7 % on the head otherwise).
+template <int kBits, Codebook kCb, bool kFused>
 __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_gemv_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
@@ -266,16 +357,63 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
       if (ok1) *reinterpret_cast<float2*>(out + (rg + g + 8) * p.n + 8 * h) = make_float2(acc[h][2], acc[h][3]);
     }
   }
+  if constexpr (kFused) {
+    // Fused epilogue (file comment): the block drawing the group's last ticket reduces it for every row.
+    __shared__ uint32_t elected;
+    __threadfence();   // this block's partials are visible device-wide before its ticket is taken
+    __syncthreads();
+    int const group = blockIdx.x >> 1;
+    uint32_t* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * (p.tiles_n / 8) + group;
+    if (threadIdx.x == 0) {
+      uint32_t const last = 2u * static_cast<uint32_t>(p.num_chunks) - 1u;
+      elected = atomicAdd(ticket, 1u) == last ? 1u : 0u;
+      if (elected) atomicExch(ticket, 0u);   // every arrival is in: back to zero for the next op
+    }
+    __syncthreads();
+    if (!elected) return;
+    __threadfence();
+    // Rows and lane re-derived here rather than kept live across the main loop (its 64-register budget).
+    int64_t const e0 = p.expert_offsets ? p.expert_offsets[blockIdx.z] : 0;
+    int64_t const e1 = p.expert_offsets ? p.expert_offsets[blockIdx.z + 1] : p.num_rows;
+    int const ln = threadIdx.x & 31;
+    int64_t const col = static_cast<int64_t>(group) * 128 + 4 * ln;
+    __half const* svh = p.svh_e ? p.svh_e[blockIdx.z] : p.svh;
+    uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(svh + col));
+    uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
+    int64_t const cstride = p.num_rows * p.n;
+    if (e1 - e0 < kGemvWarps) {
+      // Fewer rows than warps: all 128 threads copy a row's S partial quads into shared memory at once
+      // (cp.async: one L2 round trip, no registers; the A fragments are dead and the launch sized the space
+      // max(C, S)·512 B), then warp 0 adds them in order.
+      float4* buf = reinterpret_cast<float4*>(gemv_sa);
+      for (int64_t row = e0; row < e1; ++row) {
+        float const* src = p.partial + row * p.n + static_cast<int64_t>(group) * 128;
+        for (int i = threadIdx.x; i < p.num_chunks * 32; i += kGemvWarps * 32)
+          cp_async16(buf + i, src + (i >> 5) * cstride + 4 * (i & 31), true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        if (threadIdx.x < 32) {
+          float v[4] = {0.f, 0.f, 0.f, 0.f};
+          for (int c = 0; c < p.num_chunks; ++c) acc_add(v, buf[c * 32 + ln]);
+          int64_t const at = row * p.n + col;
+          epilogue_finish(v, sv, bv, p.bias != nullptr, p.route_weight ? p.route_weight + row : nullptr,
+                          p.y16 ? p.y16 + at : nullptr, p.y32 ? p.y32 + at : nullptr, ln);
+        }
+        __syncthreads();
+      }
+      return;
+    }
+#pragma unroll 1
+    for (int64_t row = e0 + (threadIdx.x >> 5); row < e1; row += kGemvWarps) {
+      int64_t const at = row * p.n + col;
+      epilogue_warp<4>(p.partial + at, cstride, p.num_chunks, sv, bv, p.bias != nullptr,
+                       p.route_weight ? p.route_weight + row : nullptr, p.y16 ? p.y16 + at : nullptr,
+                       p.y32 ? p.y32 + at : nullptr, ln);
+    }
+  }
 #endif
 }
-
-__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, bool valid) {
-  uint32_t const s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
 
 /// GEMM: the full chunk chain for 128 rows × 128 columns. grid (tiles_n / 8, ceil(num_rows / 128)),
 /// block 256, dynamic shared memory kGemmSmemBytes. Each warp owns one 16-column tile and all 128 rows
@@ -423,12 +561,51 @@ __global__ void __launch_bounds__(128) exl3_reconstruct_kernel(int16_t const* __
   }
 }
 
+/// W'ᵀ [n, k] fp16 (k contiguous: the K-major operand of cuBLAS's TN kernels) from the trellis. A warp
+/// takes 4 consecutive k-tiles of one column tile (kTTiles; tiles_k is a multiple of 8), their trellis
+/// words loaded together; each decoded tile is transposed in shared memory, then lane l stores W'ᵀ row
+/// 16·tn + l/2, k = 16·tk + 8·(l%2)..+7 as one 16-byte store, so every 32-byte sector is written whole
+/// (the [k, n] kernel above scatters 2-byte stores). grid (ceil(tiles_k·tiles_n / 16)), block 128.
+inline constexpr int kTTiles = 4;
+template <int kBits, Codebook kCb>
+__global__ void __launch_bounds__(128) exl3_reconstruct_t_kernel(int16_t const* __restrict__ trellis, __half* wt,
+                                                                 int tiles_k, int tiles_n, int64_t k) {
+  __shared__ __align__(16) uint16_t st[4][16][24];   // [warp][col][row], rows padded to 48 B
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t const t = (static_cast<int64_t>(blockIdx.x) * 4 + warp) * kTTiles;
+  if (t >= static_cast<int64_t>(tiles_k) * tiles_n) return;
+  int const tk0 = static_cast<int>(t % tiles_k), tn = static_cast<int>(t / tiles_k);
+  int const first = dx::lane_first_bit<kBits>(lane);
+  uint32_t wd[kTTiles][dx::kLaneWords<kBits>];
+#pragma unroll
+  for (int i = 0; i < kTTiles; ++i) dx::load_lane_words<kBits>(tile_words<kBits>(trellis, tiles_n, tk0 + i, tn), first, wd[i]);
+  int const c = lane >> 1, h = lane & 1;
+#pragma unroll
+  for (int i = 0; i < kTTiles; ++i) {
+    uint32_t frag[4];
+    dx::decode_fragments<kBits, kCb>(wd[i], first & 31, frag);
+    __syncwarp();   // the previous tile's reads of st are done
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int const pos = 8 * lane + j;
+      st[warp][tessera::exl3::tile_col(pos)][tessera::exl3::tile_row(pos)] = static_cast<uint16_t>(frag[j >> 1] >> (16 * (j & 1)));
+    }
+    __syncwarp();
+    uint4 const v = *reinterpret_cast<uint4 const*>(&st[warp][c][8 * h]);
+    *reinterpret_cast<uint4*>(wt + (16 * static_cast<int64_t>(tn) + c) * k + 16 * static_cast<int64_t>(tk0 + i) + 8 * h) = v;
+  }
+}
+
 /// Launchers (defined per (K, codebook) in the generated inst/ TUs).
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream_t stream) {
   dim3 grid((p.tiles_n + kGemvWarps - 1) / kGemvWarps, p.num_chunks, num_experts);
-  size_t const smem = static_cast<size_t>(p.chunk_tiles) * 32 * sizeof(uint4);
-  return launch_pdl(exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemvWarps * 32), smem, stream, p);
+  // A fragments of the chunk (C·512 B); the fused epilogue reuses the space for S partial quads of a row.
+  int const slots = p.tickets && p.num_chunks > p.chunk_tiles ? p.num_chunks : p.chunk_tiles;
+  size_t const smem = static_cast<size_t>(slots) * 32 * sizeof(uint4);
+  auto const kernel = p.tickets ? exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb), true>
+                                : exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb), false>;
+  return launch_pdl(kernel, grid, dim3(kGemvWarps * 32), smem, stream, p);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {
@@ -448,6 +625,15 @@ cudaError_t launch_exl3_reconstruct(int16_t const* trellis, __half* w, int tiles
   return cudaGetLastError();
 }
 
+template <int kBits, int kCb>
+cudaError_t launch_exl3_reconstruct_t(int16_t const* trellis, __half* wt, int tiles_k, int tiles_n, cudaStream_t stream) {
+  int64_t const tiles = static_cast<int64_t>(tiles_k) * tiles_n;
+  exl3_reconstruct_t_kernel<kBits, static_cast<Codebook>(kCb)>
+      <<<static_cast<unsigned>((tiles + 4 * kTTiles - 1) / (4 * kTTiles)), 128, 0, stream>>>(trellis, wt, tiles_k, tiles_n,
+                                                                                         16LL * tiles_k);
+  return cudaGetLastError();
+}
+
 using Exl3MmaLaunchFn = cudaError_t (*)(Exl3MmaParams const&, int, cudaStream_t);
 using Exl3ReconstructFn = cudaError_t (*)(int16_t const*, __half*, int, int, cudaStream_t);
 
@@ -455,7 +641,8 @@ using Exl3ReconstructFn = cudaError_t (*)(int16_t const*, __half*, int, int, cud
 #define TESSERA_EXL3_EXTERN_ONE(K, CB)                                                                   \
   extern template cudaError_t launch_exl3_gemv<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
   extern template cudaError_t launch_exl3_gemm<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
-  extern template cudaError_t launch_exl3_reconstruct<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);
+  extern template cudaError_t launch_exl3_reconstruct<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);     \
+  extern template cudaError_t launch_exl3_reconstruct_t<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);
 #define TESSERA_EXL3_EXTERN_K(K) TESSERA_EXL3_EXTERN_ONE(K, 0) TESSERA_EXL3_EXTERN_ONE(K, 1) TESSERA_EXL3_EXTERN_ONE(K, 2)
 // clang-format on
 #ifndef TESSERA_EXL3_INSTANTIATING

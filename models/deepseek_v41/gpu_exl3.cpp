@@ -166,7 +166,9 @@ void gemm_slice(ExecContext& ctx, DevTensor const& w, int64_t g, uint16_t const*
   a.suh = TensorView<Fp16 const, 1>(static_cast<Fp16 const*>(w.suh), {l.k}, kDev);
   a.svh = TensorView<Fp16 const, 1>(static_cast<Fp16 const*>(w.svh) + g * l.n, {l.n}, kDev);
   a.y_f32 = TensorView<float, 2>(y, {rows, l.n}, kDev);
-  throw_if_error(exl3_gemm(ctx, ops::Exl3GemmDesc{l, rows, DType::kF32, false}, a));
+  // strict_rows: the chunk chain at every row count, so chunked == one-shot and batched == alone stay exact
+  // (the decode-once path from ops::kExl3DecodeOnceMinRows rows sums in cuBLAS's order).
+  throw_if_error(exl3_gemm(ctx, ops::Exl3GemmDesc{l, rows, DType::kF32, false, true}, a));
 }
 
 }  // namespace

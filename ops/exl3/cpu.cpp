@@ -61,11 +61,19 @@ Status Exl3Dequant<Backend::kCpu>::check(Exl3LayerDesc const& d) { return check_
 Status Exl3Dequant<Backend::kCpu>::run(Exl3LayerDesc const& d, Exl3DequantArgs const& a, ExecContext&) {
   TESSERA_TRY(check(d));
   TESSERA_TRY(check_trellis(d, a.trellis));
-  if (!is_mat(a.w, d.k, d.n)) return invalid_argument("exl3 dequant: w must be contiguous [k, n]");
+  if (a.transposed ? !is_mat(a.w, d.n, d.k) : !is_mat(a.w, d.k, d.n))
+    return invalid_argument("exl3 dequant: w must be contiguous [k, n] ([n, k] when transposed)");
   ref::Exl3HostLayer L = host_layer(d, a.trellis.data, nullptr, nullptr, nullptr);
   std::vector<uint16_t> table = ref::exl3_codebook_table(d.codebook);
   auto* w = reinterpret_cast<uint16_t*>(a.w.data);
-  parallel_for(L.tiles_k(), [&](int64_t b, int64_t e) { ref::exl3_decode_rows(L, table.data(), b, e, w); });
+  if (!a.transposed) {
+    parallel_for(L.tiles_k(), [&](int64_t b, int64_t e) { ref::exl3_decode_rows(L, table.data(), b, e, w); });
+    return {};
+  }
+  std::vector<uint16_t> wk(static_cast<size_t>(d.k * d.n));
+  parallel_for(L.tiles_k(), [&](int64_t b, int64_t e) { ref::exl3_decode_rows(L, table.data(), b, e, wk.data()); });
+  for (int64_t i = 0; i < d.k; ++i)
+    for (int64_t j = 0; j < d.n; ++j) w[j * d.k + i] = wk[static_cast<size_t>(i * d.n + j)];
   return {};
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// EXL3 CUDA kernels against the CPU reference (include/tessera/ref/exl3_ref.hpp):
-///   * W' from the device reconstruct equals the CPU decode bit for bit, every K and codebook;
+///   * W' (and W'ᵀ) from the device reconstruct equals the CPU decode bit for bit, every K and codebook;
 ///   * the naive reference kernel (tactic 3: per-element decode, fp32 FMA chain over k) equals a CPU
 ///     emulation of the same chain followed by the CPU epilogue bit for bit — this pins the device input
 ///     transform, decode and fp16/fp32 epilogues to the spec's roundings;
@@ -8,8 +8,16 @@
 ///     kernels/exl3/exl3_kernels.cuh), and a row's result does not depend on the batch;
 ///   * both are within the spec §7.4 bounds of the float64 CPU reference;
 ///   * the MoE grouped path equals the dense path per expert times the routing weight, bit for bit;
-///   * DeepSeek-V4.1's real shapes against the naive kernel.
+///   * DeepSeek-V4.1's real shapes against the naive kernel;
+///   * the GEMV with its epilogue fused (tactic 1, one launch) equals GEMV + epilogue kernel (tactic 5) bit
+///     for bit, dense and MoE, on both of its reduction paths (fewer rows than warps, and more) and on
+///     repeated calls (the arrival counters return to zero);
+///   * the decode-once path (tactic 4: W' to fp16 scratch, cuBLASLt) is within the spec §7.4 bounds on the
+///     fixtures and random layers, and row-invariant on its own side: a row alone equals the same row inside
+///     m = 2048 (and inside m = 1024 at another position) bit for bit.
 #include <boost/test/unit_test.hpp>
+
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
@@ -33,9 +41,9 @@ using namespace tessera::verify::exl3;
 namespace {
 
 std::vector<uint16_t> run_dense(HostLayer const& h, DevLayer const& d, std::vector<uint16_t> const& x, int64_t m,
-                                DType out, int tactic, std::vector<float>* y32 = nullptr) {
+                                DType out, int tactic, std::vector<float>* y32 = nullptr, bool strict = false) {
   Tensor xd = upload(x, DType::kF16, {m, h.k});
-  ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, out, !h.bias.empty()};
+  ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, out, !h.bias.empty(), strict};
   Tensor y = Tensor::empty(out, {m, h.n}, Device::kCuda).value_or_throw();
   ops::Exl3GemmArgs a = d.args(xd);
   if (out == DType::kF16) a.y_f16 = y.view_as<Fp16, 2>();
@@ -45,6 +53,7 @@ std::vector<uint16_t> run_dense(HostLayer const& h, DevLayer const& d, std::vect
   ctx.impl_override = tactic;
   Status s = ops::Exl3Gemm<Backend::kCuda>::run(desc, a, ctx);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   Tensor yh = y.to(Device::kCpu).value_or_throw();
   if (out == DType::kF32) {
     if (y32) y32->assign(yh.data_as<float>(), yh.data_as<float>() + m * h.n);
@@ -77,6 +86,16 @@ BOOST_AUTO_TEST_CASE(reconstruct_bitwise_every_k_and_codebook) {
       Tensor wh = w.to(Device::kCpu).value_or_throw();
       std::vector<uint16_t> ref = ref::exl3_decode_inner(h.host());
       BOOST_TEST(std::memcmp(wh.data(), ref.data(), ref.size() * 2) == 0, "K" << bits << " cb" << cb);
+      // W'ᵀ [n, k] (the decode-once path's operand).
+      Tensor wt = Tensor::empty(DType::kF16, {h.n, h.k}, Device::kCuda).value_or_throw();
+      ops::Exl3DequantArgs at{d.trellis.view_as<int16_t const, 3>(), wt.view_as<Fp16, 2>(), true};
+      s = ops::Exl3Dequant<Backend::kCuda>::run({h.k, h.n, h.k2, h.cb}, at, ctx);
+      BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+      Tensor wth = wt.to(Device::kCpu).value_or_throw();
+      std::vector<uint16_t> reft(ref.size());
+      for (int64_t i = 0; i < h.k; ++i)
+        for (int64_t j = 0; j < h.n; ++j) reft[static_cast<size_t>(j * h.k + i)] = ref[static_cast<size_t>(i * h.n + j)];
+      BOOST_TEST(std::memcmp(wth.data(), reft.data(), reft.size() * 2) == 0, "transposed K" << bits << " cb" << cb);
     }
 }
 
@@ -127,14 +146,23 @@ BOOST_AUTO_TEST_CASE(golden_fixtures_every_k_and_codebook) {
       BOOST_TEST((std::memcmp(n32.data(), c32.data(), c32.size() * 4) == 0), g.prefix << " naive fp32");
       auto g1 = run_dense(h, d, x, m, DType::kF16, 1);
       auto g2 = run_dense(h, d, x, m, DType::kF16, 2);
+      auto g5 = run_dense(h, d, x, m, DType::kF16, 5);
       BOOST_TEST(first_mismatch(g1, g2) == -1, g.prefix << " GEMV vs GEMM");
+      BOOST_TEST(first_mismatch(g1, g5) == -1, g.prefix << " fused vs unfused GEMV epilogue");
+      std::vector<float> f1, f5;
+      run_dense(h, d, x, m, DType::kF32, 1, &f1);
+      run_dense(h, d, x, m, DType::kF32, 5, &f5);
+      BOOST_TEST((std::memcmp(f1.data(), f5.data(), f1.size() * 4) == 0), g.prefix << " fused vs unfused fp32");
       auto gi = f->view(G + "y_ideal");
       BOOST_TEST_REQUIRE(gi.ok());
       std::vector<double> ideal(static_cast<float const*>(gi->data), static_cast<float const*>(gi->data) + m * h.n);
-      std::vector<float> y1(g1.size());
-      for (size_t i = 0; i < g1.size(); ++i) y1[i] = float_from_f16_bits(g1[i]);
-      Bounds b = spec_bounds_values(y1, ideal);
-      BOOST_TEST(b.ok(), g.prefix << " " << file << ": " << b.text());
+      for (int tactic : {1, 4}) {
+        auto const yt = tactic == 1 ? g1 : run_dense(h, d, x, m, DType::kF16, 4);
+        std::vector<float> yv(yt.size());
+        for (size_t i = 0; i < yt.size(); ++i) yv[i] = float_from_f16_bits(yt[i]);
+        Bounds b = spec_bounds_values(yv, ideal);
+        BOOST_TEST(b.ok(), g.prefix << " " << file << " tactic " << tactic << ": " << b.text());
+      }
     }
   }
   BOOST_TEST(fixtures == 48);
@@ -174,6 +202,104 @@ BOOST_AUTO_TEST_CASE(gemv_gemm_identical_and_within_spec_bounds) {
         BOOST_TEST(b.ok(), "K" << bits << " cb" << cb << " m" << m << ": " << b.text());
       }
     }
+}
+
+BOOST_AUTO_TEST_CASE(fused_gemv_epilogue_bitwise) {
+  // Tactic 1 (epilogue in the GEMV's last block per column group) against tactic 5 (GEMV, then the
+  // epilogue kernel) and the GEMM. m = 1, 3 take the shared-memory reduction (fewer rows than warps), 4, 9,
+  // 16 the per-warp one; 5120×256 has S = 40 chunks of C = 8 tiles (the fused launch sizes its shared
+  // memory by S), 512×256 S < C. Each call runs twice: the arrival counters must be back at zero.
+  uint64_t seed = tessera::verify::test_seed(507);
+  struct Shape { int64_t k, n; };
+  for (Shape sh : {Shape{512, 256}, Shape{5120, 256}})
+    for (int bits = 1; bits <= 8; ++bits)
+      for (int cb = 0; cb < 3; ++cb) {
+        if (sh.k > 512 && cb != 2 && bits % 3) continue;   // the long shape: MUL1 all K, others K = 3, 6
+        HostLayer h = random_layer(sh.k, sh.n, 2 * bits, static_cast<x3::Codebook>(cb), seed + 17 * bits + cb, bits % 2 == 0);
+        DevLayer d(h);
+        for (int64_t m : {1, 3, 4, 9, 16}) {
+          auto x = random_x(m, h.k, seed + 3 * m + 100 * bits + cb);
+          auto u = run_dense(h, d, x, m, DType::kF16, 5);
+          auto g = run_dense(h, d, x, m, DType::kF16, 2);
+          for (int rep = 0; rep < 2; ++rep) {
+            auto f = run_dense(h, d, x, m, DType::kF16, 1);
+            BOOST_TEST(first_mismatch(f, u) == -1, sh.k << "x" << sh.n << " K" << bits << " cb" << cb << " m" << m
+                                                          << " rep " << rep << " at " << first_mismatch(f, u));
+            BOOST_TEST(first_mismatch(f, g) == -1, "fused GEMV vs GEMM K" << bits << " cb" << cb << " m" << m);
+          }
+          std::vector<float> f32, u32;
+          run_dense(h, d, x, m, DType::kF32, 1, &f32);
+          run_dense(h, d, x, m, DType::kF32, 5, &u32);
+          BOOST_TEST((std::memcmp(f32.data(), u32.data(), f32.size() * 4) == 0), "fp32 K" << bits << " cb" << cb << " m" << m);
+          std::vector<uint16_t> ref(static_cast<size_t>(m * h.n));
+          ref::exl3_forward_f16(h.host(), x.data(), m, ref.data());
+          Bounds b = spec_bounds(u, ref);
+          BOOST_TEST(b.ok(), "K" << bits << " cb" << cb << " m" << m << ": " << b.text());
+        }
+      }
+}
+
+BOOST_AUTO_TEST_CASE(decode_once_within_spec_bounds) {
+  // Tactic 4 on every K and codebook (bias on some), fp16 against the float64-accumulated CPU reference
+  // and fp32 against the naive kernel, both within the spec §7.4 bounds.
+  uint64_t seed = tessera::verify::test_seed(508);
+  for (int bits = 1; bits <= 8; ++bits)
+    for (int cb = 0; cb < 3; ++cb) {
+      HostLayer h = random_layer(512, 384, 2 * bits, static_cast<x3::Codebook>(cb), seed + 19 * bits + cb, bits % 3 == 0);
+      DevLayer d(h);
+      for (int64_t m : {1, 37, 300}) {
+        auto x = random_x(m, h.k, seed + 5 * m + 100 * bits + cb);
+        auto y = run_dense(h, d, x, m, DType::kF16, 4);
+        std::vector<uint16_t> ref(static_cast<size_t>(m * h.n));
+        ref::exl3_forward_f16(h.host(), x.data(), m, ref.data());
+        Bounds b = spec_bounds(y, ref);
+        BOOST_TEST(b.ok(), "f16 K" << bits << " cb" << cb << " m" << m << ": " << b.text());
+        std::vector<float> y32, n32;
+        run_dense(h, d, x, m, DType::kF32, 4, &y32);
+        run_dense(h, d, x, m, DType::kF32, 3, &n32);
+        Bounds b32 = spec_bounds_values(y32, std::vector<double>(n32.begin(), n32.end()));
+        BOOST_TEST(b32.ok(), "f32 K" << bits << " cb" << cb << " m" << m << ": " << b32.text());
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(decode_once_row_invariance) {
+  // m = 2048 takes the decode-once path by default. A row alone through it, and the same row at another
+  // position inside m = 1024 (other companions), equal the row inside m = 2048 bit for bit. Across
+  // kExl3DecodeOnceMinRows (the row alone through the GEMV) the rows agree within the spec §7.4 bounds only;
+  // strict_rows keeps m = 2048 on the chunk chain, bit for bit equal to the GEMV.
+  uint64_t seed = tessera::verify::test_seed(509);
+  struct Shape { int64_t k, n; int bits; };
+  for (Shape sh : {Shape{5120, 2304, 3}, Shape{8192, 5120, 4}}) {
+    HostLayer h = random_layer(sh.k, sh.n, 2 * sh.bits, x3::Codebook::kMul1, seed + sh.k, true);
+    DevLayer d(h);
+    int64_t const m = 2048;
+    BOOST_TEST_REQUIRE(m >= ops::kExl3DecodeOnceMinRows);
+    auto x = random_x(m, h.k, seed + 1);
+    auto all = run_dense(h, d, x, m, DType::kF16, 0);
+    auto all4 = run_dense(h, d, x, m, DType::kF16, 4);
+    BOOST_TEST(first_mismatch(all, all4) == -1, sh.k << "x" << sh.n << ": auto at m=2048 is the decode-once path");
+    // m = 1024: rows 1024..2047 of x, with row r of x (r < 1024) placed at position 1023 - r % 1024.
+    int64_t const half = 1024;
+    std::vector<uint16_t> xs(x.begin() + half * h.k, x.end());
+    std::vector<int64_t> const rows{0, 517, 1023};
+    for (int64_t r : rows) std::copy(x.begin() + r * h.k, x.begin() + (r + 1) * h.k, xs.begin() + (half - 1 - r) * h.k);
+    auto part = run_dense(h, d, xs, half, DType::kF16, 4);
+    auto strict = run_dense(h, d, x, m, DType::kF16, 0, nullptr, true);
+    for (int64_t r : rows) {
+      std::vector<uint16_t> one(x.begin() + r * h.k, x.begin() + (r + 1) * h.k);
+      std::vector<uint16_t> const row(all.begin() + r * h.n, all.begin() + (r + 1) * h.n);
+      auto alone4 = run_dense(h, d, one, 1, DType::kF16, 4);
+      BOOST_TEST(first_mismatch(alone4, row) == -1, sh.k << "x" << sh.n << " row " << r << " alone vs in m=2048");
+      std::vector<uint16_t> const moved(part.begin() + (half - 1 - r) * h.n, part.begin() + (half - r) * h.n);
+      BOOST_TEST(first_mismatch(moved, row) == -1, sh.k << "x" << sh.n << " row " << r << " in m=1024 vs m=2048");
+      auto alone = run_dense(h, d, one, 1, DType::kF16, 0);   // GEMV
+      Bounds b = spec_bounds(row, alone);
+      BOOST_TEST(b.ok(), sh.k << "x" << sh.n << " row " << r << " decode-once vs GEMV: " << b.text());
+      std::vector<uint16_t> const srow(strict.begin() + r * h.n, strict.begin() + (r + 1) * h.n);
+      BOOST_TEST(first_mismatch(srow, alone) == -1, sh.k << "x" << sh.n << " row " << r << " strict m=2048 vs GEMV");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(row_invariance) {
@@ -241,9 +367,18 @@ BOOST_AUTO_TEST_CASE(moe_grouped_equals_dense_per_expert) {
   a.y = y.view_as<float, 2>();
   ExecContext ctx;
   ctx.backend = Backend::kCuda;
+  // Separate epilogue kernel (impl_override 5, the default at 9 tokens) first, then fused (1): bit for bit equal.
+  ctx.impl_override = 5;
   Status s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc, a, ctx);
   BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  Tensor yu = y.to(Device::kCpu).value_or_throw();
+  cudaMemset(y.data(), 0xFF, y.nbytes());
+  ctx.impl_override = 1;
+  s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc, a, ctx);
+  BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+  BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   Tensor yh = y.to(Device::kCpu).value_or_throw();
+  BOOST_TEST(std::memcmp(yh.data(), yu.data(), yh.nbytes()) == 0, "MoE fused vs unfused epilogue");
   for (int e = 0; e < num_experts; ++e) {
     int64_t const cnt = off[e + 1] - off[e];
     if (cnt == 0) continue;
@@ -276,9 +411,14 @@ BOOST_AUTO_TEST_CASE(real_shapes_vs_naive_kernel) {
       auto naive = run_dense(h, d, x, m, DType::kF16, 3);
       auto gemv = run_dense(h, d, x, m, DType::kF16, 1);
       auto gemm = run_dense(h, d, x, m, DType::kF16, 2);
+      auto gemv5 = run_dense(h, d, x, m, DType::kF16, 5);
+      auto once = run_dense(h, d, x, m, DType::kF16, 4);
       BOOST_TEST(first_mismatch(gemv, gemm) == -1, sh.name << " K" << bits);
+      BOOST_TEST(first_mismatch(gemv, gemv5) == -1, sh.name << " K" << bits << " fused vs unfused");
       Bounds b = spec_bounds(gemv, naive);
       BOOST_TEST(b.ok(), sh.name << " K" << bits << ": " << b.text());
+      Bounds b4 = spec_bounds(once, naive);
+      BOOST_TEST(b4.ok(), sh.name << " K" << bits << " decode-once: " << b4.text());
     }
 }
 

@@ -6,9 +6,11 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "tessera/ops/exl3.hpp"
 #include "tessera/ops/exl3_loader.hpp"
 
 using namespace tessera;
@@ -188,6 +190,31 @@ BOOST_AUTO_TEST_CASE(quantization_config) {
   BOOST_TEST(!ops::parse_exl3_quant_config(R"({"quantization_config":{"quant_method":"fp8"}})").ok());
   BOOST_TEST(!ops::parse_exl3_quant_config(R"({"quantization_config":{"quant_method":"exl3","bits":"x"}})").ok());
   BOOST_TEST(!ops::parse_exl3_quant_config("{not json").ok());
+}
+
+BOOST_AUTO_TEST_CASE(dequant_transposed_is_the_transpose) {
+  // Exl3Dequant with `transposed` writes W'ᵀ [n, k]: element (j, i) equals W'(i, j), every codebook.
+  int64_t const k = 256, n = 128;
+  for (int cb = 0; cb < 3; ++cb) {
+    int const k2 = 6;
+    std::mt19937_64 g(91 + cb);
+    std::vector<int16_t> trellis(static_cast<size_t>((k / 16) * (n / 16) * 8 * k2));
+    for (auto& v : trellis) v = static_cast<int16_t>(g());
+    ops::Exl3LayerDesc const d{k, n, k2, static_cast<exl3::Codebook>(cb)};
+    std::vector<uint16_t> w(static_cast<size_t>(k * n)), wt(w.size());
+    TensorView<int16_t const, 3> tv(trellis.data(), {k / 16, n / 16, 8 * k2}, Device::kCpu);
+    ExecContext ctx;
+    Status s = ops::Exl3Dequant<Backend::kCpu>::run(d, {tv, TensorView<Fp16, 2>(reinterpret_cast<Fp16*>(w.data()), {k, n}, Device::kCpu)}, ctx);
+    BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+    s = ops::Exl3Dequant<Backend::kCpu>::run(d, {tv, TensorView<Fp16, 2>(reinterpret_cast<Fp16*>(wt.data()), {n, k}, Device::kCpu), true}, ctx);
+    BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+    bool same = true;
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) same = same && wt[static_cast<size_t>(j * k + i)] == w[static_cast<size_t>(i * n + j)];
+    BOOST_TEST(same, "cb " << cb);
+    s = ops::Exl3Dequant<Backend::kCpu>::run(d, {tv, TensorView<Fp16, 2>(reinterpret_cast<Fp16*>(wt.data()), {k, n}, Device::kCpu), true}, ctx);
+    BOOST_TEST(!s.ok(), "a [k, n] view is refused when transposed");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,7 +7,11 @@
 ///   Exl3GroupedGemm   MoE: many experts' layers (same k, n, K, codebook) in one launch; assignment a
 ///                     multiplies token row token_idx[a] by expert e (rows of e are a in
 ///                     [expert_offsets[e], expert_offsets[e+1])) and scales its fp32 output by weight[a]
-/// Row invariance: a row's result never depends on the number of rows or on the other rows.
+/// Row invariance: a row's result never depends on the other rows. On the CUDA backend it does not depend on
+/// the number of rows m either, except across kExl3DecodeOnceMinRows: from that many rows Exl3Gemm decodes W'
+/// once and multiplies on cuBLASLt, whose accumulation order differs from the chunk chain of the smaller
+/// row counts (kernels/exl3/exl3_kernels.cuh); both are within the spec §7.4 bounds, and each is invariant
+/// on its own side. `Exl3GemmDesc::strict_rows` keeps every row count on the chunk chain.
 #pragma once
 
 #include <cstdint>
@@ -39,20 +43,28 @@ Status check_exl3_layer(Exl3LayerDesc const& d);
 
 struct Exl3DequantArgs {
   TensorView<int16_t const, 3> trellis;  // [k/16, n/16, 8·k2]
-  TensorView<Fp16, 2> w;                  // [k, n] out: W'
+  TensorView<Fp16, 2> w;                  // [k, n] out: W', or [n, k]: W'ᵀ when transposed
+  bool transposed = false;
 };
+
+/// Rows from which the CUDA Exl3Gemm decodes W' once to fp16 scratch and runs the product on cuBLASLt.
+/// The in-loop GEMM decodes every 16×16 tile once per 128 rows (~43 instructions); decoding once costs the
+/// same 43 plus a 1 KiB W' store and load per tile, which at the H200's 1.05 T warp-instructions/s against
+/// 4.27 TB/s is ~250 instruction slots: ~295 per tile, paid back once ⌈m/128⌉ · 43 exceeds it (m ≈ 880).
+inline constexpr int64_t kExl3DecodeOnceMinRows = 1024;
 
 struct Exl3GemmDesc {
   Exl3LayerDesc layer;
   int64_t num_rows = 0;                   // m
   DType out_type = DType::kF16;           // kF16 or kF32
   bool has_bias = false;
+  bool strict_rows = false;               // CUDA: the chunk-chain kernels at every m (no decode-once path)
   friend bool operator==(Exl3GemmDesc const&, Exl3GemmDesc const&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, Exl3GemmDesc const& d) {
   return os << d.layer << " m=" << d.num_rows << (d.out_type == DType::kF32 ? " f32" : " f16")
-            << (d.has_bias ? " +bias" : "");
+            << (d.has_bias ? " +bias" : "") << (d.strict_rows ? " strict" : "");
 }
 
 struct Exl3GemmArgs {
@@ -109,10 +121,17 @@ template <> struct Exl3Dequant<Backend::kCuda> {
 };
 template <> struct Exl3Gemm<Backend::kCuda> {
   static Status check(Exl3GemmDesc const&, DeviceInfo const&);
-  /// Device scratch: fp16 xh [m, k] + fp32 acc [m, n] (+ fp16 W' [k, n] for the reconstruct path).
+  /// Device scratch: fp16 xh [m, k] + fp32 chunk partials [S or 1][m, n]; decode-once path: fp16 xh [m, k] +
+  /// fp16 W'ᵀ [n, k] + fp32 acc [m, n] + 8 MiB for cuBLASLt.
+  /// Tactics (ctx.impl_override): 1 GEMV with the epilogue fused (one launch), 2 GEMM, 3 naive reference,
+  /// 4 decode-once (cuBLASLt), 5 GEMV then the epilogue kernel; auto: 1 for m = 1 on layers of ≤ 2^17
+  /// tiles, 5 for other m ≤ 16, 4 for m ≥ kExl3DecodeOnceMinRows unless strict_rows, else 2.
   static size_t workspace_bytes(Exl3GemmDesc const&);
   static Status run(Exl3GemmDesc const&, Exl3GemmArgs const&, ExecContext&);
 };
+/// GEMV over each expert's rows (W' never materialised: all experts' W' would not fit in scratch, and the
+/// host does not know the per-expert row counts, which live in device memory); the epilogue is fused into
+/// the GEMV for one token on layers of ≤ 2^17 tiles (impl_override 1 / 5 force fused / separate).
 template <> struct Exl3GroupedGemm<Backend::kCuda> {
   static Status check(Exl3GroupedGemmDesc const&, DeviceInfo const&);
   static size_t workspace_bytes(Exl3GroupedGemmDesc const&);
