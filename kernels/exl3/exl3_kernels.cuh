@@ -53,10 +53,6 @@ struct Exl3MmaParams {
   int16_t const* const* trellis_e = nullptr; // [E] → [k/16, n/16, 16K] (MoE)
   int32_t const* expert_offsets = nullptr;   // [E + 1] (MoE)
   float* partial = nullptr;                  // [S][num_rows][n] (GEMV) or [num_rows][n] (GEMM)
-  int64_t num_rows = 0, k = 0, n = 0;
-  int tiles_k = 0, tiles_n = 0;
-  int num_chunks = 1;                        // S
-  int chunk_tiles = 0;                       // C = tiles_k / S
   // GEMV fused epilogue (null tickets: the epilogue kernel runs after the GEMV instead).
   uint32_t* tickets = nullptr;               // [E or 1][n / 128] arrival counters, zero at rest
   __half const* svh = nullptr;               // [n] (dense)
@@ -65,6 +61,10 @@ struct Exl3MmaParams {
   float const* route_weight = nullptr;       // [num_rows] or null (fp32 output only)
   __half* y16 = nullptr;                     // [num_rows, n] fp16 output, or
   float* y32 = nullptr;                      // [num_rows, n] fp32 output
+  int64_t num_rows = 0, k = 0, n = 0;
+  int tiles_k = 0, tiles_n = 0;
+  int num_chunks = 1;                        // S
+  int chunk_tiles = 0;                       // C = tiles_k / S
 };
 
 inline constexpr int kGemvWarps = 4;
@@ -245,9 +245,7 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
 /// {a0, a1, a2, a3}) are staged once in shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
 /// of kGemvDepth tiles of trellis words in registers; the first ring is loaded before `pdl_wait` (weights
 /// only), so the trellis stream starts while the input transform still runs.
-/// kFused: p.tickets is set and the kernel ends with the fused epilogue; a separate instantiation, so the
-/// two-launch path keeps the main loop's code and registers as without it (≈ 7 % on the head otherwise).
-template <int kBits, Codebook kCb, bool kFused>
+template <int kBits, Codebook kCb>
 __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_gemv_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
@@ -357,60 +355,59 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
       if (ok1) *reinterpret_cast<float2*>(out + (rg + g + 8) * p.n + 8 * h) = make_float2(acc[h][2], acc[h][3]);
     }
   }
-  if constexpr (kFused) {
-    // Fused epilogue (file comment): the block drawing the group's last ticket reduces it for every row.
-    __shared__ uint32_t elected;
-    __threadfence();   // this block's partials are visible device-wide before its ticket is taken
-    __syncthreads();
-    int const group = blockIdx.x >> 1;
-    uint32_t* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * (p.tiles_n / 8) + group;
-    if (threadIdx.x == 0) {
-      uint32_t const last = 2u * static_cast<uint32_t>(p.num_chunks) - 1u;
-      elected = atomicAdd(ticket, 1u) == last ? 1u : 0u;
-      if (elected) atomicExch(ticket, 0u);   // every arrival is in: back to zero for the next op
-    }
-    __syncthreads();
-    if (!elected) return;
-    __threadfence();
-    // Rows and lane re-derived here rather than kept live across the main loop (its 64-register budget).
-    int64_t const e0 = p.expert_offsets ? p.expert_offsets[blockIdx.z] : 0;
-    int64_t const e1 = p.expert_offsets ? p.expert_offsets[blockIdx.z + 1] : p.num_rows;
-    int const ln = threadIdx.x & 31;
-    int64_t const col = static_cast<int64_t>(group) * 128 + 4 * ln;
-    __half const* svh = p.svh_e ? p.svh_e[blockIdx.z] : p.svh;
-    uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(svh + col));
-    uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
-    int64_t const cstride = p.num_rows * p.n;
-    if (e1 - e0 < kGemvWarps) {
-      // Fewer rows than warps: all 128 threads copy a row's S partial quads into shared memory at once
-      // (cp.async: one L2 round trip, no registers; the A fragments are dead and the launch sized the space
-      // max(C, S)·512 B), then warp 0 adds them in order.
-      float4* buf = reinterpret_cast<float4*>(gemv_sa);
-      for (int64_t row = e0; row < e1; ++row) {
-        float const* src = p.partial + row * p.n + static_cast<int64_t>(group) * 128;
-        for (int i = threadIdx.x; i < p.num_chunks * 32; i += kGemvWarps * 32)
-          cp_async16(buf + i, src + (i >> 5) * cstride + 4 * (i & 31), true);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        if (threadIdx.x < 32) {
-          float v[4] = {0.f, 0.f, 0.f, 0.f};
-          for (int c = 0; c < p.num_chunks; ++c) acc_add(v, buf[c * 32 + ln]);
-          int64_t const at = row * p.n + col;
-          epilogue_finish(v, sv, bv, p.bias != nullptr, p.route_weight ? p.route_weight + row : nullptr,
-                          p.y16 ? p.y16 + at : nullptr, p.y32 ? p.y32 + at : nullptr, ln);
-        }
-        __syncthreads();
+  if (!p.tickets) return;
+  // Fused epilogue (file comment): the block drawing the group's last ticket reduces it for every row.
+  __shared__ uint32_t elected;
+  __threadfence();   // this block's partials are visible device-wide before its ticket is taken
+  __syncthreads();
+  int const group = blockIdx.x >> 1;
+  uint32_t* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * (p.tiles_n / 8) + group;
+  if (threadIdx.x == 0) {
+    uint32_t const last = 2u * static_cast<uint32_t>(p.num_chunks) - 1u;
+    elected = atomicAdd(ticket, 1u) == last ? 1u : 0u;
+    if (elected) atomicExch(ticket, 0u);   // every arrival is in: back to zero for the next op
+  }
+  __syncthreads();
+  if (!elected) return;
+  __threadfence();
+  // Rows and lane re-derived here rather than kept live across the main loop (its 64-register budget).
+  int64_t const e0 = p.expert_offsets ? p.expert_offsets[blockIdx.z] : 0;
+  int64_t const e1 = p.expert_offsets ? p.expert_offsets[blockIdx.z + 1] : p.num_rows;
+  int const ln = threadIdx.x & 31;
+  int64_t const col = static_cast<int64_t>(group) * 128 + 4 * ln;
+  __half const* svh = p.svh_e ? p.svh_e[blockIdx.z] : p.svh;
+  uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(svh + col));
+  uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
+  int64_t const cstride = p.num_rows * p.n;
+  if (e1 - e0 < kGemvWarps) {
+    // Fewer rows than warps: all 128 threads copy a row's S partial quads into shared memory at once
+    // (cp.async: one L2 round trip, no registers; the A fragments are dead and the launch sized the space
+    // max(C, S)·512 B), then warp 0 adds them in order.
+    float4* buf = reinterpret_cast<float4*>(gemv_sa);
+    for (int64_t row = e0; row < e1; ++row) {
+      float const* src = p.partial + row * p.n + static_cast<int64_t>(group) * 128;
+      for (int i = threadIdx.x; i < p.num_chunks * 32; i += kGemvWarps * 32)
+        cp_async16(buf + i, src + (i >> 5) * cstride + 4 * (i & 31), true);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < p.num_chunks; ++c) acc_add(v, buf[c * 32 + ln]);
+        int64_t const at = row * p.n + col;
+        epilogue_finish(v, sv, bv, p.bias != nullptr, p.route_weight ? p.route_weight + row : nullptr,
+                        p.y16 ? p.y16 + at : nullptr, p.y32 ? p.y32 + at : nullptr, ln);
       }
-      return;
+      __syncthreads();
     }
+    return;
+  }
 #pragma unroll 1
-    for (int64_t row = e0 + (threadIdx.x >> 5); row < e1; row += kGemvWarps) {
-      int64_t const at = row * p.n + col;
-      epilogue_warp<4>(p.partial + at, cstride, p.num_chunks, sv, bv, p.bias != nullptr,
-                       p.route_weight ? p.route_weight + row : nullptr, p.y16 ? p.y16 + at : nullptr,
-                       p.y32 ? p.y32 + at : nullptr, ln);
-    }
+  for (int64_t row = e0 + (threadIdx.x >> 5); row < e1; row += kGemvWarps) {
+    int64_t const at = row * p.n + col;
+    epilogue_warp<4>(p.partial + at, cstride, p.num_chunks, sv, bv, p.bias != nullptr,
+                     p.route_weight ? p.route_weight + row : nullptr, p.y16 ? p.y16 + at : nullptr,
+                     p.y32 ? p.y32 + at : nullptr, ln);
   }
 #endif
 }
@@ -603,9 +600,7 @@ cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream
   // A fragments of the chunk (C·512 B); the fused epilogue reuses the space for S partial quads of a row.
   int const slots = p.tickets && p.num_chunks > p.chunk_tiles ? p.num_chunks : p.chunk_tiles;
   size_t const smem = static_cast<size_t>(slots) * 32 * sizeof(uint4);
-  auto const kernel = p.tickets ? exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb), true>
-                                : exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb), false>;
-  return launch_pdl(kernel, grid, dim3(kGemvWarps * 32), smem, stream, p);
+  return launch_pdl(exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemvWarps * 32), smem, stream, p);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {
