@@ -42,7 +42,9 @@ constexpr double kExl3VsDenseLinear = 2e-3;
 /// flipped expert moves a logit row by O(its size); measured 0.12–0.14 for EXL3 vs dense on the CPU. So the bound
 /// is loose (agreement in bulk) and the per-linear bound above carries the precision.
 constexpr double kEndToEnd = 0.3;
-constexpr double kCudaVsCpu = kEndToEnd;
+/// CUDA vs CPU end to end: measured 0.056 (bf16) and 0.082 (fp32) on the H200 (2026-12-03, same seeds, fixed
+/// inputs); bounded at under twice that, so a kernel change that moves more than the summation order shows.
+constexpr double kCudaVsCpu = 0.15;
 
 Config exl3_config() {
   Config c = tiny_config(512);
