@@ -4,8 +4,10 @@
 /// (finfo.min window mask, −inf compressed bias), and a per-group softmax pooling.
 #include <boost/test/unit_test.hpp>
 
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tessera/ops/attention.hpp"
@@ -155,6 +157,50 @@ BOOST_AUTO_TEST_CASE(window_plus_compressed_with_sinks_vs_full_masked_softmax) {
       }
     }
   for (int64_t i = 0; i < H * hd; ++i) BOOST_TEST(out[tw * H * hd + i] == 0.f);
+}
+
+// bf16 reads q and the keys as bf16 values (the operands of a tensor-core GEMM): fp32 inputs give exactly the
+// outputs and probabilities of their →bf16 roundings. max_row_keys bounds every row: a longer row is an error.
+BOOST_AUTO_TEST_CASE(bf16_operands_and_row_bound) {
+  int64_t const H = 3, hd = 64, nk = 21, rows = 4;
+  auto q = verify::randn(rows * H * hd, verify::test_seed(61));
+  auto keys = verify::randn(nk * hd, verify::test_seed(62));
+  auto sinks = verify::randn(H, verify::test_seed(63));
+  std::vector<int64_t> offs = {0};
+  std::vector<int32_t> ids;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t u = 0; u < 5 + 4 * r; ++u) ids.push_back(static_cast<int32_t>((u * 5 + r) % nk));
+    offs.push_back(static_cast<int64_t>(ids.size()));
+  }
+  int64_t const nnz = static_cast<int64_t>(ids.size());
+  auto run = [&](std::vector<float> const& qv, std::vector<float> const& kv, int64_t bound, std::vector<float>& out,
+                 std::vector<float>& probs) {
+    out.assign(static_cast<size_t>(rows * H * hd), 0.f);
+    probs.assign(static_cast<size_t>(H * nnz), 0.f);
+    ExecContext ctx;
+    ops::AttentionDesc d{rows, H, hd, nk, 0.125f, DType::kBf16};
+    d.max_row_keys = bound;
+    return ops::attention(ctx, d,
+                          {TensorView<float const, 2>(qv.data(), {rows, H * hd}), TensorView<float const, 2>(kv.data(), {nk, hd}),
+                           TensorView<int64_t const, 1>(offs.data(), {rows + 1}), TensorView<int32_t const, 1>(ids.data(), {nnz}),
+                           TensorView<float const, 1>(sinks.data(), {H}), TensorView<float, 2>(out.data(), {rows, H * hd}),
+                           TensorView<float, 2>(probs.data(), {H, nnz})});
+  };
+  std::vector<float> qb(q), kb(keys);
+  for (float& v : qb) v = round_to_bf16(v);
+  for (float& v : kb) v = round_to_bf16(v);
+  int64_t changed = 0;
+  for (size_t i = 0; i < q.size(); ++i) changed += qb[i] != q[i];
+  BOOST_REQUIRE(changed > static_cast<int64_t>(q.size()) / 2);  // the inputs are not bf16 values
+  std::vector<float> o1, p1, o2, p2;
+  int64_t const longest = offs[rows] - offs[rows - 1];
+  BOOST_REQUIRE(run(q, keys, longest, o1, p1).ok());
+  BOOST_REQUIRE(run(qb, kb, 0, o2, p2).ok());
+  for (size_t i = 0; i < o1.size(); ++i) BOOST_TEST(std::bit_cast<uint32_t>(o1[i]) == std::bit_cast<uint32_t>(o2[i]));
+  for (size_t i = 0; i < p1.size(); ++i) BOOST_TEST(std::bit_cast<uint32_t>(p1[i]) == std::bit_cast<uint32_t>(p2[i]));
+  Status const s = run(q, keys, longest - 1, o1, p1);
+  BOOST_TEST(!s.ok());
+  BOOST_TEST(s.message().find("max_row_keys") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
