@@ -82,20 +82,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
       }
     }
   }
-  for (int i = 0; i < kMats; ++i)
-    for (int j = 0; j < kScaleRows<kFmt>; ++j) {
-      int64_t const row = kFmt == DType::kF4E2m1x2 ? n0 + j : n0 / 32;
-      bool const row_ok = kFmt == DType::kF4E2m1x2 ? row < n : true;
-      unsigned char* dst = scales + (i * kScaleRows<kFmt> + j) * scols;
-      for (int64_t cc = lane; cc < scols; cc += 32) dst[cc] = row_ok && cc < k / 32 ? __ldg(w[i].s + row * w[i].lds + cc) : 127;
-    }
-  for (int b = lane; b < 256; b += 32) {
-    if constexpr (kFmt == DType::kF4E2m1x2)
-      lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
-               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
-    else
-      lut[b] = bf16_bits_from_float(float_from_fp8_e4m3(static_cast<uint8_t>(b)));
-  }
+  stage_quant_scales_and_table<kFmt, kMats>(scales, lut, w, n0, n, k, lane);
   __syncwarp();
 
 #pragma unroll

@@ -192,7 +192,10 @@ __device__ __forceinline__ QuantW routed_q(void const* const* codes, void const*
   return {static_cast<uint8_t const*>(codes[e]), static_cast<uint8_t const*>(scales[e]), k / kCodesPerByte<kFmt>, (k + 31) / 32};
 }
 
-template <DType kFmt>
+/// kDirect: the codes loaded into registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
+/// is at most the call's rows, and the launch takes it when rows ≤ kTcDirectMaxRows and the x rows fit), else the
+/// shared-memory ring (linear_tc_quant.cuh). Same values.
+template <DType kFmt, bool kDirect>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
@@ -204,13 +207,13 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams con
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
   QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
   float acc[2][4];
-  skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(
-      act_q_smem, w, n0, p.inter, p.dim, t.count,
-      [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
+  auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+  else skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
   act_store(p, t, rows_s, n0, acc);
 }
 
-template <DType kFmt>
+template <DType kFmt, bool kDirect>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
@@ -222,45 +225,9 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
   QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
   float acc[1][4];
-  skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(
-      down_q_smem, w, n0, p.dim, p.inter, t.count,
-      [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
-  down_store(p, t, slot_s, n0, acc);
-}
-
-/// The same tiles with the codes loaded into registers (linear_tc_quant_direct.cuh): a tile holds distinct tokens,
-/// so its count is at most the call's rows; taken when rows ≤ kTcDirectMaxRows and the x rows fit.
-template <DType kFmt>
-__global__ void __launch_bounds__(32) moe_tc_act_skinny_qd_kernel(MoeTcParams const p) {
-  extern __shared__ __align__(16) unsigned char act_qd_smem[];
-  __shared__ RowInfo rows_s[kSkinnyTileRows];
-  Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
-  int const lane = static_cast<int>(threadIdx.x);
-  if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
-  __syncwarp();
-  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
-  float acc[2][4];
-  skinny_warp_tile_qd<kFmt, 2>(act_qd_smem, w, n0, p.inter, p.dim, t.count,
-                               [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; }, acc);
-  act_store(p, t, rows_s, n0, acc);
-}
-
-template <DType kFmt>
-__global__ void __launch_bounds__(32) moe_tc_down_skinny_qd_kernel(MoeTcParams const p) {
-  extern __shared__ __align__(16) unsigned char down_qd_smem[];
-  __shared__ int32_t slot_s[kSkinnyTileRows];
-  Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
-  int const lane = static_cast<int>(threadIdx.x);
-  if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
-  __syncwarp();
-  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
-  float acc[1][4];
-  skinny_warp_tile_qd<kFmt, 1>(down_qd_smem, w, n0, p.dim, p.inter, t.count,
-                               [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; }, acc);
+  auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+  else skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
   down_store(p, t, slot_s, n0, acc);
 }
 
@@ -414,8 +381,8 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
 namespace {
 template <DType kFmt>
 Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
-  constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt>;
-  constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt>;
+  constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt, false>;
+  constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt, false>;
   constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
   constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
   if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");
@@ -443,21 +410,21 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   // Codes into registers when every tile fits the direct path (a tile's rows are distinct tokens: ≤ p.rows).
   bool const direct = p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter);
   if (direct && gr > 0) {
-    constexpr auto kActD = moe_tc_act_skinny_qd_kernel<kFmt>;
-    constexpr auto kDownD = moe_tc_down_skinny_qd_kernel<kFmt>;
+    constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true>;
+    constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true>;
     size_t const sa = skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim), sd = skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter);
     TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_smem_bytes<kFmt>(2, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
                             "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
     TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
                             "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
     kActD<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, sa, st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_act_skinny_qd_kernel"));
+    TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
     if (gs > 0) {
       kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
       TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
     }
     kDownD<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), 32, sd, st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_down_skinny_qd_kernel"));
+    TESSERA_TRY(launch_status("moe_tc_down_skinny_q_kernel (direct)"));
     if (gs > 0) {
       kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
       TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
