@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the QAT fake quantisers (include/tessera/ops/qat.hpp, ref/qat_ref.hpp, spec Appendix B):
 /// FP8 e4m3 with ue8m0 block-32 scales, FP4 e2m1 with e4m3 block-16 scales, FP4 with ue8m0 block-32
-/// scales, in place, plus the optional near-rounding-boundary flag per row. One block per row, one thread
-/// per quantisation block: max, the power-of-two / e4m3 scale, the true fp32 division, the clamp and the
-/// code conversions of core/dtype.hpp are all exact operations, so the output is bitwise the reference's.
+/// scales, in place, plus the optional near-rounding-boundary flag and packed form per row. One block per row,
+/// one thread per quantisation block: max, the power-of-two / e4m3 scale, the true fp32 division, the clamp
+/// and the code conversions of core/dtype.hpp are all exact operations, so the output is bitwise the
+/// reference's. QatUnpack: one block per output row, one thread per element, the quantiser's own decode
+/// expression (qat_decode_md), so unpacked rows equal the quantiser's output bit for bit.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/qat.hpp"
@@ -16,27 +18,43 @@ using ops::QatKind;
 using device::std_clamp;
 using device::std_max;
 
-/// ref::qat_block_apply on x[0, b) (b ≤ 32) in place.
-__device__ void qat_block_apply(float* x, int b, QatKind kind, bool bf16) {
+/// ref::qat_block_encode on x[0, b) (b ≤ 32).
+__device__ void qat_block_encode(float const* x, int b, QatKind kind, uint8_t* codes, uint8_t& scale_code) {
   float amax = 0.f;
   for (int i = 0; i < b; ++i) amax = std_max(amax, fabsf(x[i]));
   if (kind == QatKind::kFp8Block32) {
-    float const scale = pow2_ceil_bits(__fmul_rn(std_max(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
-    for (int i = 0; i < b; ++i) {
-      float const q = std_clamp(__fdiv_rn(x[i], scale), -448.f, 448.f);
-      x[i] = device::round_md(__fmul_rn(float_from_fp8_e4m3(fp8_e4m3_from_float_saturate(q)), scale), bf16);
-    }
+    scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
+    float const scale = float_from_e8m0(scale_code);
+    for (int i = 0; i < b; ++i) codes[i] = fp8_e4m3_from_float_saturate(std_clamp(__fdiv_rn(x[i], scale), -448.f, 448.f));
     return;
   }
   float scale;
-  if (kind == QatKind::kFp4Block16E4m3)
-    scale = float_from_fp8_e4m3(fp8_e4m3_from_float(__fdiv_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-9)), 6.f)));
-  else
-    scale = pow2_ceil_bits(__fmul_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-126)), static_cast<float>(1.0 / 6.0)));
-  for (int i = 0; i < b; ++i) {
-    float const q = std_clamp(__fdiv_rn(x[i], scale), -6.f, 6.f);
-    x[i] = device::round_md(__fmul_rn(float_from_fp4_e2m1_zero_unsigned(fp4_e2m1_from_float(q)), scale), bf16);
+  if (kind == QatKind::kFp4Block16E4m3) {
+    scale_code = fp8_e4m3_from_float(__fdiv_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-9)), 6.f));
+    scale = float_from_fp8_e4m3(scale_code);
+  } else {
+    scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-126)), static_cast<float>(1.0 / 6.0)));
+    scale = float_from_e8m0(scale_code);
   }
+  for (int i = 0; i < b; ++i) codes[i] = fp4_e2m1_from_float(std_clamp(__fdiv_rn(x[i], scale), -6.f, 6.f));
+}
+
+/// ref::qat_decode then →md.
+__device__ float qat_decode_md(uint8_t code, uint8_t scale_code, QatKind kind, bool bf16) {
+  float v;
+  if (kind == QatKind::kFp8Block32)
+    v = __fmul_rn(float_from_fp8_e4m3(code), float_from_e8m0(scale_code));
+  else
+    v = __fmul_rn(float_from_fp4_e2m1_zero_unsigned(code),
+                  kind == QatKind::kFp4Block16E4m3 ? float_from_fp8_e4m3(scale_code) : float_from_e8m0(scale_code));
+  return device::round_md(v, bf16);
+}
+
+/// ref::qat_block_apply on x[0, b) (b ≤ 32) in place.
+__device__ void qat_block_apply(float* x, int b, QatKind kind, bool bf16) {
+  uint8_t codes[32], scale_code = 0;
+  qat_block_encode(x, b, kind, codes, scale_code);
+  for (int i = 0; i < b; ++i) x[i] = qat_decode_md(codes[i], scale_code, kind, bf16);
 }
 
 /// ref::qat_block_near_boundary.
@@ -61,6 +79,7 @@ __device__ bool qat_block_near_boundary(float const* x, int b, QatKind kind, boo
 struct QatParams {
   float* x = nullptr;             // [rows, dim], row stride dim
   uint8_t* near = nullptr;        // [rows] or null
+  uint8_t* packed = nullptr;      // [rows, qat_packed_row_bytes] or null
   int64_t rows = 0, dim = 0;
   QatKind kind = QatKind::kFp8Block32;
   int block = 32, ulps = 0;
@@ -80,12 +99,54 @@ __global__ void __launch_bounds__(128) qat_kernel(QatParams const p) {
     near = __syncthreads_or(near);
     if (threadIdx.x == 0) p.near[row] = near ? 1 : 0;
   }
+  bool const fp4 = p.kind != QatKind::kFp8Block32;
+  uint8_t* packed = p.packed ? p.packed + row * ((fp4 ? p.dim / 2 : p.dim) + nblk) : nullptr;
   for (int64_t b = threadIdx.x; b < nblk; b += blockDim.x) {
     float v[32];
+    uint8_t codes[32], scale_code = 0;
     float* src = x + b * p.block;
     for (int i = 0; i < p.block; ++i) v[i] = src[i];
-    qat_block_apply(v, p.block, p.kind, p.bf16);
-    for (int i = 0; i < p.block; ++i) src[i] = v[i];
+    qat_block_encode(v, p.block, p.kind, codes, scale_code);
+    for (int i = 0; i < p.block; ++i) src[i] = qat_decode_md(codes[i], scale_code, p.kind, p.bf16);
+    if (!packed) continue;
+    // ref::qat_pack_row's layout: [codes | scale codes]; FP4 blocks are even-sized, so a block owns whole bytes.
+    if (fp4)
+      for (int i = 0; i < p.block; i += 2)
+        packed[(b * p.block + i) / 2] = static_cast<uint8_t>(codes[i] | (codes[i + 1] << 4));
+    else
+      for (int i = 0; i < p.block; ++i) packed[b * p.block + i] = codes[i];
+    packed[(fp4 ? p.dim / 2 : p.dim) + b] = scale_code;
+  }
+}
+
+struct QatUnpackParams {
+  uint8_t const* packed = nullptr;  // [src_rows, row_bytes], or null when paged
+  uint8_t const* const* pages = nullptr;  // row e at pages[e / rows_per_page] + (e % rows_per_page)·row_bytes
+  int64_t rows_per_page = 0;
+  int32_t const* row_ids = nullptr; // [rows] or null (identity)
+  float* out = nullptr;             // [rows, dim]
+  int64_t rows = 0, dim = 0, src_rows = 0, row_bytes = 0;
+  QatKind kind = QatKind::kFp8Block32;
+  int block = 32;
+  bool bf16 = false;
+};
+
+/// One block per output row, one thread per element (strided).
+__global__ void __launch_bounds__(128) qat_unpack_kernel(QatUnpackParams const p) {
+  int64_t const row = blockIdx.x;
+  int64_t const src = p.row_ids ? p.row_ids[row] : row;
+  float* out = p.out + row * p.dim;
+  if (src < 0 || src >= p.src_rows) {
+    for (int64_t e = threadIdx.x; e < p.dim; e += blockDim.x) out[e] = 0.f;
+    return;
+  }
+  uint8_t const* packed =
+      p.pages ? p.pages[src / p.rows_per_page] + (src % p.rows_per_page) * p.row_bytes : p.packed + src * p.row_bytes;
+  bool const fp4 = p.kind != QatKind::kFp8Block32;
+  uint8_t const* scales = packed + (fp4 ? p.dim / 2 : p.dim);
+  for (int64_t e = threadIdx.x; e < p.dim; e += blockDim.x) {
+    uint8_t const code = fp4 ? static_cast<uint8_t>((packed[e / 2] >> (4 * (e % 2))) & 0xFu) : packed[e];
+    out[e] = qat_decode_md(code, scales[e / p.block], p.kind, p.bf16);
   }
 }
 
@@ -97,10 +158,12 @@ namespace tessera::ops {
 
 static_assert(BackendOp<FakeQuant<Backend::kCuda>, FakeQuantDesc, FakeQuantArgs>);
 
+static_assert(BackendOp<QatUnpack<Backend::kCuda>, QatUnpackDesc, QatUnpackArgs>);
+
 Status FakeQuant<Backend::kCuda>::check(FakeQuantDesc const& d, FakeQuantArgs const& a) {
-  TESSERA_TRY(check_md(d.md));
-  if (d.boundary_ulps > 0) TESSERA_TRY(check_shape(a.near_boundary, {d.rows}, "fake_quant near_boundary"));
-  return check_shape(a.x, {d.rows, d.dim}, "fake_quant x");
+  TESSERA_TRY(check_fake_quant(d, a));
+  if (!a.x.is_contiguous()) return invalid_argument("fake_quant: x rows must be contiguous on CUDA");
+  return {};
 }
 
 Status FakeQuant<Backend::kCuda>::run(FakeQuantDesc const& d, FakeQuantArgs const& a, ExecContext& ctx) {
@@ -112,8 +175,30 @@ Status FakeQuant<Backend::kCuda>::run(FakeQuantDesc const& d, FakeQuantArgs cons
   p.rows = d.rows; p.dim = d.dim; p.kind = d.kind;
   p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;
   p.ulps = d.boundary_ulps; p.bf16 = d.md == DType::kBf16;
+  p.packed = a.packed.data;
   qat_kernel<<<static_cast<unsigned>(d.rows), 128, 0, stream_of(ctx)>>>(p);
   return launch_status("qat_kernel");
+}
+
+Status QatUnpack<Backend::kCuda>::check(QatUnpackDesc const& d, QatUnpackArgs const& a) { return check_qat_unpack(d, a); }
+
+Status QatUnpack<Backend::kCuda>::run(QatUnpackDesc const& d, QatUnpackArgs const& a, ExecContext& ctx) {
+  using namespace kernels;
+  if (d.rows == 0) return {};
+  if (d.rows > 0x7FFFFFFF) return invalid_argument("qat_unpack: more than 2^31 − 1 rows");
+  QatUnpackParams p;
+  p.packed = a.packed.data;
+  p.pages = a.pages;
+  p.rows_per_page = a.rows_per_page;
+  p.row_ids = a.row_ids.data;
+  p.out = a.out.data;
+  p.rows = d.rows; p.dim = d.dim; p.src_rows = d.src_rows;
+  p.row_bytes = qat_packed_row_bytes(d.kind, d.dim);
+  p.kind = d.kind;
+  p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;
+  p.bf16 = d.md == DType::kBf16;
+  qat_unpack_kernel<<<static_cast<unsigned>(d.rows), 128, 0, stream_of(ctx)>>>(p);
+  return launch_status("qat_unpack_kernel");
 }
 
 }  // namespace tessera::ops

@@ -160,6 +160,61 @@ BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
         }
 }
 
+BOOST_AUTO_TEST_CASE(qat_packed_rows_bitwise) {
+  // The packed form written by the CUDA quantiser is byte-equal to the CPU's; QatUnpack on CUDA (contiguous,
+  // gathered with unused slots, paged) gives the quantiser's values bit for bit.
+  uint64_t const seed = test_seed(517);
+  for (auto kind : {ops::QatKind::kFp8Block32, ops::QatKind::kFp4Block16E4m3, ops::QatKind::kFp4Block32Ue8m0})
+    for (DType md : {DType::kF32, DType::kBf16})
+      for (int64_t dim : {512, 128, 64}) {
+        int64_t const rows = 37, bytes = ops::qat_packed_row_bytes(kind, dim);
+        auto x = randn(static_cast<size_t>(rows * dim), seed + dim + static_cast<int>(kind));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < dim; ++i) x[r * dim + i] *= std::ldexp(1.f, static_cast<int>(r % 13) * 3 - 20);
+        BOOST_TEST_INFO("kind=" << int(kind) << " md=" << dtype_name(md) << " dim=" << dim);
+        ops::FakeQuantDesc d{rows, dim, kind, md, 0};
+        std::vector<float> cpu = x;
+        std::vector<uint8_t> cpacked(static_cast<size_t>(rows * bytes));
+        ExecContext cctx;
+        run_ok<ops::FakeQuant>(cctx, d, ops::FakeQuantArgs{TensorView<float, 2>(cpu.data(), {rows, dim}), {},
+                                                           TensorView<uint8_t, 2>(cpacked.data(), {rows, bytes})});
+        DeviceBuffer<float> dx(x);
+        DeviceBuffer<uint8_t> dp(std::vector<uint8_t>(static_cast<size_t>(rows * bytes), 0xA5));
+        ExecContext ctx = cuda_ctx();
+        run_ok<ops::FakeQuant>(ctx, d, ops::FakeQuantArgs{dx.view<2>({rows, dim}), {}, dp.view<2>({rows, bytes})});
+        BOOST_TEST(count_bit_diffs(dx.get(), cpu, "qat values") == 0);
+        BOOST_TEST((dp.get() == cpacked));
+        // Contiguous unpack.
+        DeviceBuffer<float> du(std::vector<float>(static_cast<size_t>(rows * dim), 7.f));
+        run_ok<ops::QatUnpack>(ctx, ops::QatUnpackDesc{rows, dim, rows, kind, md},
+                               ops::QatUnpackArgs{dp.cview<2>({rows, bytes}), {}, du.view<2>({rows, dim})});
+        BOOST_TEST(count_bit_diffs(du.get(), cpu, "unpack") == 0);
+        // Gathered and paged: pages of 4 rows placed in reverse order in one arena.
+        std::vector<int32_t> ids = {36, -1, 0, 17, 17, 40, 3};
+        int64_t const n = static_cast<int64_t>(ids.size()), per = 4, npages = (rows + per - 1) / per;
+        std::vector<float> want(static_cast<size_t>(n * dim), 0.f);
+        for (int64_t i = 0; i < n; ++i)
+          if (ids[i] >= 0 && ids[i] < rows) std::copy_n(cpu.begin() + ids[i] * dim, dim, want.begin() + i * dim);
+        DeviceBuffer<int32_t> did(ids);
+        DeviceBuffer<float> dg(std::vector<float>(static_cast<size_t>(n * dim), 7.f));
+        run_ok<ops::QatUnpack>(ctx, ops::QatUnpackDesc{n, dim, rows, kind, md},
+                               ops::QatUnpackArgs{dp.cview<2>({rows, bytes}), did.cview<1>({n}), dg.view<2>({n, dim})});
+        BOOST_TEST(count_bit_diffs(dg.get(), want, "gathered unpack") == 0);
+        std::vector<uint8_t> arena(static_cast<size_t>(npages * per * bytes), 0x5A);
+        for (int64_t pg = 0; pg < npages; ++pg)
+          std::copy_n(cpacked.begin() + pg * per * bytes, std::min(per, rows - pg * per) * bytes,
+                      arena.begin() + (npages - 1 - pg) * per * bytes);
+        DeviceBuffer<uint8_t> darena(arena);
+        std::vector<uint8_t const*> pages(static_cast<size_t>(npages));
+        for (int64_t pg = 0; pg < npages; ++pg) pages[pg] = darena.data() + (npages - 1 - pg) * per * bytes;
+        DeviceBuffer<uint8_t const*> dpages(pages);
+        DeviceBuffer<float> dpg(std::vector<float>(static_cast<size_t>(n * dim), 7.f));
+        ops::QatUnpackArgs pa{{}, did.cview<1>({n}), dpg.view<2>({n, dim}), dpages.data(), per};
+        run_ok<ops::QatUnpack>(ctx, ops::QatUnpackDesc{n, dim, rows, kind, md}, pa);
+        BOOST_TEST(count_bit_diffs(dpg.get(), want, "paged unpack") == 0);
+      }
+}
+
 BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
   uint64_t const seed = test_seed(514);
   // The split mix (rms pass, chunk-sum blocks, chunk-order finish) at n·D % 32 == 0 and not (4 × 1001);

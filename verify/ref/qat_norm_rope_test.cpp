@@ -4,6 +4,8 @@
 /// core/dtype.hpp), double-precision norms and complex-number rotations.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <complex>
 #include <vector>
@@ -48,6 +50,30 @@ std::vector<float> quant(std::vector<float> x, int64_t dim, ops::QatKind kind) {
   int64_t rows = static_cast<int64_t>(x.size()) / dim;
   BOOST_REQUIRE(ops::fake_quant(ctx, {rows, dim, kind, DType::kF32}, {TensorView<float, 2>(x.data(), {rows, dim})}).ok());
   return x;
+}
+
+Status run_unpack(ExecContext& ctx, ops::QatUnpackDesc const& d, std::vector<uint8_t> const& packed,
+                  std::vector<int32_t> const& ids, std::vector<float>& out) {
+  int64_t const bytes = ops::qat_packed_row_bytes(d.kind, d.dim);
+  ops::QatUnpackArgs a{TensorView<uint8_t const, 2>(packed.data(), {d.src_rows, bytes}),
+                       TensorView<int32_t const, 1>(ids.empty() ? nullptr : ids.data(), {static_cast<int64_t>(ids.size())}),
+                       TensorView<float, 2>(out.data(), {d.rows, d.dim})};
+  if (auto st = ops::QatUnpack<Backend::kCpu>::check(d, a); !st.ok()) return st;
+  return ops::QatUnpack<Backend::kCpu>::run(d, a, ctx);
+}
+
+std::vector<float> quant_md(std::vector<float> x, int64_t dim, ops::QatKind kind, DType md) {
+  ExecContext ctx;
+  int64_t rows = static_cast<int64_t>(x.size()) / dim;
+  BOOST_REQUIRE(ops::fake_quant(ctx, {rows, dim, kind, md}, {TensorView<float, 2>(x.data(), {rows, dim})}).ok());
+  return x;
+}
+
+bool bits_equal(std::vector<float> const& a, std::vector<float> const& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return false;
+  return true;
 }
 
 }  // namespace
@@ -125,6 +151,82 @@ BOOST_AUTO_TEST_CASE(width_not_multiple_of_block_passes_through) {
   auto x = verify::randn(48, verify::test_seed(14));
   auto y = quant(x, 48, ops::QatKind::kFp8Block32);
   BOOST_TEST(x == y);
+}
+
+BOOST_AUTO_TEST_CASE(packed_rows_reproduce_the_quantiser) {
+  // Every kind and model dtype: the packed row unpacks to exactly the quantised values, through the identity
+  // and through a gather with unused (−1) and out-of-range slots. Rows span magnitudes from the clamp floors
+  // (subnormal e4m3 scales of B.2, the 1e-4 floor of B.1) to large values, with ±0 and saturating outliers.
+  BOOST_TEST(ops::qat_packed_row_bytes(ops::QatKind::kFp4Block16E4m3, 512) == 288);
+  BOOST_TEST(ops::qat_packed_row_bytes(ops::QatKind::kFp4Block32Ue8m0, 128) == 68);
+  BOOST_TEST(ops::qat_packed_row_bytes(ops::QatKind::kFp8Block32, 512) == 528);
+  BOOST_TEST(ops::qat_packed_row_bytes(ops::QatKind::kFp8Block32, 48) == 0);
+  int64_t const rows = 12, dim = 128;
+  for (auto kind : {ops::QatKind::kFp8Block32, ops::QatKind::kFp4Block16E4m3, ops::QatKind::kFp4Block32Ue8m0})
+    for (DType md : {DType::kF32, DType::kBf16}) {
+      BOOST_TEST_CONTEXT("kind " << static_cast<int>(kind) << " md " << dtype_name(md)) {
+        auto x = verify::randn(static_cast<size_t>(rows * dim), verify::test_seed(15), 1.f);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < dim; ++i) x[static_cast<size_t>(r * dim + i)] *= std::ldexp(1.f, static_cast<int>(3 * r - 24));
+        x[3] = 0.f; x[4] = -0.f; x[7] = 1e30f; x[200] = -1e-30f;
+        int64_t const bytes = ops::qat_packed_row_bytes(kind, dim);
+        std::vector<float> q = x;
+        std::vector<uint8_t> packed(static_cast<size_t>(rows * bytes), 0xA5);
+        ExecContext ctx;
+        BOOST_REQUIRE(ops::fake_quant(ctx, {rows, dim, kind, md},
+                                      {TensorView<float, 2>(q.data(), {rows, dim}), {},
+                                       TensorView<uint8_t, 2>(packed.data(), {rows, bytes})}).ok());
+        BOOST_TEST(bits_equal(q, quant_md(x, dim, kind, md)));  // the packed output does not change the values
+        std::vector<float> u(q.size(), 7.f);
+        BOOST_REQUIRE(run_unpack(ctx, {rows, dim, rows, kind, md}, packed, {}, u).ok());
+        BOOST_TEST(bits_equal(u, q));
+        std::vector<int32_t> ids = {5, -1, 11, 0, 5, 99};
+        int64_t const n = static_cast<int64_t>(ids.size());
+        std::vector<float> g(static_cast<size_t>(n * dim), 7.f);
+        BOOST_REQUIRE(run_unpack(ctx, {n, dim, rows, kind, md}, packed, ids, g).ok());
+        std::vector<float> want(g.size(), 0.f);
+        for (int64_t i = 0; i < n; ++i) {
+          int32_t const id = ids[static_cast<size_t>(i)];
+          if (id >= 0 && id < rows) std::copy_n(q.begin() + id * dim, dim, want.begin() + i * dim);
+        }
+        BOOST_TEST(bits_equal(g, want));
+        // The same rows paged: pages of 5 rows copied out of order into one arena.
+        int64_t const per = 5, npages = (rows + per - 1) / per;
+        std::vector<uint8_t> arena(static_cast<size_t>(npages * per * bytes), 0x5A);
+        std::vector<uint8_t const*> pages(static_cast<size_t>(npages));
+        for (int64_t pg = 0; pg < npages; ++pg) {
+          int64_t const slot = npages - 1 - pg;
+          int64_t const n_rows = std::min(per, rows - pg * per);
+          std::copy_n(packed.begin() + pg * per * bytes, n_rows * bytes, arena.begin() + slot * per * bytes);
+          pages[static_cast<size_t>(pg)] = arena.data() + slot * per * bytes;
+        }
+        std::vector<float> pgd(g.size(), 7.f);
+        ops::QatUnpackArgs pa{{}, TensorView<int32_t const, 1>(ids.data(), {n}), TensorView<float, 2>(pgd.data(), {n, dim}),
+                              pages.data(), per};
+        ops::QatUnpackDesc const pd{n, dim, rows, kind, md};
+        BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::check(pd, pa).ok());
+        BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::run(pd, pa, ctx).ok());
+        BOOST_TEST(bits_equal(pgd, want));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(packed_rows_reject_bad_shapes) {
+  ExecContext ctx;
+  std::vector<float> x(2 * 48, 1.f);
+  std::vector<uint8_t> packed(2 * 64);
+  // 48 values have no FP4-block-32 form.
+  auto st = ops::fake_quant(ctx, {2, 48, ops::QatKind::kFp4Block32Ue8m0, DType::kF32},
+                            {TensorView<float, 2>(x.data(), {2, 48}), {}, TensorView<uint8_t, 2>(packed.data(), {2, 26})});
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(x == std::vector<float>(2 * 48, 1.f));  // rejected before any write
+  // Wrong packed width for a packable row.
+  st = ops::fake_quant(ctx, {2, 32, ops::QatKind::kFp4Block16E4m3, DType::kF32},
+                       {TensorView<float, 2>(x.data(), {2, 32}), {}, TensorView<uint8_t, 2>(packed.data(), {2, 17})});
+  BOOST_TEST(!st.ok());
+  std::vector<float> out(3 * 48);
+  BOOST_TEST(!run_unpack(ctx, {3, 32, 2, ops::QatKind::kFp4Block16E4m3, DType::kF32}, packed, {}, out).ok());  // rows ≠ src_rows
+  BOOST_TEST(!run_unpack(ctx, {2, 48, 2, ops::QatKind::kFp8Block32, DType::kF32}, packed, {}, out).ok());     // no packed form
 }
 
 BOOST_AUTO_TEST_SUITE_END()
