@@ -22,6 +22,9 @@
 /// Per-layer costs: with two checkpoints of L1 < L2 layers (same preset), the step time is fitted as
 /// fixed + per_layer · L, and the 40-layer step is extrapolated from the fit; with one checkpoint the
 /// whole step time is scaled by 40 / L (pessimistic: the LM head is scaled too). One JSON object per line.
+///
+/// State: the first line gives the GPU model's decode state of one sequence at 1M tokens for the released
+/// v41-flash layer layout at full depth (GpuDsv41Model::state_bytes_for): bytes per token and the fixed part.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,6 +38,7 @@
 #include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
+#include "tessera/models/deepseek_v41/synthetic.hpp"
 
 using namespace tessera;
 using namespace tessera::model;
@@ -256,6 +260,20 @@ int main(int argc, char** argv) {
   if (a.models.empty() || a.models.size() > 2 || (a.dtype != "bf16" && a.dtype != "fp32") || a.steps < 1) {
     std::fprintf(stderr, "usage: bench_model --model DIR [--model DIR2] [--device cuda|cpu] [--dtype bf16|fp32] ...\n");
     return 2;
+  }
+  {  // Decode state per token at 1M context, full depth (state_bytes_for of the released layer layout)
+    auto cfg = synthetic_config("v41-flash", 129280, a.full_layers, 1024);
+    auto full = cfg ? spec_from_config(*cfg) : Result<ModelSpec>(cfg.status());
+    if (full) {
+      ModelOptions o;
+      int64_t const n = int64_t{1} << 20;
+      size_t const at0 = GpuDsv41Model::state_bytes_for(*full, o, 0), at1 = GpuDsv41Model::state_bytes_for(*full, o, n);
+      std::printf("{\"bench\":\"state\",\"layers_full\":%lld,\"tokens\":%lld,\"bytes_per_token\":%.1f,"
+                  "\"fixed_mb\":%.2f,\"total_gb\":%.3f}\n",
+                  static_cast<long long>(a.full_layers), static_cast<long long>(n),
+                  static_cast<double>(at1 - at0) / static_cast<double>(n), static_cast<double>(at0) / 1e6,
+                  static_cast<double>(at1) / 1e9);
+    }
   }
   bool const bf16 = a.dtype == "bf16";
   std::vector<Measured> runs;

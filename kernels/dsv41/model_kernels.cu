@@ -7,7 +7,7 @@
 ///                   [old window rows | chunk rows | compressed entries]: per query row at p = pos0 + r,
 ///                   the old window rows with position > p − W (rows hold positions wpos0 + i), the chunk
 ///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
-///                   ascending entry order. Exactly the lists the CPU model builds, in the same order; in bf16
+///                   ascending entry order (compact pools: the row's own selection slots and their gather table). Exactly the lists the CPU model builds, in the same order; in bf16
 ///                   also each key's logit-row column and each row's sink column (key_column / sink_column).
 ///   copy_rows       dst_i[c] = src_i[c] for a table of row copies (the batched pass's ring commits and
 ///                   its gather of logit rows): one block per row.
@@ -69,12 +69,19 @@ __global__ void key_fill_kernel(KeyListParams p) {
   for (int64_t t = threadIdx.x; t < nc; t += blockDim.x) out[nw + t] = static_cast<int32_t>(p.n_old + j0 + t);
   if (!p.selected) return;
   int32_t const* sel = p.selected + r * p.top_k;
+  int64_t const count = p.gather ? count_selected(sel, p.top_k, p.entries) : 0;
   for (int64_t i = threadIdx.x; i < p.top_k; i += blockDim.x) {
+    if (p.gather && i >= count) p.gather[r * p.top_k + i] = -1;  // ranks of valid ids are < count: no overlap
     int32_t const e = sel[i];
     if (e < 0 || e >= p.entries) continue;
     int64_t rank = 0;  // selections are distinct, so the rank among valid ids is the sorted slot
     for (int64_t j = 0; j < p.top_k; ++j) rank += (sel[j] >= 0 && sel[j] < p.entries && sel[j] < e) ? 1 : 0;
-    out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + e);
+    if (p.gather) {
+      p.gather[r * p.top_k + rank] = e;
+      out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + rank);
+    } else {
+      out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + e);
+    }
   }
 }
 

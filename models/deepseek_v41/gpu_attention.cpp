@@ -4,6 +4,8 @@
 /// over every row of the pass; the compressor pooling, the indexer's scores / candidate blocks / top-k
 /// against a sequence's own index keys, its key pool, key lists and attention core run per sequence on its
 /// row slice [row0, row0 + S) of the batched buffers; per-sequence scratch is returned after each sequence.
+/// The state keeps compressed-KV entries and index keys in the quantisers' packed form (gpu::ckv_entry_bytes,
+/// gpu::index_key_bytes); consumers unpack them to exactly the values the quantisers wrote.
 #include <algorithm>
 #include <cmath>
 
@@ -83,14 +85,15 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
         lin(lat, lr.total, w.i_wk, k, md);
         norm(k, lr.total, di, w.i_k_norm);
         rope(k, lr.total, 1, di, lr.d_pos, m_.w.compress_inv_freq, false);
-        quant(k, lr.total, di, ops::QatKind::kFp4Block32Ue8m0, QuantBoundary::Site::kIndexKey, Stage::kIndexKey, l, lr.seq,
-              lr.pos);
+        int64_t const kb = gpu::index_key_bytes(di);
+        auto* packed = ops::qat_packed_row_bytes(gpu::kIndexKeyQat, di) ? tmp_.get<uint8_t>(lr.total * kb) : nullptr;
+        quant(k, lr.total, di, gpu::kIndexKeyQat, QuantBoundary::Site::kIndexKey, Stage::kIndexKey, l, lr.seq, lr.pos,
+              packed);
+        auto const* rows = packed ? packed : reinterpret_cast<uint8_t const*>(k);  // stored rows of kb bytes
         for (size_t i = 0; i < nseq; ++i) {
           if (lr.groups[i] == 0) continue;
           gpu::GpuLayerState& ls = b_.seqs[i].st->layers_[static_cast<size_t>(l)];
-          ensure(*b_.seqs[i].st->pool_, ls.index_k, static_cast<size_t>((ls.entries + lr.groups[i]) * di * 4),
-                 static_cast<size_t>(ls.entries * di * 4), s_);
-          copy(ls.index_k.as<float>() + ls.entries * di, k + lr.g0[i] * di, static_cast<size_t>(lr.groups[i] * di * 4));
+          append_rows(*b_.seqs[i].st, ls.index_k, kb, ls.entries, lr.groups[i], rows + lr.g0[i] * kb);
         }
       }
       b_.idx_src = l;
@@ -119,8 +122,9 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
         SeqRun& sq = b_.seqs[i];
         int64_t const S = sq.S;
         int64_t const* d_pos = b_.d_pos + sq.row0;
-        float const* keys = sq.st->layers_[static_cast<size_t>(b_.idx_src)].index_k.as<float>();
         size_t const mk = tmp_.mark();
+        float* keys = tmp_.get<float>(Ti * di);  // the stored keys as the quantiser's values
+        unpack_rows(sq.st->layers_[static_cast<size_t>(b_.idx_src)].index_k, Ti, di, gpu::kIndexKeyQat, nullptr, Ti, keys);
         float* scores = tmp_.get<float>(S * Ti);
         run<ops::IndexScore>(ctx_, ops::IndexScoreDesc{S, Hi, di, Ti, ratio, scale},
                              ops::IndexScoreArgs{dcv2(qi + sq.row0 * Hi * di, S, Hi * di), dcv2(wts + sq.row0 * Hi, S, Hi),
@@ -153,16 +157,17 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
   // beyond each state's entries (a failed pass restores the count).
   if (lat) {
     rope(lat, lr.total, 1, hd, lr.d_pos, m_.w.compress_inv_freq, false);
-    quant(lat, lr.total, hd, ops::QatKind::kFp4Block16E4m3, QuantBoundary::Site::kCompressedKv, Stage::kCompressedKv, l,
-          lr.seq, lr.pos);
+    int64_t const eb = gpu::ckv_entry_bytes(hd);
+    auto* packed = ops::qat_packed_row_bytes(gpu::kCkvQat, hd) ? tmp_.get<uint8_t>(lr.total * eb) : nullptr;
+    quant(lat, lr.total, hd, gpu::kCkvQat, QuantBoundary::Site::kCompressedKv, Stage::kCompressedKv, l, lr.seq, lr.pos,
+          packed);
+    auto const* rows = packed ? packed : reinterpret_cast<uint8_t const*>(lat);  // stored rows of eb bytes
     for (size_t i = 0; i < nseq; ++i) {
       int64_t const groups = lr.groups[i];
       if (groups == 0) continue;
       GpuDsv41State& st = *b_.seqs[i].st;
       gpu::GpuLayerState& ls = st.layers_[static_cast<size_t>(l)];
-      ensure(*st.pool_, ls.ckv, static_cast<size_t>((ls.entries + groups) * hd * 4), static_cast<size_t>(ls.entries * hd * 4),
-             s_);
-      copy(ls.ckv.as<float>() + ls.entries * hd, lat + lr.g0[i] * hd, static_cast<size_t>(groups * hd * 4));
+      append_rows(st, ls.ckv, eb, ls.entries, groups, rows + lr.g0[i] * eb);
       ls.entries += groups;
     }
   }
@@ -206,12 +211,16 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     gpu::GpuLayerState const* src = (ratio > 0 && b_.ckv_src >= 0) ? &st.layers_[static_cast<size_t>(b_.ckv_src)] : nullptr;
     int64_t const T = src ? src->entries : 0;
     bool const use_ckv = T > 0 && sq.has_topk;
-    int64_t const nk = n_old + S + (use_ckv ? T : 0);
+    // Compact pool: with packed entries and fewer selection slots than entries (decode at long context), the
+    // pool holds each row's selected entries only (KeyListParams::gather); else all T entries.
+    bool const compact = use_ckv && ops::qat_packed_row_bytes(gpu::kCkvQat, hd) > 0 && S * K < T;
+    int64_t const n_ckv = !use_ckv ? 0 : compact ? S * K : T;
+    int64_t const nk = n_old + S + n_ckv;
     size_t const mk = tmp_.mark();
     float* pool = tmp_.get<float>(nk * hd);
     ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, pool);
     copy(pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
-    if (use_ckv) copy(pool + (n_old + S) * hd, src->ckv.get(), static_cast<size_t>(T * hd * 4));
+    if (use_ckv && !compact) unpack_rows(src->ckv, T, hd, gpu::kCkvQat, nullptr, T, pool + (n_old + S) * hd);
     int64_t const cap = S * (W + (use_ckv ? K : 0));
     gpu::KeyListParams kp;
     kp.rows = S;
@@ -229,7 +238,9 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
       kp.sink_cols = tmp_.get<int32_t>(S);
       kp.src_ratio = src ? s.compress_ratios[static_cast<size_t>(b_.ckv_src)] : 0;
     }
+    if (compact) kp.gather = tmp_.get<int32_t>(S * K);
     throw_if_error(gpu::build_key_lists(s_, kp));
+    if (compact) unpack_rows(src->ckv, T, hd, gpu::kCkvQat, kp.gather, S * K, pool + (n_old + S) * hd);
     // The list length: the CPU backend checks it exactly (host memory); the CUDA backend reads the offsets
     // on the device and takes the capacity as the bound.
     int64_t const nnz = s_.backend == Backend::kCpu ? kp.offsets[S] : cap;

@@ -98,7 +98,7 @@ uint8_t* Forward::flag_bytes(int64_t n) {
 }
 
 void Forward::quant(float* x, int64_t rows, int64_t dim, ops::QatKind kind, QuantBoundary::Site site, Stage stage, int64_t l,
-                    std::vector<int32_t> seq, std::vector<int64_t> positions) {
+                    std::vector<int32_t> seq, std::vector<int64_t> positions, uint8_t* packed) {
   int const ulps = m_.opts.boundary_ulps;
   uint8_t* near = nullptr;
   if (ulps > 0) {
@@ -106,8 +106,32 @@ void Forward::quant(float* x, int64_t rows, int64_t dim, ops::QatKind kind, Quan
     b_.flags.push_back({false, static_cast<uint8_t>(site), static_cast<int32_t>(l), stage, std::move(seq),
                         std::move(positions), static_cast<size_t>(near - b_.flag_arena)});
   }
+  int64_t const pb = packed ? ops::qat_packed_row_bytes(kind, dim) : 0;
   run<ops::FakeQuant>(ctx_, ops::FakeQuantDesc{rows, dim, kind, b_.md, ulps},
-                      ops::FakeQuantArgs{dv2(x, rows, dim), TensorView<uint8_t, 1>(near, {near ? rows : 0}, kDev)});
+                      ops::FakeQuantArgs{dv2(x, rows, dim), TensorView<uint8_t, 1>(near, {near ? rows : 0}, kDev),
+                                         TensorView<uint8_t, 2>(packed, {packed ? rows : 0, pb}, kDev)});
+}
+
+void Forward::unpack_rows(gpu::PagedRows const& stored, int64_t src_rows, int64_t dim, ops::QatKind kind,
+                          int32_t const* row_ids, int64_t rows, float* out) {
+  if (ops::qat_packed_row_bytes(kind, dim) == 0) {
+    if (row_ids || rows != src_rows) throw Error(Status(StatusCode::kInternal, "forward: gathered unpack of fp32 rows"));
+    throw_if_error(stored.read(s_, rows, out));
+    return;
+  }
+  ops::QatUnpackArgs a;
+  a.row_ids = TensorView<int32_t const, 1>(row_ids, {row_ids ? rows : 0}, kDev);
+  a.out = dv2(out, rows, dim);
+  a.pages = stored.table();
+  a.rows_per_page = stored.rows_per_page();
+  run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{rows, dim, src_rows, kind, b_.md}, a);
+}
+
+void Forward::append_rows(GpuDsv41State& st, gpu::PagedRows& rows, int64_t row_bytes, int64_t row0, int64_t n,
+                          uint8_t const* src) {
+  if (!rows.configured()) rows.configure(row_bytes, m_.opts.state_page_bytes);
+  throw_if_error(rows.reserve(*st.pool_, s_, row0 + n));
+  throw_if_error(rows.write(s_, row0, n, src));
 }
 
 uint8_t* Forward::tie_flags(int64_t i, CutoffTie::Site site, Stage stage, int64_t l) {

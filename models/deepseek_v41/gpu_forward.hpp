@@ -168,9 +168,17 @@ class Forward {
   void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w);
   void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse);
   /// Fake-quantises rows in place; with boundary_ulps > 0 records the rows near a rounding boundary
-  /// (row r for sequence seq[r] at positions[r]).
+  /// (row r for sequence seq[r] at positions[r]); with `packed` also writes the packed rows
+  /// ([rows, ops::qat_packed_row_bytes(kind, dim)]).
   void quant(float* x, int64_t rows, int64_t dim, ops::QatKind kind, QuantBoundary::Site site, Stage stage, int64_t l,
-             std::vector<int32_t> seq, std::vector<int64_t> positions);
+             std::vector<int32_t> seq, std::vector<int64_t> positions, uint8_t* packed = nullptr);
+  /// Rows [0, src_rows) of a stored compressed-KV / index-key family as fp32 values: QatUnpack of the packed
+  /// pages (gathered by row_ids when non-null), or a copy of fp32 rows (gpu::ckv_entry_bytes's fallback;
+  /// row_ids must be null).
+  void unpack_rows(gpu::PagedRows const& stored, int64_t src_rows, int64_t dim, ops::QatKind kind,
+                   int32_t const* row_ids, int64_t rows, float* out);
+  /// Appends n rows of row_bytes (contiguous, device) to a state's paged family at row0.
+  void append_rows(GpuDsv41State& st, gpu::PagedRows& rows, int64_t row_bytes, int64_t row0, int64_t n, uint8_t const* src);
   /// A device flag vector of the rows of sequence i (cutoff ties), recorded for the pass.
   uint8_t* tie_flags(int64_t i, CutoffTie::Site site, Stage stage, int64_t l);
   /// Tie flags of every row of the pass.

@@ -33,6 +33,7 @@
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/status.hpp"
 #include "tessera/core/tensor.hpp"
+#include "tessera/ops/qat.hpp"
 #include "tessera/ops/exl3.hpp"
 
 namespace tessera::model::dsv41::gpu {
@@ -155,12 +156,62 @@ struct GpuWeights {
   size_t bytes = 0;                // of the allocations
 };
 
+/// Quantisers of the stored compressed KV (spec §2.5.3, Appendix B.2) and index keys (§2.5.4, B.3).
+inline constexpr ops::QatKind kCkvQat = ops::QatKind::kFp4Block16E4m3;
+inline constexpr ops::QatKind kIndexKeyQat = ops::QatKind::kFp4Block32Ue8m0;
+
+/// Bytes of one stored compressed-KV entry (width hd) or index key (width di): the quantiser's packed row
+/// (ops::qat_packed_row_bytes: 288 B at hd 512, 68 B at di 128), or fp32 values for a width the quantiser
+/// leaves unchanged (not a multiple of its block).
+inline int64_t ckv_entry_bytes(int64_t hd) {
+  int64_t const b = ops::qat_packed_row_bytes(kCkvQat, hd);
+  return b ? b : hd * 4;
+}
+inline int64_t index_key_bytes(int64_t di) {
+  int64_t const b = ops::qat_packed_row_bytes(kIndexKeyQat, di);
+  return b ? b : di * 4;
+}
+
+/// One growing row family of a sequence's state (compressed-KV entries or index keys) in fixed pages of
+/// rows_per_page rows of row_bytes, taken from the model's DevicePool, with a table of the page addresses
+/// in the backend's memory for the kernels: row e lives at table[e / rows_per_page] + (e % rows_per_page) ·
+/// row_bytes. A sequence of n rows holds ⌈n / rows_per_page⌉ pages, so its memory stays within one page of
+/// n · row_bytes at any length, and growing never copies old rows.
+class PagedRows {
+ public:
+  /// Sets the layout (before the first reserve; rows_per_page = ⌊page_bytes / row_bytes⌋ ≥ 1).
+  void configure(int64_t row_bytes, int64_t page_bytes);
+  bool configured() const { return row_bytes_ > 0; }
+  /// Pages for rows [0, rows).
+  Status reserve(DevicePool& pool, Mem const& mem, int64_t rows);
+  /// Rows [row0, row0 + n) ← n contiguous rows at src (backend memory); the rows must be reserved.
+  Status write(Mem const& mem, int64_t row0, int64_t n, void const* src) const;
+  /// dst ← rows [0, n) contiguously (backend memory).
+  Status read(Mem const& mem, int64_t n, void* dst) const;
+  /// Returns the pages wholly beyond the first `rows` rows to the pool.
+  void shrink(int64_t rows);
+  /// A copy of the first `rows` rows of `o` (same layout) in pages of `pool`.
+  Status assign(DevicePool& pool, Mem const& mem, PagedRows const& o, int64_t rows);
+  uint8_t const* const* table() const { return table_.as<uint8_t const* const>(); }
+  int64_t row_bytes() const { return row_bytes_; }
+  int64_t rows_per_page() const { return per_page_; }
+  int64_t pages() const { return static_cast<int64_t>(pages_.size()); }
+  /// Bytes held: the pages and the table.
+  size_t bytes() const;
+
+ private:
+  int64_t row_bytes_ = 0, per_page_ = 0, page_bytes_ = 0;
+  std::vector<DevBlock> pages_;
+  std::vector<uint8_t const*> addresses_;  // host mirror of the table
+  DevBlock table_;
+};
+
 struct GpuLayerState {
-  DevBlock window;                 // [W−1+max_rollback, hd]
+  DevBlock window;                 // [W−1+max_rollback, hd] fp32
   int64_t n_window = 0;
-  DevBlock raw_kv, raw_gate;       // [max_rollback + r, hd]
+  DevBlock raw_kv, raw_gate;       // [max_rollback + r, hd] fp32
   int64_t n_raw = 0;
-  DevBlock ckv, index_k;           // [capacity, hd], [capacity, di]
+  PagedRows ckv, index_k;          // rows of ckv_entry_bytes(hd), index_key_bytes(di)
   int64_t entries = 0;
 };
 
@@ -173,7 +224,12 @@ struct KeyListParams {
   int64_t window = 0;      // W
   int32_t const* selected = nullptr;  // [S, top_k] entry ids (−1 padded), or null
   int64_t top_k = 0;
-  int64_t entries = 0;     // T compressed entries in the pool (ids ≥ T are dropped)
+  int64_t entries = 0;     // T compressed entries (ids ≥ T are dropped)
+  // Compact pool (non-null): the compressed part of the pool holds each row's selections, not all T entries:
+  // row r's k-th listed selection (ascending entry id) is pool row n_old + rows + r·top_k + k, and
+  // gather[r·top_k + k] = its entry id (−1 for the unused slots k ≥ the row's count). Else entry e is pool
+  // row n_old + rows + e.
+  int32_t* gather = nullptr;   // [S, top_k] out
   int64_t* offsets = nullptr;  // [S + 1] out
   int32_t* key_ids = nullptr;  // [≤ S·(W + top_k)] out
   // bf16 only (else null): each listed key's column in the golden engine's logit row and each row's sink column
@@ -242,7 +298,8 @@ TESSERA_HOST_DEVICE inline int32_t key_column(KeyListParams const& p, int64_t r,
   int64_t const pos = p.pos0 + r;
   if (id < p.n_old) return static_cast<int32_t>(p.wpos0 + id);
   if (id < p.n_old + p.rows) return static_cast<int32_t>(p.pos0 + (id - p.n_old));
-  return static_cast<int32_t>(pos + 1 + (id - p.n_old - p.rows));
+  int64_t const slot = id - p.n_old - p.rows;
+  return static_cast<int32_t>(pos + 1 + (p.gather ? p.gather[slot] : slot));
 }
 TESSERA_HOST_DEVICE inline int32_t sink_column(KeyListParams const& p, int64_t r) {
   int64_t const pos = p.pos0 + r;

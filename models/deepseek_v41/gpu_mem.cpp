@@ -166,6 +166,88 @@ void DevBlock::reset() {
   cap_ = 0;
 }
 
+using Copy = Mem::Copy;
+
+void PagedRows::configure(int64_t row_bytes, int64_t page_bytes) {
+  row_bytes_ = row_bytes;
+  per_page_ = std::max<int64_t>(1, page_bytes / row_bytes);
+  page_bytes_ = per_page_ * row_bytes;
+}
+
+Status PagedRows::reserve(DevicePool& pool, Mem const& mem, int64_t rows) {
+  if (!configured()) return Status(StatusCode::kInternal, "paged rows: reserve before configure");
+  size_t const need = static_cast<size_t>((rows + per_page_ - 1) / per_page_);
+  size_t const have = pages_.size();
+  if (need <= have) return {};
+  for (size_t i = have; i < need; ++i) {
+    auto b = DevBlock::make(pool, static_cast<size_t>(page_bytes_));
+    if (!b) return b.status();
+    addresses_.push_back(static_cast<uint8_t const*>(b->get()));
+    pages_.push_back(std::move(*b));
+  }
+  size_t const bytes = need * sizeof(void*);
+  if (table_ && table_.capacity() >= bytes)  // the new addresses only
+    return mem.copy(table_.as<uint8_t const*>() + have, addresses_.data() + have, (need - have) * sizeof(void*),
+                    Copy::kHostToDev);
+  auto t = DevBlock::make(pool, std::max(bytes, table_.capacity() * 2));
+  if (!t) return t.status();
+  table_ = std::move(*t);
+  return mem.copy(table_.get(), addresses_.data(), bytes, Copy::kHostToDev);
+}
+
+Status PagedRows::write(Mem const& mem, int64_t row0, int64_t n, void const* src) const {
+  auto const* from = static_cast<uint8_t const*>(src);
+  while (n > 0) {
+    size_t const page = static_cast<size_t>(row0 / per_page_);
+    if (page >= pages_.size()) return Status(StatusCode::kInternal, "paged rows: write beyond the reserved rows");
+    int64_t const in_page = row0 % per_page_, k = std::min(n, per_page_ - in_page);
+    TESSERA_TRY(mem.copy(pages_[page].as<uint8_t>() + in_page * row_bytes_, from, static_cast<size_t>(k * row_bytes_),
+                         Copy::kDevToDev));
+    from += k * row_bytes_;
+    row0 += k;
+    n -= k;
+  }
+  return {};
+}
+
+Status PagedRows::read(Mem const& mem, int64_t n, void* dst) const {
+  auto* to = static_cast<uint8_t*>(dst);
+  for (int64_t row0 = 0; row0 < n; row0 += per_page_) {
+    size_t const page = static_cast<size_t>(row0 / per_page_);
+    if (page >= pages_.size()) return Status(StatusCode::kInternal, "paged rows: read beyond the reserved rows");
+    int64_t const k = std::min(n - row0, per_page_);
+    TESSERA_TRY(mem.copy(to + row0 * row_bytes_, pages_[page].get(), static_cast<size_t>(k * row_bytes_), Copy::kDevToDev));
+  }
+  return {};
+}
+
+void PagedRows::shrink(int64_t rows) {
+  size_t const keep = static_cast<size_t>((std::max<int64_t>(rows, 0) + per_page_ - 1) / std::max<int64_t>(per_page_, 1));
+  if (keep >= pages_.size()) return;
+  pages_.resize(keep);  // the table's stale tail is never read: rows ≥ rows are not listed
+  addresses_.resize(keep);
+}
+
+Status PagedRows::assign(DevicePool& pool, Mem const& mem, PagedRows const& o, int64_t rows) {
+  pages_.clear();
+  addresses_.clear();
+  table_.reset();
+  row_bytes_ = o.row_bytes_;
+  per_page_ = o.per_page_;
+  page_bytes_ = o.page_bytes_;
+  if (!configured() || rows == 0) return {};
+  TESSERA_TRY(reserve(pool, mem, rows));
+  for (size_t i = 0; i < pages_.size(); ++i)
+    TESSERA_TRY(mem.copy(pages_[i].get(), o.pages_[i].get(), static_cast<size_t>(page_bytes_), Copy::kDevToDev));
+  return {};
+}
+
+size_t PagedRows::bytes() const {
+  size_t b = table_.capacity();
+  for (auto const& p : pages_) b += p.capacity();
+  return b;
+}
+
 Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,
                      float* pre) {
   if (m.backend == Backend::kCuda) {
@@ -218,7 +300,16 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
         if (e >= 0 && e < p.entries) sel.push_back(e);
       }
       std::sort(sel.begin(), sel.end());
-      for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
+      if (p.gather) {
+        int32_t* g = p.gather + r * p.top_k;
+        std::fill(g, g + p.top_k, -1);
+        for (size_t i = 0; i < sel.size(); ++i) {
+          g[i] = sel[i];
+          out[k++] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + static_cast<int64_t>(i));
+        }
+      } else {
+        for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
+      }
     }
     if (p.key_cols) {
       for (int64_t i = 0; i < k; ++i) p.key_cols[acc + i] = key_column(p, r, out[i]);

@@ -254,7 +254,7 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
 size_t GpuDsv41State::memory_bytes() const {
   size_t b = history_.size() * sizeof(int64_t);
   for (auto const& l : layers_)
-    b += l.window.capacity() + l.raw_kv.capacity() + l.raw_gate.capacity() + l.ckv.capacity() + l.index_k.capacity();
+    b += l.window.capacity() + l.raw_kv.capacity() + l.raw_gate.capacity() + l.ckv.bytes() + l.index_k.bytes();
   return b;
 }
 
@@ -394,8 +394,9 @@ Result<std::unique_ptr<SequenceState>> GpuDsv41Model::clone(SequenceState const&
     b.n_window = a.n_window;
     b.n_raw = a.n_raw;
     b.entries = a.entries;
-    for (auto [src, dst] : {std::pair{&a.window, &b.window}, {&a.raw_kv, &b.raw_kv}, {&a.raw_gate, &b.raw_gate},
-                            {&a.ckv, &b.ckv}, {&a.index_k, &b.index_k}}) {
+    TESSERA_TRY(b.ckv.assign(*impl_->pool, mem, a.ckv, a.entries));
+    TESSERA_TRY(b.index_k.assign(*impl_->pool, mem, a.index_k, a.entries));
+    for (auto [src, dst] : {std::pair{&a.window, &b.window}, {&a.raw_kv, &b.raw_kv}, {&a.raw_gate, &b.raw_gate}}) {
       if (!*src) continue;
       auto blk = gpu::DevBlock::make(*impl_->pool, src->capacity());
       if (!blk) return blk.status();
@@ -424,6 +425,8 @@ Status GpuDsv41Model::truncate(SequenceState& state, int64_t length) {
     if (!s.is_kv_source(l)) continue;
     int64_t const r = s.compress_ratios[static_cast<size_t>(l)];
     ls.entries = length / r;
+    ls.ckv.shrink(ls.entries);
+    ls.index_k.shrink(ls.entries);
     if (r > 1) ls.n_raw = std::max<int64_t>(0, ls.n_raw - back);
   }
   st->history_.resize(static_cast<size_t>(length));
@@ -442,17 +445,23 @@ Status GpuDsv41Model::truncate(SequenceState& state, int64_t length) {
   return {};
 }
 
-size_t GpuDsv41Model::state_bytes_for(int64_t n) const {
-  ModelSpec const& s = impl_->spec;
+size_t GpuDsv41Model::state_bytes_for(int64_t n) const { return state_bytes_for(impl_->spec, impl_->opts, n); }
+
+size_t GpuDsv41Model::state_bytes_for(ModelSpec const& s, ModelOptions const& opts, int64_t n) {
   size_t b = static_cast<size_t>(n) * sizeof(int64_t);
-  int64_t const hd = s.head_dim, W = s.sliding_window, R = impl_->opts.max_rollback;
+  int64_t const hd = s.head_dim, W = s.sliding_window, R = opts.max_rollback;
   for (int64_t l = 0; l < s.num_layers; ++l) {
     b += static_cast<size_t>((W - 1 + R) * hd * 4);
     if (!s.is_kv_source(l)) continue;
     int64_t const r = s.compress_ratios[static_cast<size_t>(l)], T = n / r;
-    b += static_cast<size_t>(T * hd * 4);
+    // Whole pages of the paged families (gpu::PagedRows), the address tables aside.
+    auto paged = [&](int64_t row_bytes) {
+      int64_t const per = std::max<int64_t>(1, opts.state_page_bytes / row_bytes);
+      return static_cast<size_t>((T + per - 1) / per * per * row_bytes);
+    };
+    b += paged(gpu::ckv_entry_bytes(hd));
     if (r > 1) b += static_cast<size_t>(2 * (R + r) * hd * 4);
-    if (s.is_index_source(l)) b += static_cast<size_t>(T * s.index_head_dim * 4);
+    if (s.is_index_source(l)) b += paged(gpu::index_key_bytes(s.index_head_dim));
   }
   return b;
 }

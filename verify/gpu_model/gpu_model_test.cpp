@@ -14,7 +14,9 @@
 ///    midway (a throwing route observer after layer 3), leaves every state as it was;
 ///  * chunked prefill (chunks of 1, 7, 64) == one-shot over 300 tokens (the window and raw rings wrap);
 ///  * clone then continue == continue; truncate 1..63 back (inside compressor groups, across the window)
-///    then re-feed == never truncated, bit for bit, on tiny and the wide variant.
+///    then re-feed == never truncated, bit for bit, on tiny and the wide variant;
+///  * the compressed KV and index keys are held packed (the quantisers' codes and scales) in pages; attention
+///    unpacks all entries, or only each row's selections when those are fewer (decode): both compared above.
 /// Built twice: for the GPU (suite gpu), and with TESSERA_GPU_MODEL_ON_CPU for the CPU suite, where the GPU
 /// model's composition (state layout, window ring, compressor raw rows, key lists, clone / truncate) runs
 /// on the CPU op backends and must equal the CPU model bit for bit.
@@ -228,7 +230,8 @@ void mixed_batch_check(std::string const& name, LanguageModel& under_test, Dsv41
 }
 
 /// A wider synthetic variant of the tiny configuration: 8 heads in 4 o-groups, 12 routed experts (top 3),
-/// compress ratio 4 at the first KV source, window 24, index top-k 10. Engram hash data from the golden.
+/// compress ratio 4 at the first KV source, window 24, index top-k 10. Engram hash data from the golden. Its GPU
+/// model keeps the state in pages of 512 bytes (the tiny models: one 64 KiB page per family).
 struct Wide {
   std::unique_ptr<Dsv41Model> cpu;
   std::unique_ptr<GpuDsv41Model> gpu;
@@ -252,7 +255,9 @@ Wide& wide() {
     throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
     Wide out;
     out.cpu = Dsv41Model::create(spec, src, {}).value_or_throw();
-    out.gpu = GpuDsv41Model::create(spec, src, {}, kOnCpu ? Backend::kCpu : Backend::kCuda).value_or_throw();
+    ModelOptions go;
+    go.state_page_bytes = 512;  // 14 compressed-KV entries / 30 index keys a page: histories span many pages
+    out.gpu = GpuDsv41Model::create(spec, src, go, kOnCpu ? Backend::kCpu : Backend::kCuda).value_or_throw();
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     return out;

@@ -50,6 +50,10 @@ class GpuDsv41Model final : public LanguageModel {
   Result<std::unique_ptr<SequenceState>> clone(SequenceState const& state) override;
   Status truncate(SequenceState& state, int64_t length) override;
   size_t state_bytes_for(int64_t num_tokens) const override;
+  /// Bytes of one sequence's state after num_tokens tokens for `spec` under `opts`: the window and raw
+  /// rings (fp32), whole pages of packed compressed-KV entries and index keys (288 B and 68 B a row at the
+  /// released widths), and the Engram look-back (8 B a token).
+  static size_t state_bytes_for(ModelSpec const& spec, ModelOptions const& opts, int64_t num_tokens);
 
   /// Diagnostics of a GPU sequence (the golden gate's tie and boundary reports).
   static TieCounts const* ties(SequenceState const& s);

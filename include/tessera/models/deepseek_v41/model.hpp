@@ -124,6 +124,9 @@ struct ModelOptions {
   /// always dequantises. EXL3 linears (CPU and GPU model): true loads their effective dense weights
   /// (exl3_effective_weight, →bf16 in bf16) and runs the dense arithmetic instead of the EXL3 product.
   bool dequantize_weights = false;
+  /// GPU model: bytes of one page of a sequence's growing state (compressed-KV entries, index keys); a
+  /// sequence holds at most one partly used page per layer and family. Tests set small pages.
+  int64_t state_page_bytes = 64 << 10;
 };
 
 class Dsv41Model final : public LanguageModel {
