@@ -11,6 +11,8 @@
 /// within a tolerance only.
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "models/deepseek_v41/gpu_forward.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
@@ -45,17 +47,18 @@ Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, floa
   return {};
 }
 
-Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int64_t inter, float limit,
-                    bool bf16, uint16_t* out) {
+Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int32_t const* row_count,
+                    int64_t inter, float limit, bool bf16, uint16_t* out) {
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
-    return launch_exl3_moe_act(m.stream, g, u, w, rows, inter, limit, bf16, out);
+    return launch_exl3_moe_act(m.stream, g, u, w, rows, row_count, inter, limit, bf16, out);
 #else
     return not_supported("Tessera was built without CUDA");
 #endif
   }
   DType const md = bf16 ? DType::kBf16 : DType::kF32;
-  for (int64_t a = 0; a < rows; ++a)
+  int64_t const used = row_count ? std::min<int64_t>(rows, *row_count) : rows;
+  for (int64_t a = 0; a < used; ++a)
     for (int64_t i = 0; i < inter; ++i) {  // moe_experts_mixed's activation, then →fp16
       float gv = ref::round_md(g[a * inter + i], md), uv = ref::round_md(u[a * inter + i], md);
       if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
@@ -83,6 +86,54 @@ Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t con
       if (ysh) acc += ref::round_md(ysh[t * D + o], md);
       out[t * D + o] = ref::round_md(acc, md);
     }
+  return {};
+}
+
+Status moe_group(Mem const& m, MoeGroupParams const& p) {
+  TESSERA_TRY(check_moe_group(p));
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_moe_group(m.stream, p);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  int64_t const N = p.tokens, K = p.top_k, E = p.experts, S = N * K;
+  auto kept_expert = [&](int64_t s) { return p.ids[s] >= 0 && p.ids[s] < E ? p.ids[s] : -1; };
+  std::fill(p.offsets, p.offsets + E + 1, 0);
+  for (int64_t s = 0; s < S; ++s)
+    if (kept_expert(s) >= 0) ++p.offsets[kept_expert(s) + 1];
+  for (int64_t e = 0; e < E; ++e) p.offsets[e + 1] += p.offsets[e];
+  int32_t const A = p.offsets[E];
+  std::vector<int32_t> next(p.offsets, p.offsets + E);  // the next free assignment of each expert
+  for (int64_t s = 0; s < S; ++s) {
+    int32_t const e = kept_expert(s);
+    p.slot_assignment[s] = -1;
+    if (e < 0) continue;
+    int32_t const a = next[static_cast<size_t>(e)]++;
+    p.slot_assignment[s] = a;
+    p.token_idx[a] = static_cast<int32_t>(s / K);
+    p.route_weight[a] = p.weights[s];
+  }
+  for (int64_t a = 0; a < S; ++a) {
+    p.identity[a] = static_cast<int32_t>(a);
+    if (a >= A) {
+      p.token_idx[a] = 0;
+      p.route_weight[a] = 0.f;
+      p.combine_list[a] = 0;
+    }
+  }
+  std::vector<std::pair<int32_t, int32_t>> order;  // (expert id, a) of one token
+  int64_t j = 0;
+  p.combine_offsets[0] = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    order.clear();
+    for (int64_t s = r * K; s < (r + 1) * K; ++s)
+      if (p.slot_assignment[s] >= 0) order.emplace_back(p.ids[s], p.slot_assignment[s]);
+    std::sort(order.begin(), order.end());
+    for (auto const& [id, a] : order) p.combine_list[j++] = a;
+    p.combine_offsets[r + 1] = j;
+  }
   return {};
 }
 
@@ -273,7 +324,7 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
     };
     grouped(0, me.w1.front().exl3, x16, N, d_tok, g);
     grouped(1, me.w3.front().exl3, x16, N, d_tok, u);
-    throw_if_error(gpu::exl3_moe_act(s_, g, u, d_wa, A, I, s.swiglu_limit, bf16, act));
+    throw_if_error(gpu::exl3_moe_act(s_, g, u, d_wa, A, nullptr, I, s.swiglu_limit, bf16, act));
     grouped(2, me.w2.front().exl3, act, A, d_iota, y);
   }
   // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
@@ -283,7 +334,7 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   auto* ysh = tmp_.get<float>(N * D);
   gemm_slice(ctx_, me.s1, 0, x16, N, gs);
   gemm_slice(ctx_, me.s3, 0, x16, N, us);
-  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, I, s.swiglu_limit, bf16, acts));
+  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, nullptr, I, s.swiglu_limit, bf16, acts));
   gemm_slice(ctx_, me.s2, 0, acts, N, ysh);
   throw_if_error(gpu::moe_combine(s_, y, d_toff, d_list, ysh, N, D, bf16, F));
   throw_if_error(s_.sync());  // the host vectors above are released on return

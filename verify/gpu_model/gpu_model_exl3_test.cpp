@@ -12,7 +12,9 @@
 ///   * tolerance kCudaVsCpu (CUDA only): the CUDA kernels accumulate xh·W' in fp32 in their chunk order,
 ///     the CPU reference in float64 (spec/exl3.md §4.4), so CUDA agrees with the CPU model within a tolerance;
 ///   * as stored: projections, head and experts are held as kI16 trellis (less memory than decoded);
-///   * malformed groups: a clear error naming the tensor.
+///   * malformed groups: a clear error naming the tensor;
+///   * gpu::moe_group on the backend under test (the CUDA kernel in the GPU build) == the plain grouping of
+///     moe_group_cases.hpp, every array at its full capacity.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -22,8 +24,10 @@
 
 #include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
+#include "models/deepseek_v41/gpu_internal.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
 #include "verify/gpu_model/gpu_model_fixture.hpp"
+#include "verify/gpu_model/moe_group_cases.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -165,9 +169,60 @@ void exl3_model_checks(Numerics num) {
   BOOST_TEST(bitwise_equal(verify::run_chunked(*cpu, prompt, 7), verify::run_all(*cpu, prompt, 40)));
 }
 
+/// gpu::moe_group of case c on the backend's memory, copied back.
+verify::moe_group::Output moe_group_on(gpu::Mem const& mem, verify::moe_group::Case const& c) {
+  verify::moe_group::Output o(c);
+  std::vector<void*> blocks;
+  auto put = [&](void const* host, size_t bytes) {
+    void* d = mem.alloc(std::max<size_t>(bytes, 4)).value_or_throw();
+    blocks.push_back(d);
+    if (bytes) throw_if_error(mem.copy(d, host, bytes, gpu::Mem::Copy::kHostToDev));
+    return d;
+  };
+  auto get = [&](auto& v, void const* d) {
+    if (!v.empty()) throw_if_error(mem.copy(v.data(), d, v.size() * sizeof(v[0]), gpu::Mem::Copy::kDevToHost));
+  };
+  gpu::MoeGroupParams p;
+  p.ids = static_cast<int32_t const*>(put(c.ids.data(), c.ids.size() * 4));
+  p.weights = static_cast<float const*>(put(c.weights.data(), c.weights.size() * 4));
+  p.tokens = c.tokens;
+  p.top_k = c.top_k;
+  p.experts = c.experts;
+  // Outputs start as the host's −9 filler, so an entry the backend leaves unwritten shows.
+  p.offsets = static_cast<int32_t*>(put(o.offsets.data(), o.offsets.size() * 4));
+  p.slot_assignment = static_cast<int32_t*>(put(o.slot_assignment.data(), o.slot_assignment.size() * 4));
+  p.token_idx = static_cast<int32_t*>(put(o.token_idx.data(), o.token_idx.size() * 4));
+  p.route_weight = static_cast<float*>(put(o.route_weight.data(), o.route_weight.size() * 4));
+  p.identity = static_cast<int32_t*>(put(o.identity.data(), o.identity.size() * 4));
+  p.combine_offsets = static_cast<int64_t*>(put(o.combine_offsets.data(), o.combine_offsets.size() * 8));
+  p.combine_list = static_cast<int32_t*>(put(o.combine_list.data(), o.combine_list.size() * 4));
+  throw_if_error(gpu::moe_group(mem, p));
+  get(o.offsets, p.offsets);
+  get(o.slot_assignment, p.slot_assignment);
+  get(o.token_idx, p.token_idx);
+  get(o.route_weight, p.route_weight);
+  get(o.identity, p.identity);
+  get(o.combine_offsets, p.combine_offsets);
+  get(o.combine_list, p.combine_list);
+  throw_if_error(mem.sync());
+  for (void* b : blocks) mem.free(b);
+  return o;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_model_exl3)
+
+// The routing grouped on the backend (the CUDA kernel in the GPU build) == the plain grouping, bit for bit.
+BOOST_AUTO_TEST_CASE(exl3_moe_group_equals_reference) {
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  for (auto const& c : verify::moe_group::cases())
+    BOOST_TEST(verify::moe_group::first_difference(c, moe_group_on(mem, c)) == "", c.name);
+  mem.close();
+}
 
 BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
 BOOST_AUTO_TEST_CASE(exl3_fp32) { exl3_model_checks(Numerics::kFp32); }
