@@ -13,6 +13,8 @@
 ///     the CPU reference in float64 (spec/exl3.md §4.4), so CUDA agrees with the CPU model within a tolerance;
 ///   * as stored: projections, head and experts are held as kI16 trellis (less memory than decoded);
 ///   * malformed groups: a clear error naming the tensor;
+///   * pruned routing (slots of id −1): the routed experts run over a count of assignments known on the backend
+///     only (gpu::moe_group): bitwise the pruned CPU model on the CPU backends, batched == alone on both;
 ///   * gpu::moe_group on the backend under test (the CUDA kernel in the GPU build) == the plain grouping of
 ///     moe_group_cases.hpp, every array at its full capacity.
 #include <boost/test/unit_test.hpp>
@@ -222,6 +224,34 @@ BOOST_AUTO_TEST_CASE(exl3_moe_group_equals_reference) {
   for (auto const& c : verify::moe_group::cases())
     BOOST_TEST(verify::moe_group::first_difference(c, moe_group_on(mem, c)) == "", c.name);
   mem.close();
+}
+
+// Pruned routing: top_p 0.5 leaves slots of id −1, so the routed products run on fewer assignments than
+// N · top_k, their count known on the backend only.
+BOOST_AUTO_TEST_CASE(exl3_pruned_routing) {
+  Exl3Checkpoint& ck = ckpt();
+  ModelOptions o;
+  o.numerics = Numerics::kFp32;
+  ModelOptions op = o;
+  op.prune = ExpertPruning{0.5f, 1, true, ExpertPruning::Scope::kAll, {}};
+  auto gpu = GpuDsv41Model::create(ck.spec, ck.src, op, kBackend).value_or_throw();
+  auto gpu_full = GpuDsv41Model::create(ck.spec, ck.src, o, kBackend).value_or_throw();
+  auto const prompt = tokens(40, 7), decode = tokens(6, 8);
+  auto const b = prefill_then_decode(*gpu, prompt, decode);
+  BOOST_TEST(!bitwise_equal(b, prefill_then_decode(*gpu_full, prompt, decode)), "top_p 0.5 pruned nothing");
+  if (kBackend == Backend::kCpu) {
+    auto cpu = Dsv41Model::create(ck.spec, ck.src, op).value_or_throw();
+    BOOST_TEST(bitwise_equal(b, prefill_then_decode(*cpu, prompt, decode)), "pruned GPU model (CPU backends) != CPU model");
+  }
+  auto const p2 = tokens(23, 9);
+  auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
+  int64_t const V = ck.spec.vocab_size;
+  std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+  auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
+  SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+  throw_if_error(gpu->forward(steps));
+  BOOST_TEST(bitwise_equal(b1, alone1), "pruned: batched != alone (sequence 1)");
+  BOOST_TEST(bitwise_equal(b2, alone2), "pruned: batched != alone (sequence 2)");
 }
 
 BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
