@@ -74,11 +74,13 @@ __global__ void __launch_bounds__(128) exl3_input_transform_kernel(XformParams c
   int64_t const row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
   pdl_wait();
   pdl_launch_dependents();
+  // MoE: rows up to expert_offsets[E] only (p.rows is the capacity).
+  int64_t const rows = p.expert_offsets ? min(p.rows, static_cast<int64_t>(p.expert_offsets[p.num_experts])) : p.rows;
   uint2 xv[kRowsPerWarp], sv[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     int64_t const row = row0 + r;
-    if (row >= p.rows) break;
+    if (row >= rows) break;
     int64_t const src = p.token_idx ? p.token_idx[row] : row;
     __half const* suh = p.suh_e ? p.suh_e[expert_of(p.expert_offsets, p.num_experts, row)] : p.suh;
     xv[r] = *reinterpret_cast<uint2 const*>(p.x + src * p.k + col + 4 * lane);
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(128) exl3_input_transform_kernel(XformParams c
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     int64_t const row = row0 + r;
-    if (row >= p.rows) break;
+    if (row >= rows) break;
     *reinterpret_cast<uint2*>(p.xh + row * p.k + col + 4 * lane) = input_transform_warp(xv[r], sv[r], lane);
   }
 }
@@ -104,6 +106,7 @@ __global__ void __launch_bounds__(128) exl3_epilogue_kernel(EpilogueParams const
   if (p.bias) bv = __ldg(reinterpret_cast<uint2 const*>(p.bias + col + 4 * lane));
   pdl_wait();
   pdl_launch_dependents();
+  if (p.expert_offsets && row >= p.expert_offsets[p.num_experts]) return;   // MoE: past the assignments in use
   if (p.svh_e) sv = *reinterpret_cast<uint2 const*>(p.svh_e[expert_of(p.expert_offsets, p.num_experts, row)] + col + 4 * lane);
   int64_t const at = row * p.n + col + 4 * lane;
   epilogue_warp<16>(p.partial + at, p.rows * p.n, p.num_chunks, sv, bv, p.bias != nullptr,

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// EXL3 linears in the GPU model, kept as stored (trellis + suh + svh in the backend's memory): the upload,
 /// Forward::lin_exl3 (every projection and the head) and Forward::moe_exl3 (routed experts through
-/// Exl3GroupedGemm, the shared expert through Exl3Gemm), plus the host twins of the glue kernels
-/// (kernels/dsv41/exl3_glue.cu). The arithmetic is the CPU model's (exl3_linear.cpp):
+/// Exl3GroupedGemm over the routing grouped on the backend by moe_group, so no host round trip; the shared
+/// expert through Exl3Gemm), plus the host twins of the glue kernels (kernels/dsv41/exl3_glue.cu). The
+/// arithmetic is the CPU model's (exl3_linear.cpp):
 ///   y = →md(Exl3Gemm_f32(→fp16(x)))
 /// Exl3Gemm / Exl3GroupedGemm are row-invariant (ops/exl3.hpp: a row's result never depends on the number of
 /// rows or on the other rows), and the glue is elementwise per row, so batched == alone holds bit for bit.
@@ -11,6 +12,8 @@
 /// within a tolerance only.
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "models/deepseek_v41/gpu_forward.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
@@ -45,17 +48,18 @@ Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, floa
   return {};
 }
 
-Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int64_t inter, float limit,
-                    bool bf16, uint16_t* out) {
+Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int32_t const* row_count,
+                    int64_t inter, float limit, bool bf16, uint16_t* out) {
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
-    return launch_exl3_moe_act(m.stream, g, u, w, rows, inter, limit, bf16, out);
+    return launch_exl3_moe_act(m.stream, g, u, w, rows, row_count, inter, limit, bf16, out);
 #else
     return not_supported("Tessera was built without CUDA");
 #endif
   }
   DType const md = bf16 ? DType::kBf16 : DType::kF32;
-  for (int64_t a = 0; a < rows; ++a)
+  int64_t const used = row_count ? std::min<int64_t>(rows, *row_count) : rows;
+  for (int64_t a = 0; a < used; ++a)
     for (int64_t i = 0; i < inter; ++i) {  // moe_experts_mixed's activation, then →fp16
       float gv = ref::round_md(g[a * inter + i], md), uv = ref::round_md(u[a * inter + i], md);
       if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
@@ -83,6 +87,54 @@ Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t con
       if (ysh) acc += ref::round_md(ysh[t * D + o], md);
       out[t * D + o] = ref::round_md(acc, md);
     }
+  return {};
+}
+
+Status moe_group(Mem const& m, MoeGroupParams const& p) {
+  TESSERA_TRY(check_moe_group(p));
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_moe_group(m.stream, p);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  int64_t const N = p.tokens, K = p.top_k, E = p.experts, S = N * K;
+  auto kept_expert = [&](int64_t s) { return p.ids[s] >= 0 && p.ids[s] < E ? p.ids[s] : -1; };
+  std::fill(p.offsets, p.offsets + E + 1, 0);
+  for (int64_t s = 0; s < S; ++s)
+    if (kept_expert(s) >= 0) ++p.offsets[kept_expert(s) + 1];
+  for (int64_t e = 0; e < E; ++e) p.offsets[e + 1] += p.offsets[e];
+  int32_t const A = p.offsets[E];
+  std::vector<int32_t> next(p.offsets, p.offsets + E);  // the next free assignment of each expert
+  for (int64_t s = 0; s < S; ++s) {
+    int32_t const e = kept_expert(s);
+    p.slot_assignment[s] = -1;
+    if (e < 0) continue;
+    int32_t const a = next[static_cast<size_t>(e)]++;
+    p.slot_assignment[s] = a;
+    p.token_idx[a] = static_cast<int32_t>(s / K);
+    p.route_weight[a] = p.weights[s];
+  }
+  for (int64_t a = 0; a < S; ++a) {
+    p.identity[a] = static_cast<int32_t>(a);
+    if (a >= A) {
+      p.token_idx[a] = 0;
+      p.route_weight[a] = 0.f;
+      p.combine_list[a] = 0;
+    }
+  }
+  std::vector<std::pair<int32_t, int32_t>> order;  // (expert id, a) of one token
+  int64_t j = 0;
+  p.combine_offsets[0] = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    order.clear();
+    for (int64_t s = r * K; s < (r + 1) * K; ++s)
+      if (p.slot_assignment[s] >= 0) order.emplace_back(p.ids[s], p.slot_assignment[s]);
+    std::sort(order.begin(), order.end());
+    for (auto const& [id, a] : order) p.combine_list[j++] = a;
+    p.combine_offsets[r + 1] = j;
+  }
   return {};
 }
 
@@ -195,69 +247,35 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   ModelSpec const& s = m_.spec;
   gpu::GpuExperts const& me = m_.w.layers[static_cast<size_t>(l)].moe;
   int64_t const D = s.hidden_size, I = s.moe_inter, K = s.top_k, E = s.n_experts;
+  int64_t const S = N * K;  // slots: the capacity of the assignments (A ≤ S kept, A = offsets[E] on the backend only)
   bool const bf16 = b_.md == DType::kBf16;
-  // The routing, on the host: assignments grouped by expert (rows ascending within an expert), and per token its
-  // assignments in ascending expert id (the combine order). Slots of id −1 (pruned) are skipped.
-  std::vector<int32_t> ids(static_cast<size_t>(N * K));
-  std::vector<float> wts(static_cast<size_t>(N * K));
-  throw_if_error(s_.copy(ids.data(), rid, ids.size() * 4, Copy::kDevToHost));
-  throw_if_error(s_.copy(wts.data(), rw, wts.size() * 4, Copy::kDevToHost));
-  throw_if_error(s_.sync());
-  std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
-  for (int32_t id : ids)
-    if (id >= 0) {
-      if (id >= E) throw Error(Status(StatusCode::kInternal, "moe_exl3: expert id out of range"));
-      ++offsets[static_cast<size_t>(id) + 1];
-    }
-  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
-  int64_t const A = offsets[E];
-  std::vector<int32_t> token(static_cast<size_t>(A)), iota(static_cast<size_t>(A)), list(static_cast<size_t>(A));
-  std::vector<float> wa(static_cast<size_t>(A));
-  std::vector<int32_t> slot_a(static_cast<size_t>(N * K), -1), fill(offsets.begin(), offsets.end() - 1);
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t i = 0; i < K; ++i) {
-      int32_t const id = ids[r * K + i];
-      if (id < 0) continue;
-      int32_t const a = fill[static_cast<size_t>(id)]++;
-      token[a] = static_cast<int32_t>(r);
-      wa[a] = wts[r * K + i];
-      slot_a[r * K + i] = a;
-    }
-  for (int64_t a = 0; a < A; ++a) iota[a] = static_cast<int32_t>(a);
-  std::vector<int64_t> toff(static_cast<size_t>(N + 1), 0);
-  {
-    std::vector<std::pair<int32_t, int32_t>> order;
-    int64_t j = 0;
-    for (int64_t r = 0; r < N; ++r) {
-      order.clear();
-      for (int64_t i = 0; i < K; ++i)
-        if (ids[r * K + i] >= 0) order.emplace_back(ids[r * K + i], slot_a[r * K + i]);
-      std::sort(order.begin(), order.end());
-      for (auto const& [id, a] : order) list[j++] = a;
-      toff[r + 1] = j;
-    }
-  }
   size_t const mk = tmp_.mark();
-  auto* d_off = tmp_.get<int32_t>(E + 1);
-  auto* d_tok = tmp_.get<int32_t>(A);
-  auto* d_iota = tmp_.get<int32_t>(A);
-  auto* d_list = tmp_.get<int32_t>(A);
-  auto* d_wa = tmp_.get<float>(A);
-  auto* d_toff = tmp_.get<int64_t>(N + 1);
-  throw_if_error(s_.copy(d_off, offsets.data(), offsets.size() * 4, Copy::kHostToDev));
-  throw_if_error(s_.copy(d_tok, token.data(), token.size() * 4, Copy::kHostToDev));
-  throw_if_error(s_.copy(d_iota, iota.data(), iota.size() * 4, Copy::kHostToDev));
-  throw_if_error(s_.copy(d_list, list.data(), list.size() * 4, Copy::kHostToDev));
-  throw_if_error(s_.copy(d_wa, wa.data(), wa.size() * 4, Copy::kHostToDev));
-  throw_if_error(s_.copy(d_toff, toff.data(), toff.size() * 8, Copy::kHostToDev));
+  // The routing grouped by expert and the combine lists, on the backend's stream (gpu::MoeGroupParams).
+  gpu::MoeGroupParams gp;
+  gp.ids = rid;
+  gp.weights = rw;
+  gp.tokens = N;
+  gp.top_k = K;
+  gp.experts = E;
+  gp.offsets = tmp_.get<int32_t>(E + 1);
+  gp.slot_assignment = tmp_.get<int32_t>(S);
+  gp.token_idx = tmp_.get<int32_t>(S);
+  gp.route_weight = tmp_.get<float>(S);
+  gp.identity = tmp_.get<int32_t>(S);
+  gp.combine_offsets = tmp_.get<int64_t>(N + 1);
+  gp.combine_list = tmp_.get<int32_t>(S);
+  throw_if_error(gpu::moe_group(s_, gp));
+  int32_t const* const kept = gp.offsets + E;  // A
 
   auto* x16 = tmp_.get<uint16_t>(N * D);
   throw_if_error(gpu::to_f16(s_, xa, D, N, D, x16));
-  auto* y = tmp_.get<float>(A * D);
-  if (A > 0) {
-    auto* g = tmp_.get<float>(A * I);
-    auto* u = tmp_.get<float>(A * I);
-    auto* act = tmp_.get<uint16_t>(A * I);
+  // Rows [A, S) of y, g, u and act are never written nor read: the grouped products cover rows [0, offsets[E]),
+  // the activation rows below *kept, and the combine lists name assignments < A only.
+  auto* y = tmp_.get<float>(S * D);
+  if (S > 0) {
+    auto* g = tmp_.get<float>(S * I);
+    auto* u = tmp_.get<float>(S * I);
+    auto* act = tmp_.get<uint16_t>(S * I);
     auto* const* P = static_cast<void const* const*>(me.exl3_ptrs);  // [3][3][E]
     auto grouped = [&](int j, ops::Exl3LayerDesc const& layer, uint16_t const* x, int64_t T, int32_t const* tok,
                        float* out) {
@@ -266,15 +284,15 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
       a.trellis = reinterpret_cast<int16_t const* const*>(P + (3 * j + 0) * E);
       a.suh = reinterpret_cast<Fp16 const* const*>(P + (3 * j + 1) * E);
       a.svh = reinterpret_cast<Fp16 const* const*>(P + (3 * j + 2) * E);
-      a.expert_offsets = d_off;
+      a.expert_offsets = gp.offsets;
       a.token_idx = tok;
-      a.y = TensorView<float, 2>(out, {A, layer.n}, kDev);
-      throw_if_error(exl3_grouped(ctx_, ops::Exl3GroupedGemmDesc{layer, E, T, A}, a));
+      a.y = TensorView<float, 2>(out, {S, layer.n}, kDev);
+      throw_if_error(exl3_grouped(ctx_, ops::Exl3GroupedGemmDesc{layer, E, T, S}, a));
     };
-    grouped(0, me.w1.front().exl3, x16, N, d_tok, g);
-    grouped(1, me.w3.front().exl3, x16, N, d_tok, u);
-    throw_if_error(gpu::exl3_moe_act(s_, g, u, d_wa, A, I, s.swiglu_limit, bf16, act));
-    grouped(2, me.w2.front().exl3, act, A, d_iota, y);
+    grouped(0, me.w1.front().exl3, x16, N, gp.token_idx, g);
+    grouped(1, me.w3.front().exl3, x16, N, gp.token_idx, u);
+    throw_if_error(gpu::exl3_moe_act(s_, g, u, gp.route_weight, S, kept, I, s.swiglu_limit, bf16, act));
+    grouped(2, me.w2.front().exl3, act, S, gp.identity, y);
   }
   // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
   auto* gs = tmp_.get<float>(N * I);
@@ -283,10 +301,9 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   auto* ysh = tmp_.get<float>(N * D);
   gemm_slice(ctx_, me.s1, 0, x16, N, gs);
   gemm_slice(ctx_, me.s3, 0, x16, N, us);
-  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, I, s.swiglu_limit, bf16, acts));
+  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, nullptr, I, s.swiglu_limit, bf16, acts));
   gemm_slice(ctx_, me.s2, 0, acts, N, ysh);
-  throw_if_error(gpu::moe_combine(s_, y, d_toff, d_list, ysh, N, D, bf16, F));
-  throw_if_error(s_.sync());  // the host vectors above are released on return
+  throw_if_error(gpu::moe_combine(s_, y, gp.combine_offsets, gp.combine_list, ysh, N, D, bf16, F));
   tmp_.release(mk);
 }
 

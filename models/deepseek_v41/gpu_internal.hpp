@@ -23,9 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/core/config.hpp"
@@ -239,6 +241,51 @@ struct KeyListParams {
   int64_t src_ratio = 0;         // ratio of the compressed entries' source layer (0: none)
 };
 
+/// The routing of one MoE call grouped for Exl3GroupedGemm and moe_combine (moe_group). Slot s = r·K + i holds
+/// token r's i-th routed expert ids[s] with weight weights[s]; a slot is kept when 0 ≤ ids[s] < E (−1: pruned),
+/// else skipped. Of the S = N·K slots A are kept; A = offsets[E] lives in the backend's memory only, so every
+/// array is sized by the capacity S and rows [A, S) are padding.
+///   offsets[e]           kept slots of experts < e (offsets[0] = 0, offsets[E] = A)
+///   slot_assignment[s]   a = offsets[e] + #{kept slots s' < s with ids[s'] = e} for a kept slot of expert e (rows
+///                        ascending within an expert, slot order within a row), −1 for a skipped slot
+///   token_idx[a]         the token r of assignment a; route_weight[a] its weight; padding: 0 and +0
+///   identity[a]          a, for every a < S (the down projection's token_idx)
+///   combine_offsets[r]   kept slots of tokens < r ([N + 1], combine_offsets[N] = A)
+///   combine_list[j]      token r's assignments at j ∈ [combine_offsets[r], combine_offsets[r+1]) in ascending
+///                        (expert id, a) order (MoeExperts' combine order); padding: 0
+/// A pure function of ids and weights: the CUDA kernel and the host twin write the same arrays bit for bit.
+struct MoeGroupParams {
+  int32_t const* ids = nullptr;        // [N, K]
+  float const* weights = nullptr;      // [N, K]
+  int64_t tokens = 0, top_k = 0, experts = 0;  // N, K, E
+  int32_t* offsets = nullptr;          // [E + 1] out
+  int32_t* slot_assignment = nullptr;  // [S] out
+  int32_t* token_idx = nullptr;        // [S] out
+  float* route_weight = nullptr;       // [S] out
+  int32_t* identity = nullptr;         // [S] out
+  int64_t* combine_offsets = nullptr;  // [N + 1] out
+  int32_t* combine_list = nullptr;     // [S] out
+};
+
+/// Experts moe_group supports: the CUDA kernel keeps per-warp counts of every expert in shared memory.
+inline constexpr int64_t kMoeGroupMaxExperts = 512;
+
+/// moe_group's limits, shared by both twins: 1 ≤ E ≤ kMoeGroupMaxExperts, K ≥ 1, N ≥ 0, N·K < 2^31 (int32
+/// assignment ids); the arrays of S entries may be null when N = 0.
+inline Status check_moe_group(MoeGroupParams const& p) {
+  if (p.experts < 1 || p.experts > kMoeGroupMaxExperts)
+    return invalid_argument("moe_group: " + std::to_string(p.experts) + " experts, supported 1.." +
+                            std::to_string(kMoeGroupMaxExperts));
+  if (p.top_k < 1 || p.tokens < 0) return invalid_argument("moe_group: top_k must be ≥ 1 and tokens ≥ 0");
+  if (p.tokens > std::numeric_limits<int32_t>::max() / p.top_k)
+    return invalid_argument("moe_group: tokens · top_k must be below 2^31");
+  if (!p.offsets || !p.combine_offsets) return invalid_argument("moe_group: offsets and combine_offsets are required");
+  if (p.tokens > 0 && (!p.ids || !p.weights || !p.slot_assignment || !p.token_idx || !p.route_weight || !p.identity ||
+                       !p.combine_list))
+    return invalid_argument("moe_group: every array is required");
+  return {};
+}
+
 /// One row of copy_rows: `cols` floats from src to dst (rows of distinct dst do not overlap any src).
 struct RowCopy {
   float const* src = nullptr;
@@ -257,22 +304,27 @@ Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_
 Status launch_store_md(CUstream_st* stream, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride,
                        bool bf16);
 Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
-                           int64_t inter, float limit, bool bf16, uint16_t* out);
+                           int32_t const* row_count, int64_t inter, float limit, bool bf16, uint16_t* out);
 Status launch_moe_combine(CUstream_st* stream, float const* y, int64_t const* off, int32_t const* list,
                           float const* ysh, int64_t tokens, int64_t D, bool bf16, float* out);
+Status launch_moe_group(CUstream_st* stream, MoeGroupParams const& p);
 
 /// out[r, c] = →fp16(x[r·stride + c]) as fp16 bits (RNE).
 Status to_f16(Mem const& m, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
 /// dst[r·stride + c] = →md(src[r, c]) (src contiguous [rows, cols]).
 Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride, bool bf16);
 /// The EXL3 MoE activation: act[a, i] = →fp16(→md(w[a]·(silu(min(g, L))·clamp(u, ±L)))) with g, u = →md(G, U [a, i])
-/// (w null: unweighted, the shared expert; L ≤ 0: no clamp).
-Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int64_t inter, float limit,
-                    bool bf16, uint16_t* out);
+/// (w null: unweighted, the shared expert; L ≤ 0: no clamp). Rows a < min(rows, *row_count) only (row_count in the
+/// backend's memory, e.g. MoeGroupParams::offsets + E; null: every row); the other rows of out are left as they were.
+Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int32_t const* row_count,
+                    int64_t inter, float limit, bool bf16, uint16_t* out);
 /// out[t, :] = →md(Σ_{j in [off[t], off[t+1])} →md(y[list[j], :]) + →md(ysh[t, :])) summed from +0 in this order
 /// (ysh null: no shared term).
 Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t const* list, float const* ysh,
                    int64_t tokens, int64_t D, bool bf16, float* out);
+/// The routing grouped by expert and the per-token combine lists (MoeGroupParams), on the backend's stream: no
+/// host round trip. Beyond check_moe_group's limits: invalid_argument.
+Status moe_group(Mem const& m, MoeGroupParams const& p);
 
 // On the model's backend: the CUDA launch, or its host twin (gpu_mem.cpp) with the same arithmetic.
 Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int64_t rows, int64_t n, int64_t D, float* X,

@@ -119,8 +119,8 @@ Status Exl3GroupedGemm<Backend::kCpu>::run(Exl3GroupedGemmDesc const& d, Exl3Gro
     return invalid_argument("exl3 grouped gemm: pointer arrays missing");
   if (!is_mat(a.x, d.num_tokens, l.k) || !is_mat(a.y, d.num_assignments, l.n))
     return invalid_argument("exl3 grouped gemm: x [T, k] and y [A, n] must be contiguous");
-  if (a.expert_offsets[0] != 0 || a.expert_offsets[d.num_experts] != d.num_assignments)
-    return invalid_argument("exl3 grouped gemm: expert_offsets must run from 0 to A");
+  if (a.expert_offsets[0] != 0 || a.expert_offsets[d.num_experts] > d.num_assignments)
+    return invalid_argument("exl3 grouped gemm: expert_offsets must run from 0 to at most A");
   auto const* x = reinterpret_cast<uint16_t const*>(a.x.data);
   for (int64_t e = 0; e < d.num_experts; ++e) {
     int64_t const a0 = a.expert_offsets[e], a1 = a.expert_offsets[e + 1];

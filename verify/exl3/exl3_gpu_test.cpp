@@ -7,7 +7,8 @@
 ///   * GEMV (tactic 1) and GEMM (tactic 2) give identical bits (one summation order, see
 ///     kernels/exl3/exl3_kernels.cuh), and a row's result does not depend on the batch;
 ///   * both are within the spec §7.4 bounds of the float64 CPU reference;
-///   * the MoE grouped path equals the dense path per expert times the routing weight, bit for bit;
+///   * the MoE grouped path equals the dense path per expert times the routing weight, bit for bit, and with
+///     num_assignments past expert_offsets[E] the rows below are unchanged and the rows past untouched;
 ///   * DeepSeek-V4.1's real shapes against the naive kernel;
 ///   * the GEMV with its epilogue fused (tactic 1, one launch) equals GEMV + epilogue kernel (tactic 5) bit
 ///     for bit, dense and MoE, on both of its reduction paths (fewer rows than warps, and more) and on
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -379,6 +381,36 @@ BOOST_AUTO_TEST_CASE(moe_grouped_equals_dense_per_expert) {
   BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   Tensor yh = y.to(Device::kCpu).value_or_throw();
   BOOST_TEST(std::memcmp(yh.data(), yu.data(), yh.nbytes()) == 0, "MoE fused vs unfused epilogue");
+  // num_assignments as a capacity past expert_offsets[E] (a count known on the device only): rows below it as
+  // above, bit for bit; rows past it neither written (the 0xFF filler stays) nor read (their token_idx would
+  // fault, their weight is NaN).
+  {
+    int64_t const cap = a_count + 7;
+    std::vector<int32_t> tok_cap = tok;
+    std::vector<float> w_cap = wgt;
+    tok_cap.resize(static_cast<size_t>(cap), 0x7FFFFFFF);
+    w_cap.resize(static_cast<size_t>(cap), std::numeric_limits<float>::quiet_NaN());
+    Tensor tokc = upload(tok_cap, DType::kI32, {cap}), wc = upload(w_cap, DType::kF32, {cap});
+    Tensor yc = Tensor::empty(DType::kF32, {cap, n}, Device::kCuda).value_or_throw();
+    ops::Exl3GroupedGemmArgs ac = a;
+    ac.token_idx = tokc.data_as<int32_t>();
+    ac.route_weight = wc.data_as<float>();
+    ac.y = yc.view_as<float, 2>();
+    ops::Exl3GroupedGemmDesc desc_cap = desc;
+    desc_cap.num_assignments = cap;
+    for (int impl : {5, 1}) {
+      BOOST_TEST_REQUIRE(cudaMemset(yc.data(), 0xFF, yc.nbytes()) == cudaSuccess);
+      ctx.impl_override = impl;
+      s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc_cap, ac, ctx);
+      BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+      BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      Tensor ych = yc.to(Device::kCpu).value_or_throw();
+      BOOST_TEST(std::memcmp(ych.data(), yu.data(), yu.nbytes()) == 0, "capacity rows, impl " << impl);
+      std::vector<uint8_t> filler(static_cast<size_t>((cap - a_count) * n * 4), 0xFF);
+      BOOST_TEST(std::memcmp(static_cast<uint8_t const*>(ych.data()) + yu.nbytes(), filler.data(), filler.size()) == 0,
+                 "rows past expert_offsets[E] written, impl " << impl);
+    }
+  }
   for (int e = 0; e < num_experts; ++e) {
     int64_t const cnt = off[e + 1] - off[e];
     if (cnt == 0) continue;

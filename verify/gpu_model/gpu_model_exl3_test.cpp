@@ -12,7 +12,11 @@
 ///   * tolerance kCudaVsCpu (CUDA only): the CUDA kernels accumulate xh·W' in fp32 in their chunk order,
 ///     the CPU reference in float64 (spec/exl3.md §4.4), so CUDA agrees with the CPU model within a tolerance;
 ///   * as stored: projections, head and experts are held as kI16 trellis (less memory than decoded);
-///   * malformed groups: a clear error naming the tensor.
+///   * malformed groups: a clear error naming the tensor;
+///   * pruned routing (slots of id −1): the routed experts run over a count of assignments known on the backend
+///     only (gpu::moe_group): bitwise the pruned CPU model on the CPU backends, batched == alone on both;
+///   * gpu::moe_group on the backend under test (the CUDA kernel in the GPU build) == the plain grouping of
+///     moe_group_cases.hpp, every array at its full capacity.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -22,8 +26,10 @@
 
 #include "tessera/io/safetensors.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
+#include "models/deepseek_v41/gpu_internal.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
 #include "verify/gpu_model/gpu_model_fixture.hpp"
+#include "verify/gpu_model/moe_group_cases.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -165,9 +171,88 @@ void exl3_model_checks(Numerics num) {
   BOOST_TEST(bitwise_equal(verify::run_chunked(*cpu, prompt, 7), verify::run_all(*cpu, prompt, 40)));
 }
 
+/// gpu::moe_group of case c on the backend's memory, copied back.
+verify::moe_group::Output moe_group_on(gpu::Mem const& mem, verify::moe_group::Case const& c) {
+  verify::moe_group::Output o(c);
+  std::vector<void*> blocks;
+  auto put = [&](void const* host, size_t bytes) {
+    void* d = mem.alloc(std::max<size_t>(bytes, 4)).value_or_throw();
+    blocks.push_back(d);
+    if (bytes) throw_if_error(mem.copy(d, host, bytes, gpu::Mem::Copy::kHostToDev));
+    return d;
+  };
+  auto get = [&](auto& v, void const* d) {
+    if (!v.empty()) throw_if_error(mem.copy(v.data(), d, v.size() * sizeof(v[0]), gpu::Mem::Copy::kDevToHost));
+  };
+  gpu::MoeGroupParams p;
+  p.ids = static_cast<int32_t const*>(put(c.ids.data(), c.ids.size() * 4));
+  p.weights = static_cast<float const*>(put(c.weights.data(), c.weights.size() * 4));
+  p.tokens = c.tokens;
+  p.top_k = c.top_k;
+  p.experts = c.experts;
+  // Outputs start as the host's −9 filler, so an entry the backend leaves unwritten shows.
+  p.offsets = static_cast<int32_t*>(put(o.offsets.data(), o.offsets.size() * 4));
+  p.slot_assignment = static_cast<int32_t*>(put(o.slot_assignment.data(), o.slot_assignment.size() * 4));
+  p.token_idx = static_cast<int32_t*>(put(o.token_idx.data(), o.token_idx.size() * 4));
+  p.route_weight = static_cast<float*>(put(o.route_weight.data(), o.route_weight.size() * 4));
+  p.identity = static_cast<int32_t*>(put(o.identity.data(), o.identity.size() * 4));
+  p.combine_offsets = static_cast<int64_t*>(put(o.combine_offsets.data(), o.combine_offsets.size() * 8));
+  p.combine_list = static_cast<int32_t*>(put(o.combine_list.data(), o.combine_list.size() * 4));
+  throw_if_error(gpu::moe_group(mem, p));
+  get(o.offsets, p.offsets);
+  get(o.slot_assignment, p.slot_assignment);
+  get(o.token_idx, p.token_idx);
+  get(o.route_weight, p.route_weight);
+  get(o.identity, p.identity);
+  get(o.combine_offsets, p.combine_offsets);
+  get(o.combine_list, p.combine_list);
+  throw_if_error(mem.sync());
+  for (void* b : blocks) mem.free(b);
+  return o;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_model_exl3)
+
+// The routing grouped on the backend (the CUDA kernel in the GPU build) == the plain grouping, bit for bit.
+BOOST_AUTO_TEST_CASE(exl3_moe_group_equals_reference) {
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  for (auto const& c : verify::moe_group::cases())
+    BOOST_TEST(verify::moe_group::first_difference(c, moe_group_on(mem, c)) == "", c.name);
+  mem.close();
+}
+
+// Pruned routing: top_p 0.5 leaves slots of id −1, so the routed products run on fewer assignments than
+// N · top_k, their count known on the backend only.
+BOOST_AUTO_TEST_CASE(exl3_pruned_routing) {
+  Exl3Checkpoint& ck = ckpt();
+  ModelOptions o;
+  o.numerics = Numerics::kFp32;
+  ModelOptions op = o;
+  op.prune = ExpertPruning{0.5f, 1, true, ExpertPruning::Scope::kAll, {}};
+  auto gpu = GpuDsv41Model::create(ck.spec, ck.src, op, kBackend).value_or_throw();
+  auto gpu_full = GpuDsv41Model::create(ck.spec, ck.src, o, kBackend).value_or_throw();
+  auto const prompt = tokens(40, 7), decode = tokens(6, 8);
+  auto const b = prefill_then_decode(*gpu, prompt, decode);
+  BOOST_TEST(!bitwise_equal(b, prefill_then_decode(*gpu_full, prompt, decode)), "top_p 0.5 pruned nothing");
+  if (kBackend == Backend::kCpu) {
+    auto cpu = Dsv41Model::create(ck.spec, ck.src, op).value_or_throw();
+    BOOST_TEST(bitwise_equal(b, prefill_then_decode(*cpu, prompt, decode)), "pruned GPU model (CPU backends) != CPU model");
+  }
+  auto const p2 = tokens(23, 9);
+  auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
+  int64_t const V = ck.spec.vocab_size;
+  std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+  auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
+  SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+  throw_if_error(gpu->forward(steps));
+  BOOST_TEST(bitwise_equal(b1, alone1), "pruned: batched != alone (sequence 1)");
+  BOOST_TEST(bitwise_equal(b2, alone2), "pruned: batched != alone (sequence 2)");
+}
 
 BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
 BOOST_AUTO_TEST_CASE(exl3_fp32) { exl3_model_checks(Numerics::kFp32); }

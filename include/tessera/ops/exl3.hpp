@@ -6,7 +6,10 @@
 ///                     accumulation in fp32 (order is implementation-defined, spec §4.4)
 ///   Exl3GroupedGemm   MoE: many experts' layers (same k, n, K, codebook) in one launch; assignment a
 ///                     multiplies token row token_idx[a] by expert e (rows of e are a in
-///                     [expert_offsets[e], expert_offsets[e+1])) and scales its fp32 output by weight[a]
+///                     [expert_offsets[e], expert_offsets[e+1])) and scales its fp32 output by weight[a].
+///                     num_assignments is a capacity: the rows computed are [0, expert_offsets[E]), read from
+///                     the offsets in the backend's memory, so a count known only on the device needs no
+///                     host round trip; rows from expert_offsets[E] on are neither read nor written
 /// Row invariance: a row's result never depends on the other rows. On the CUDA backend it does not depend on
 /// the number of rows m either, except across kExl3DecodeOnceMinRows: from that many rows Exl3Gemm decodes W'
 /// once and multiplies on cuBLASLt, whose accumulation order differs from the chunk chain of the smaller
@@ -81,7 +84,7 @@ struct Exl3GroupedGemmDesc {
   Exl3LayerDesc layer;                    // shared by every expert of the launch
   int64_t num_experts = 0;                // E
   int64_t num_tokens = 0;                 // T, rows of x
-  int64_t num_assignments = 0;            // A = rows of y (T · top_k, grouped by expert)
+  int64_t num_assignments = 0;            // A = rows of y, ≥ expert_offsets[E] (e.g. T · top_k)
   friend bool operator==(Exl3GroupedGemmDesc const&, Exl3GroupedGemmDesc const&) = default;
 };
 
@@ -91,10 +94,10 @@ struct Exl3GroupedGemmArgs {
   int16_t const* const* trellis = nullptr;  // [E] → [k/16, n/16, 8·k2]
   Fp16 const* const* suh = nullptr;       // [E] → [k]
   Fp16 const* const* svh = nullptr;       // [E] → [n]
-  int32_t const* expert_offsets = nullptr;  // [E + 1], assignments of expert e: [off[e], off[e+1])
-  int32_t const* token_idx = nullptr;     // [A] row of x of each assignment
+  int32_t const* expert_offsets = nullptr;  // [E + 1], assignments of expert e: [off[e], off[e+1]); off[E] ≤ A
+  int32_t const* token_idx = nullptr;     // [A] row of x of each assignment (read below off[E] only)
   float const* route_weight = nullptr;    // [A] routing weight (nullptr = 1)
-  TensorView<float, 2> y;                 // [A, n] fp32: route_weight[a] · epilogue_f32(row)
+  TensorView<float, 2> y;                 // [A, n] fp32: route_weight[a] · epilogue_f32(row), rows a < off[E]
 };
 
 template <Backend B> struct Exl3Dequant;
