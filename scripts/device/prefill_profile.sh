@@ -1,0 +1,47 @@
+#!/bin/bash
+# Where a 1,024-token prefill's time goes on one v41-flash fp8 layer (FP8 projections + FP4 experts as stored,
+# 32 experts) plus the head: ncu kernel durations of bench_model --prefill 1024 (two prefills) minus the same run
+# without prefills, halved, per kernel, beside bench_model's own prefill time (the rest is launch gaps and
+# host work). Usage (repository root, GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/dir bash scripts/device/prefill_profile.sh
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-/tmp}; mkdir -p "$OUT"
+export TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+B=build-gpu; R=$OUT; S=/tmp/tessera-syn; mkdir -p $S
+test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -Dnccl=disabled -Dpcre2=disabled \
+  -Dshared_dir=$TESSERA_SHARED_DIR > $R/setup.log 2>&1 || { tail -30 $R/setup.log; exit 1; }
+SECONDS=0
+ninja -C $B tessera bench/model/bench_model > $R/build_profile.log 2>&1 || { grep -B2 -A12 "error" $R/build_profile.log | head -40; exit 1; }
+echo "build ${SECONDS}s; ncu: $(command -v ncu || echo none)"
+M=$S/flash1e32
+test -f $M/config.json || timeout 200 $B/tessera make-synthetic --out $M --preset v41-flash --layers 1 --experts 32 \
+  --format fp8 > $R/make.log 2>&1 || { echo "make failed"; tail -5 $R/make.log; exit 1; }
+args="--model $M --device cuda --dtype bf16 --batches 1 --context 16 --steps 1"
+timeout 60 $B/bench/model/bench_model $args --prefill 1024 2>/dev/null | grep '"bench":"prefill"'
+for p in 0 1024; do
+  pf=$p; [ $p = 0 ] && pf=""
+  timeout 200 ncu --metrics gpu__time_duration.sum --print-units base --print-summary per-kernel --csv $B/bench/model/bench_model $args \
+    --prefill "$pf" > $R/ncu_prefill_$p.csv 2> $R/ncu_prefill_$p.err
+  echo "ncu prefill $p rc=$? ${SECONDS}s"
+done
+python3 - "$R/ncu_prefill_0.csv" "$R/ncu_prefill_1024.csv" <<'PY'
+import csv, sys
+def load(f):
+    rows = list(csv.reader(open(f)))
+    hi = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+    h = rows[hi]; ki, ni, ai = h.index('Kernel Name'), h.index('Invocations'), h.index('Average')
+    agg = {}
+    for r in rows[hi + 1:]:
+        if len(r) <= max(ki, ni, ai): continue
+        name = r[ki].split('(')[0].split('<')[0].strip()
+        n = float(r[ni]); t = float(r[ai].replace(',', '')) * n
+        a = agg.setdefault(name, [0.0, 0.0]); a[0] += n; a[1] += t
+    return agg
+a, b = load(sys.argv[1]), load(sys.argv[2])
+d = {k: [b[k][0] - a.get(k, [0, 0])[0], b[k][1] - a.get(k, [0, 0])[1]] for k in b}
+tot = sum(v[1] for v in d.values()); n = sum(v[0] for v in d.values())
+print(f"ncu prefill 1024, 1 layer + head: {tot/2e6:.2f} ms of kernels per prefill in {n/2:.0f} launches")
+for k, v in sorted(d.items(), key=lambda kv: -kv[1][1])[:28]:
+    print(f"  {v[1]/2e6:9.3f} ms  {v[0]/2:6.1f}x  {k}")
+PY
+echo "profile ${SECONDS}s"
