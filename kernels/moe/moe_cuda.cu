@@ -567,8 +567,9 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
   if (moe_routed_scaled(d)) {
     TESSERA_CHECK(d.weight_dtype == DType::kBf16 && d.md == DType::kBf16,
                   "moe_experts: block-scaled routed experts need weight_dtype = md = bf16");
-    TESSERA_CHECK(d.tc_path == MoeTcPath::kAuto || d.tc_path == MoeTcPath::kSkinny,
-                  "moe_experts: block-scaled routed experts run on the kSkinny path only");
+    TESSERA_CHECK(d.tc_path == MoeTcPath::kAuto || d.tc_path == MoeTcPath::kSkinny || d.tc_path == MoeTcPath::kGemm,
+                  "moe_experts: block-scaled routed experts run on the kSkinny or kGemm path");
+    TESSERA_CHECK(d.decode_group_experts >= 0, "moe_experts: decode_group_experts must be ≥ 0");
     TESSERA_CHECK(d.dim % 32 == 0 && d.inter % 32 == 0 && d.dim <= kTcQuantMaxK && d.inter <= kTcQuantMaxK,
                   "moe_experts: block-scaled routed experts need dim and inter multiples of 32, at most " +
                       std::to_string(kTcQuantMaxK));
@@ -633,8 +634,16 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
     q.direct_ok = d.routed_quant_path != TcQuantPath::kRing;
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
-    if (L.path == MoeTcPath::kGemm) TESSERA_TRY(moe_tc::launch_gemm(q, st));
-    else TESSERA_TRY(moe_tc::launch_skinny(q, st));
+    if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {
+      int64_t const per = 3 * d.inter * d.dim * static_cast<int64_t>(sizeof(uint16_t));
+      int64_t const group = d.decode_group_experts > 0 ? d.decode_group_experts
+                                                       : std::max<int64_t>(1, kMoeDecodeGroupBytes / per);
+      TESSERA_TRY(moe_tc::launch_gemm_decoded(q, d.experts, std::min(group, d.experts), st));
+    } else if (L.path == MoeTcPath::kGemm) {
+      TESSERA_TRY(moe_tc::launch_gemm(q, st));
+    } else {
+      TESSERA_TRY(moe_tc::launch_skinny(q, st));
+    }
     moe_combine_kernel<<<gc, 256, 0, st>>>(p);
     return launch_status("moe_combine_kernel");
   }

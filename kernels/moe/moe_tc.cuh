@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Tensor-core expert GEMMs of MoeExperts<kCuda> (ops::MoeTcPath::kSkinny / kGemm; kernels in moe_tc_cuda.cu,
-/// routing, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype are bf16.
+/// routing, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype are bf16 (block-scaled
+/// routed experts: decoded inside the skinny tiles, or to bf16 before the GEMM tiles).
 ///
 /// Math (ref::moe_expert_row_accumulate with md = bf16, every dot ref::dot_tc):
 ///   act[slot, i] = →bf16(w·(silu(min(g, L))·clamp(u, ±L))),  g = →bf16(W1[i]·x_tok), u = →bf16(W3[i]·x_tok)
@@ -59,6 +60,7 @@ struct MoeTcParams {
   /// their own launches (kernels/linear/linear_tc_quant.cuh's tile); the shared expert's tiles stay bf16.
   DType routed_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
+  int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
 };
 
@@ -68,5 +70,9 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
 Status launch_skinny(MoeTcParams const& p, cudaStream_t st);
 /// act then ybuf, tiles of ≤ kGemmTileRows assignments: grid (⌈N/128⌉, tiles), 8 warps per block.
 Status launch_gemm(MoeTcParams const& p, cudaStream_t st);
+/// launch_gemm for block-scaled routed experts (p.routed_scaled): per group of `group` experts in expert order,
+/// their W1 / W3 / W2 decoded to bf16 (ops::scaled_weight, the values the skinny tiles use) into stream-ordered
+/// memory, then launch_gemm restricted to the group's tiles (the shared expert's tiles with the first group).
+Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group, cudaStream_t st);
 
 }  // namespace tessera::kernels::moe_tc

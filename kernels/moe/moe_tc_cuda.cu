@@ -20,6 +20,7 @@
 /// GEMM tile, assignments 0..127 (rows ≥ count staged as +0). Only rows < count are stored. Operand staging is
 /// 16-byte cp.async when K % 8 == 0 and the expert's matrices are 16-byte aligned (decided per block), else
 /// element loads: the same arithmetic (linear_tc.cuh).
+#include <algorithm>
 #include <string>
 
 #include "kernels/common/cuda_util.cuh"
@@ -27,6 +28,7 @@
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/linear/linear_tc_quant_direct.cuh"
 #include "kernels/moe/moe_tc.cuh"
+#include "tessera/ops/linear.hpp"
 
 namespace tessera::kernels::moe_tc {
 
@@ -50,6 +52,7 @@ __device__ __forceinline__ bool tile_at(MoeTcParams const& p, int64_t t, Tile& t
   if (t < p.max_routed_tiles) {
     if (t >= *p.num_tiles) return false;
     TileInfo const ti = p.tiles[t];
+    if (ti.expert < p.expert_lo || ti.expert >= p.expert_hi) return false;
     tile = {ti.expert, ti.start, ti.count};
     return true;
   }
@@ -371,6 +374,25 @@ Status check_grid(int64_t gx, int64_t gy, char const* what) {
 
 }  // namespace
 
+/// Experts [e0, e0 + gridDim.y) of one block-scaled matrix kind decoded to bf16: expert e's [rows, cols] at
+/// out + (e − e0)·rows·cols, and table[e] pointing there (for the GEMM tiles' expert_w).
+__global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, void const* const* codes,
+                                                                    void const* const* scales, int32_t e0, int64_t rows,
+                                                                    int64_t cols, uint16_t* out, void const** table) {
+  int32_t const e = e0 + static_cast<int32_t>(blockIdx.y);
+  auto const* q = static_cast<uint8_t const*>(codes[e]);
+  auto const* sc = static_cast<uint8_t const*>(scales[e]);
+  int64_t const ldq = fmt == DType::kF4E2m1x2 ? cols / 2 : cols, lds = (cols + 31) / 32;
+  uint16_t* w = out + static_cast<int64_t>(blockIdx.y) * rows * cols;
+  if (blockIdx.x == 0 && threadIdx.x == 0) table[e] = w;
+  int64_t const total = rows * cols;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t const r = t / cols, i = t - r * cols;
+    w[t] = bf16_bits_from_float(ops::scaled_weight(fmt, q, ldq, sc, lds, r, i));
+  }
+}
+
 Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st) {
   if (n <= 0) return {};
   int64_t const blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
@@ -486,6 +508,47 @@ Status launch_gemm(MoeTcParams const& p, cudaStream_t st) {
   TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
   moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
   return launch_status("moe_tc_down_gemm_kernel");
+}
+
+Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group, cudaStream_t st) {
+  if (!ops::is_block_scaled(p.routed_scaled)) return invalid_argument("moe_tc gemm decoded: routed experts not block-scaled");
+  if (group < 1 || experts < 1 || experts > 0x7FFFFFFF) return invalid_argument("moe_tc gemm decoded: bad expert group");
+  int64_t const mat = p.inter * p.dim;  // elements of W1, W3 and W2 alike
+  size_t const table_bytes = align256(static_cast<size_t>(3 * experts) * sizeof(void*));
+  size_t const bytes = table_bytes + static_cast<size_t>(3 * group * mat) * sizeof(uint16_t);
+  void* buf = nullptr;
+  TESSERA_TRY(cuda_status(cudaMallocAsync(&buf, bytes, st), "moe_tc gemm decoded: weight decode buffer"));
+  auto** tables = static_cast<void const**>(buf);  // [3][experts]: W1 | W3 | W2 of the decoded group
+  auto* wbuf = reinterpret_cast<uint16_t*>(static_cast<unsigned char*>(buf) + table_bytes);
+  auto run = [&]() -> Status {
+    for (int64_t e0 = 0; e0 < experts; e0 += group) {
+      int64_t const n = experts - e0 < group ? experts - e0 : group;
+      unsigned const bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(mat, 256), 4096));
+      void const* const* codes[3] = {p.w.w1, p.w.w3, p.w.w2};
+      void const* const* scales[3] = {p.w.s1, p.w.s3, p.w.s2};
+      for (int j = 0; j < 3; ++j) {
+        bool const down = j == 2;
+        moe_tc_decode_experts_kernel<<<dim3(bx, static_cast<unsigned>(n)), 256, 0, st>>>(
+            p.routed_scaled, codes[j], scales[j], static_cast<int32_t>(e0), down ? p.dim : p.inter,
+            down ? p.inter : p.dim, wbuf + j * group * mat, tables + j * experts);
+        TESSERA_TRY(launch_status("moe_tc_decode_experts_kernel"));
+      }
+      MoeTcParams q = p;
+      q.w.w1 = tables;
+      q.w.w3 = tables + experts;
+      q.w.w2 = tables + 2 * experts;
+      q.routed_scaled = DType::kBf16;
+      q.expert_lo = static_cast<int32_t>(e0);
+      q.expert_hi = static_cast<int32_t>(e0 + n);
+      q.shared = p.shared && e0 == 0;
+      TESSERA_TRY(launch_gemm(q, st));
+    }
+    return {};
+  };
+  Status const s = run();
+  cudaError_t const e = cudaFreeAsync(buf, st);
+  TESSERA_TRY(s);
+  return cuda_status(e, "moe_tc gemm decoded: weight decode buffer release");
 }
 
 }  // namespace tessera::kernels::moe_tc

@@ -2,9 +2,10 @@
 /// MoeExperts<kCuda> with block-scaled routed experts (MoeExpertsDesc::routed_scaled: FP4 e2m1 with per-row-per-32
 /// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales, refused where
 /// ops::tc_quant_format_fused does not allow it; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
-/// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 64 (experts with one or several tiles of
-/// 8 assignments, a pruned slot), kAuto and kSkinny; a token alone and the first two rows as their own batch give
-/// their bits in the full batch; calls the path does not take are refused.
+/// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 48, 64 (experts with one or several tiles of
+/// 8 assignments, a pruned slot), kAuto, kSkinny and kGemm (experts decoded to bf16 first; also in groups of one
+/// expert); a token alone and the first two rows as their own batch give their bits in the full batch; calls the
+/// path does not take are refused.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -132,7 +133,7 @@ struct Problem {
   }
 
   Status gpu(int64_t r0, int64_t nr, MoeTcPath path, std::vector<float>* out,
-             ops::TcQuantPath quant = ops::TcQuantPath::kAuto) const {
+             ops::TcQuantPath quant = ops::TcQuantPath::kAuto, int64_t decode_group = 0) const {
     DeviceBuffer<float> dx(std::vector<float>(x.begin() + r0 * dim, x.begin() + (r0 + nr) * dim));
     DeviceBuffer<int32_t> di(std::vector<int32_t>(ids.begin() + r0 * k, ids.begin() + (r0 + nr) * k));
     DeviceBuffer<float> dwt(std::vector<float>(wts.begin() + r0 * k, wts.begin() + (r0 + nr) * k));
@@ -146,6 +147,7 @@ struct Problem {
     ExecContext c = cuda_ctx();
     ops::MoeExpertsDesc d = desc(nr, path);
     d.routed_quant_path = quant;
+    d.decode_group_experts = decode_group;
     Status const s = ops::dispatch<ops::MoeExperts>(c, d, a);
     if (s.ok() && out) *out = dout.get();
     return s;
@@ -190,16 +192,28 @@ void check(Problem const& p) {
   for (float v : cpu) nonzero += v != 0.f;
   BOOST_TEST(nonzero > static_cast<int64_t>(cpu.size()) / 2);
   char const* fmt = p.fmt == DType::kF8E4m3 ? "fp8" : "fp4";
-  for (MoeTcPath path : {MoeTcPath::kAuto, MoeTcPath::kSkinny}) {
+  for (MoeTcPath path : {MoeTcPath::kAuto, MoeTcPath::kSkinny, MoeTcPath::kGemm}) {
     std::vector<float> gpu;
     Status const s = p.gpu(0, p.rows, path, &gpu);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
     int64_t const diff = count_bit_diffs(gpu, cpu, "moe block-scaled vs cpu");
     std::printf("moe %s routed rows=%lld experts=%lld dim=%lld inter=%lld path=%s: %lld/%zu outputs differ from the CPU\n",
                 fmt, static_cast<long long>(p.rows), static_cast<long long>(p.experts), static_cast<long long>(p.dim),
-                static_cast<long long>(p.inter), path == MoeTcPath::kAuto ? "auto" : "skinny",
+                static_cast<long long>(p.inter),
+                path == MoeTcPath::kAuto ? (ops::moe_tc_path_for(p.desc(p.rows, path)) == MoeTcPath::kGemm ? "auto(gemm)" : "auto")
+                : path == MoeTcPath::kSkinny ? "skinny" : "gemm",
                 static_cast<long long>(diff), gpu.size());
     BOOST_TEST_INFO(fmt << " rows " << p.rows << " dim " << p.dim << " inter " << p.inter);
+    BOOST_TEST(diff == 0);
+  }
+  // kGemm decoding one expert per group (every group boundary, the shared expert with the first group).
+  {
+    std::vector<float> grouped;
+    Status const s = p.gpu(0, p.rows, MoeTcPath::kGemm, &grouped, ops::TcQuantPath::kAuto, 1);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    int64_t const diff = count_bit_diffs(grouped, cpu, "moe block-scaled gemm, groups of one expert, vs cpu");
+    std::printf("moe %s routed rows=%lld gemm, groups of 1 expert: %lld/%zu outputs differ from the CPU\n", fmt,
+                static_cast<long long>(p.rows), static_cast<long long>(diff), grouped.size());
     BOOST_TEST(diff == 0);
   }
   // The ring path (codes through shared memory) on the same call: the direct path's bits, which kAuto took where
@@ -239,7 +253,7 @@ std::vector<DType> fused_formats() {
 
 BOOST_AUTO_TEST_CASE(flash_expert_shape) {
   for (DType fmt : fused_formats())
-    for (int64_t rows : {1, 2, 5})
+    for (int64_t rows : {1, 2, 5, 48})  // 48 rows: 288 assignments, kAuto takes kGemm (≥ 32 per expert)
       check(make(fmt, rows, 8, 5120, 2304, 6, 10.f, 300 + static_cast<uint64_t>(rows)));
 }
 
@@ -254,8 +268,8 @@ BOOST_AUTO_TEST_CASE(small_shapes_many_rows) {
 
 BOOST_AUTO_TEST_CASE(refuses_what_it_does_not_take) {
   Problem const p = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 77);
-  BOOST_TEST((p.gpu(0, 4, MoeTcPath::kGemm, nullptr).code() == StatusCode::kInvalidArgument));
   BOOST_TEST((p.gpu(0, 4, MoeTcPath::kEmulated, nullptr).code() == StatusCode::kInvalidArgument));
+  BOOST_TEST((p.gpu(0, 4, MoeTcPath::kGemm, nullptr, ops::TcQuantPath::kAuto, -1).code() == StatusCode::kInvalidArgument));
   Problem q = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 78);
   q.dev.s2 = nullptr;
   BOOST_TEST((q.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kInvalidArgument));

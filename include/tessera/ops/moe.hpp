@@ -61,13 +61,18 @@ struct MoeRouteArgs {
 ///   kSkinny    mma.sync m16n8k16 (kernels/moe/moe_tc_cuda.cu), tiles of ≤ 8 assignments of one expert, one warp
 ///              per 8 output columns, W streamed once per tile (decode);
 ///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
-///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny
-///              (always kSkinny with block-scaled routed experts, MoeExpertsDesc::routed_scaled).
+///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
+/// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny decodes their codes inside the tile;
+/// kGemm first decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory and runs
+/// the bf16 block tiles on them. Same values either way.
 /// PRECONDITION of kSkinny / kGemm (and of kAuto): every x value is bf16-representable (the model's MoE input
 /// is →bf16 in bf16 mode; the activations are →bf16 by construction). x is rounded to bf16 on the device; a value
 /// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
 inline constexpr int64_t kMoeTcGemmMinPerExpert = 32;
+/// kGemm with block-scaled routed experts: bf16 bytes of decoded experts held at once (2 GiB: 30 experts of the
+/// Flash shape, 3 · 5120 · 2304 · 2 B each).
+inline constexpr int64_t kMoeDecodeGroupBytes = int64_t{2} << 30;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
@@ -79,9 +84,12 @@ struct MoeExpertsDesc {
   /// CUDA: kF8E4m3 or kF4E2m1x2 when the ROUTED experts are block-scaled (the native release layout's FP4
   /// experts; layouts and values as ops::Linear's block-scaled weights, ops::scaled_weight: codes in dev.w1/w3/w2,
   /// scales in dev.s1/s3/s2); the shared expert stays weight_dtype. Needs weight_dtype = md = kBf16, the kSkinny
-  /// path (kAuto picks it), dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values
-  /// are those of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
+  /// or kGemm path, dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values are those
+  /// of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
   DType routed_scaled = DType::kF32;
+  /// kGemm with block-scaled routed experts: experts decoded to bf16 per group of launches (0: as many as fit
+  /// kMoeDecodeGroupBytes, at least one). A group's tiles run after its decode; groups run in expert order.
+  int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kDirect
   /// when rows ≤ kTcDirectMaxRows and the x rows fit (a tile's rows are distinct tokens, at most `rows`).
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
@@ -98,7 +106,6 @@ inline bool moe_routed_scaled(MoeExpertsDesc const& d) {
 inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d) {
   if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
   if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
-  if (moe_routed_scaled(d)) return MoeTcPath::kSkinny;
   return d.rows * d.top_k >= kMoeTcGemmMinPerExpert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
 }
 
@@ -114,7 +121,8 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
             << " md=" << dtype_name(d.md)
             << " weight=" << dtype_name(d.weight_dtype)
             << " tc_path=" << static_cast<int>(d.tc_path)
-            << " routed_quant_path=" << static_cast<int>(d.routed_quant_path) << " }";
+            << " routed_quant_path=" << static_cast<int>(d.routed_quant_path)
+            << " decode_group_experts=" << d.decode_group_experts << " }";
 }
 
 /// Expert weights of the CUDA backend, fp32 or bf16 (MoeExpertsDesc::weight_dtype), all in device memory:
