@@ -3,7 +3,8 @@
 /// model's forward that are not an op family:
 ///   embed_streams   X[r, k·D + d] = E[tok_r, d] for every stream k; pre[r] = one-hot(0) (spec §2.1)
 ///   scale_inplace   x_i ← rn(x_i · s) (the indexer's weights · Hi^(−1/2), §2.5.4)
-///   build_key_lists the CSR key lists of the sink attention (§2.5.5) over the pool
+///   build_key_lists the CSR key lists of the sink attention (§2.5.5; per-row counts, a block scan, then the
+///                   ids) over the pool
 ///                   [old window rows | chunk rows | compressed entries]: per query row at p = pos0 + r,
 ///                   the old window rows with position > p − W (rows hold positions wpos0 + i), the chunk
 ///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
@@ -44,17 +45,46 @@ __device__ int64_t count_selected(int32_t const* sel, int64_t K, int64_t T) {
   return c;
 }
 
-/// One thread: offsets[0] = 0, offsets[r+1] = offsets[r] + count(r) (a fixed sequential scan).
-__global__ void key_offsets_kernel(KeyListParams p) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int64_t acc = 0;
-  p.offsets[0] = 0;
-  for (int64_t r = 0; r < p.rows; ++r) {
+/// One warp per row: counts[r] = the length of row r's key list (window + chunk rows + valid selections).
+__global__ void key_counts_kernel(KeyListParams p, int64_t* counts) {
+  int64_t const r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  int const lane = static_cast<int>(threadIdx.x % 32);
+  if (r >= p.rows) return;
+  int64_t c = 0;
+  if (p.selected) {
+    int32_t const* sel = p.selected + r * p.top_k;
+    for (int64_t i = lane; i < p.top_k; i += 32) c += (sel[i] >= 0 && sel[i] < p.entries) ? 1 : 0;
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xFFFFFFFFu, c, o);
+  }
+  if (lane == 0) {
     int64_t i0, j0;
     key_list_ranges(p, r, i0, j0);
-    acc += (p.n_old - i0) + (r - j0 + 1);
-    if (p.selected) acc += count_selected(p.selected + r * p.top_k, p.top_k, p.entries);
-    p.offsets[r + 1] = acc;
+    counts[r] = (p.n_old - i0) + (r - j0 + 1) + c;
+  }
+}
+
+/// One block: offsets[0] = 0, offsets[r+1] = offsets[r] + counts[r], a block-wide scan over chunks of
+/// blockDim.x rows (integer sums: exact in any order).
+__global__ void __launch_bounds__(1024) key_offsets_kernel(KeyListParams p, int64_t const* counts) {
+  __shared__ int64_t part[1024];
+  __shared__ int64_t carry;
+  int const t = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
+  if (t == 0) { carry = 0; p.offsets[0] = 0; }
+  __syncthreads();
+  for (int64_t base = 0; base < p.rows; base += n) {
+    int64_t const r = base + t;
+    part[t] = r < p.rows ? counts[r] : 0;
+    __syncthreads();
+    for (int o = 1; o < n; o <<= 1) {  // Hillis–Steele inclusive scan
+      int64_t const v = t >= o ? part[t - o] : 0;
+      __syncthreads();
+      part[t] += v;
+      __syncthreads();
+    }
+    if (r < p.rows) p.offsets[r + 1] = carry + part[t];
+    __syncthreads();
+    if (t == n - 1) carry += part[t];
+    __syncthreads();
   }
 }
 
@@ -120,7 +150,10 @@ Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float 
 
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
   if (p.rows == 0) return {};
-  key_offsets_kernel<<<1, 1, 0, stream>>>(p);
+  if (!p.counts) return Status(StatusCode::kInternal, "build_key_lists: no counts scratch");
+  key_counts_kernel<<<static_cast<unsigned>((p.rows + 7) / 8), 256, 0, stream>>>(p, p.counts);
+  TESSERA_TRY(status_of(cudaGetLastError(), "key_counts"));
+  key_offsets_kernel<<<1, 1024, 0, stream>>>(p, p.counts);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_offsets"));
   key_fill_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_fill"));

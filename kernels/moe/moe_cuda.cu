@@ -56,30 +56,36 @@ __device__ __forceinline__ bool better(float v, int i, float w, int j) { return 
 
 constexpr int kRouteChunksPerLane = 8;  // dim ≤ 8192 on the chunk-parallel path
 constexpr int kScoreWarps = 8;          // experts per score block (one warp each)
+constexpr int kScoreRows = 4;           // rows per score block (each warp's gate row serves them all)
 
 /// scores[row, e] = s_e = sqrt(softplus(x·W_e / temp)) and scores[row, E + e] = biased_e (−∞ for a masked
-/// expert). Grid (⌈E/8⌉, rows): the gate stream (E × dim fp32, 7.9 MB at 384 × 5120) is spread over ⌈E/8⌉
-/// blocks per row instead of one block walking all experts (measured ~190 µs per decode row on the H200).
-/// Each expert's dot is one warp's warp_dot_row (ref::dot's order), so the values are those of the
-/// one-block version whatever the grid.
+/// expert). Grid (⌈E/8⌉, ⌈rows/kScoreRows⌉): the gate stream (E × dim fp32, 7.9 MB at 384 × 5120) is spread over
+/// ⌈E/8⌉ blocks per row group instead of one block walking all experts (measured ~190 µs per decode row on the
+/// H200), and each warp reads its expert's gate row once for kScoreRows rows (the block's 8 warps share those x
+/// rows through L1). Each (row, expert) dot is a chain of warp_dot_row (ref::dot's order) of its own, so the
+/// values are those of the one-block, one-row version whatever the grid.
 __global__ void __launch_bounds__(kScoreWarps * 32) moe_score_kernel(RouteParams const p, float* scores) {
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t const row = blockIdx.y, e = static_cast<int64_t>(blockIdx.x) * kScoreWarps + warp;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kScoreRows,
+                e = static_cast<int64_t>(blockIdx.x) * kScoreWarps + warp;
   if (e >= p.experts) return;
-  float const* x = p.x + row * p.dim;
-  float dot;
+  int const n_x = static_cast<int>(p.rows - row0 < kScoreRows ? p.rows - row0 : kScoreRows);
+  float const* x = p.x + row0 * p.dim;
+  int64_t const dim = p.dim;
+  float dot[kScoreRows];
   if (p.dim <= 32 * 32 * kRouteChunksPerLane) {  // ref::dot's chunks over the lanes
-    float acc[1];
-    warp_dot_row<1, kRouteChunksPerLane>([x](int, int64_t k) { return __ldg(x + k); }, 1, p.gate + e * p.dim, p.dim,
-                                            acc);
-    dot = acc[0];
+    warp_dot_row<kScoreRows, kRouteChunksPerLane>([x, dim](int r, int64_t k) { return __ldg(x + r * dim + k); }, n_x,
+                                                  p.gate + e * p.dim, p.dim, dot);
   } else {
-    dot = device::dot_seq(x, p.gate + e * p.dim, p.dim);
+    for (int r = 0; r < n_x; ++r) dot[r] = device::dot_seq(x + r * dim, p.gate + e * p.dim, p.dim);
   }
   if (lane != 0) return;
-  float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp), p.bf16));
-  scores[row * 2 * p.experts + e] = se;
-  scores[row * 2 * p.experts + p.experts + e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+  for (int r = 0; r < n_x; ++r) {
+    int64_t const row = row0 + r;
+    float const se = sqrtf(device::softplus(__fdiv_rn(dot[r], p.temp), p.bf16));
+    scores[row * 2 * p.experts + e] = se;
+    scores[row * 2 * p.experts + p.experts + e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+  }
 }
 
 /// One block per row: the row's scores (moe_score_kernel) into shared memory, then the selection below.
@@ -492,7 +498,7 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
   Scratch ws;
   TESSERA_TRY(ws.acquire(ctx, align256(smem * static_cast<size_t>(d.rows))));
   auto* scores = static_cast<float*>(ws.ptr);
-  dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, kScoreWarps)), static_cast<unsigned>(d.rows));
+  dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, kScoreWarps)), static_cast<unsigned>(ceil_div(d.rows, kScoreRows)));
   moe_score_kernel<<<gs, kScoreWarps * 32, 0, stream_of(ctx)>>>(p, scores);
   TESSERA_TRY(launch_status("moe_score_kernel"));
   moe_route_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p, scores);

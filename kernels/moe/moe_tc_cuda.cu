@@ -375,21 +375,26 @@ Status check_grid(int64_t gx, int64_t gy, char const* what) {
 }  // namespace
 
 /// Experts [e0, e0 + gridDim.y) of one block-scaled matrix kind decoded to bf16: expert e's [rows, cols] at
-/// out + (e − e0)·rows·cols, and table[e] pointing there (for the GEMM tiles' expert_w).
+/// out + (e − e0)·rows·cols, and table[e] pointing there (for the GEMM tiles' expert_w). A thread decodes 8
+/// consecutive weights of a row (ops::scaled_weight each; cols % 32 == 0) and stores them as one 16-byte word.
 __global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, void const* const* codes,
                                                                     void const* const* scales, int32_t e0, int64_t rows,
                                                                     int64_t cols, uint16_t* out, void const** table) {
   int32_t const e = e0 + static_cast<int32_t>(blockIdx.y);
   auto const* q = static_cast<uint8_t const*>(codes[e]);
   auto const* sc = static_cast<uint8_t const*>(scales[e]);
-  int64_t const ldq = fmt == DType::kF4E2m1x2 ? cols / 2 : cols, lds = (cols + 31) / 32;
+  int64_t const ldq = fmt == DType::kF4E2m1x2 ? cols / 2 : cols, lds = (cols + 31) / 32, groups = cols / 8;
   uint16_t* w = out + static_cast<int64_t>(blockIdx.y) * rows * cols;
   if (blockIdx.x == 0 && threadIdx.x == 0) table[e] = w;
-  int64_t const total = rows * cols;
+  int64_t const total = rows * groups;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t const r = t / cols, i = t - r * cols;
-    w[t] = bf16_bits_from_float(ops::scaled_weight(fmt, q, ldq, sc, lds, r, i));
+    int64_t const r = t / groups, i0 = (t - r * groups) * 8;
+    uint32_t packed[4];
+    for (int j = 0; j < 4; ++j)
+      packed[j] = static_cast<uint32_t>(bf16_bits_from_float(ops::scaled_weight(fmt, q, ldq, sc, lds, r, i0 + 2 * j))) |
+                  (static_cast<uint32_t>(bf16_bits_from_float(ops::scaled_weight(fmt, q, ldq, sc, lds, r, i0 + 2 * j + 1))) << 16);
+    *reinterpret_cast<uint4*>(w + r * cols + i0) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 
@@ -523,7 +528,7 @@ Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group,
   auto run = [&]() -> Status {
     for (int64_t e0 = 0; e0 < experts; e0 += group) {
       int64_t const n = experts - e0 < group ? experts - e0 : group;
-      unsigned const bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(mat, 256), 4096));
+      unsigned const bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(mat / 8, 256), 4096));
       void const* const* codes[3] = {p.w.w1, p.w.w3, p.w.w2};
       void const* const* scales[3] = {p.w.s1, p.w.s3, p.w.s2};
       for (int j = 0; j < 3; ++j) {

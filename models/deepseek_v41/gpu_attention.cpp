@@ -232,6 +232,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     kp.top_k = K;
     kp.entries = T;
     kp.offsets = tmp_.get<int64_t>(S + 1);
+    kp.counts = tmp_.get<int64_t>(S);
     kp.key_ids = tmp_.get<int32_t>(cap);
     if (md == DType::kBf16) {  // the golden engine's logit-row layout (attention_block.cpp)
       kp.key_cols = tmp_.get<int32_t>(cap);

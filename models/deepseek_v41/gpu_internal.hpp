@@ -233,6 +233,7 @@ struct KeyListParams {
   // row n_old + rows + e.
   int32_t* gather = nullptr;   // [S, top_k] out
   int64_t* offsets = nullptr;  // [S + 1] out
+  int64_t* counts = nullptr;   // [S] scratch (CUDA: each row's list length before the scan)
   int32_t* key_ids = nullptr;  // [≤ S·(W + top_k)] out
   // bf16 only (else null): each listed key's column in the golden engine's logit row and each row's sink column
   // (key_column / sink_column; the CPU model's layout in attention_block.cpp).

@@ -13,18 +13,18 @@ test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -
 SECONDS=0
 ninja -C $B tessera bench/model/bench_model > $R/build_profile.log 2>&1 || { grep -B2 -A12 "error" $R/build_profile.log | head -40; exit 1; }
 echo "build ${SECONDS}s; ncu: $(command -v ncu || echo none)"
-M=$S/flash1e32
+M=$S/${MODEL:-flash1e32}; P=${PREFILL:-1024}
 test -f $M/config.json || timeout 200 $B/tessera make-synthetic --out $M --preset v41-flash --layers 1 --experts 32 \
   --format fp8 > $R/make.log 2>&1 || { echo "make failed"; tail -5 $R/make.log; exit 1; }
 args="--model $M --device cuda --dtype bf16 --batches 1 --context 16 --steps 1"
-timeout 60 $B/bench/model/bench_model $args --prefill 1024 2>/dev/null | grep '"bench":"prefill"'
-for p in 0 1024; do
+timeout 60 $B/bench/model/bench_model $args --prefill $P 2>/dev/null | grep '"bench":"prefill"'
+for p in 0 $P; do
   pf=$p; [ $p = 0 ] && pf=""
   timeout 200 ncu --metrics gpu__time_duration.sum --print-units base --print-summary per-kernel --csv $B/bench/model/bench_model $args \
     --prefill "$pf" > $R/ncu_prefill_$p.csv 2> $R/ncu_prefill_$p.err
   echo "ncu prefill $p rc=$? ${SECONDS}s"
 done
-python3 - "$R/ncu_prefill_0.csv" "$R/ncu_prefill_1024.csv" <<'PY'
+python3 - "$R/ncu_prefill_0.csv" "$R/ncu_prefill_$P.csv" <<'PY'
 import csv, sys
 def load(f):
     rows = list(csv.reader(open(f)))

@@ -156,10 +156,13 @@ TESSERA_HOST_DEVICE constexpr float pow2_ceil_bits(float t) { return float_from_
 // ---------------------------------------------------------------------------------------------------
 // fp4 e2m1
 
-/// Values of the 16 e2m1 codes (bit 3 = sign).
+/// Values of the 16 e2m1 codes (bit 3 = sign): 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, −0 for code 8.
+/// Built from the bit fields (exponent e = bits 2..1, mantissa m = bit 0: e = 0 gives m·0.5, else
+/// (1 + m/2)·2^(e−1)) rather than a table, which device code would place in local memory.
 TESSERA_HOST_DEVICE constexpr float float_from_fp4_e2m1(uint8_t code) {
-  constexpr float kLut[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-  return kLut[code & 0xFu];
+  uint32_t const c = code & 0xFu, e = (c >> 1) & 3u, m = c & 1u;
+  uint32_t const mag = e != 0 ? ((e + 126u) << 23) | (m << 22) : (m != 0 ? 126u << 23 : 0u);
+  return std::bit_cast<float>(((c & 8u) << 28) | mag);
 }
 /// The e2m1 value of a code with −0 (code 8) read as +0: the value table of the golden engine's FP4 fake
 /// quantiser (spec Appendix B.2/B.3, `_FP4_TABLE`), whose negative inputs below the first threshold come out +0.

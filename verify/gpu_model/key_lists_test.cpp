@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+/// gpu::build_key_lists (the sink attention's CSR key lists over the pool [old window rows | chunk rows |
+/// compressed entries], spec §2.5.5) on the backend under test against a plain construction written here:
+/// per query row the visible window rows, the chunk rows j ≤ r inside the window, then the valid selections in
+/// ascending entry order (all entries in the pool, or each row's own selection slots with its gather table);
+/// the bf16 logit-row columns and sink columns. Up to 2,600 rows per call (the CUDA scan runs over chunks of
+/// 1,024 rows), selections with −1 padding, ids ≥ T and rows without any.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/deepseek_v41/gpu_internal.hpp"
+#include "verify/gpu_model/gpu_model_fixture.hpp"
+
+using namespace tessera;
+using namespace tessera::model::dsv41;
+
+namespace {
+
+constexpr Backend kBackend = verify::kGpuModelOnCpu ? Backend::kCpu : Backend::kCuda;
+
+struct Lists {
+  std::vector<int64_t> offsets;
+  std::vector<int32_t> ids, cols, sinks, gather;
+};
+
+struct Case {
+  int64_t rows, pos0, n_old, window, top_k, entries, src_ratio;
+  bool compact;
+  std::vector<int32_t> selected;  // [rows, top_k]
+};
+
+Lists plain(Case const& c) {
+  Lists o;
+  o.offsets.push_back(0);
+  if (c.compact) o.gather.assign(static_cast<size_t>(c.rows * c.top_k), -1);
+  int64_t const wpos0 = c.pos0 - c.n_old;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    int64_t const p = c.pos0 + r;
+    std::vector<std::pair<int32_t, int32_t>> keys;  // (pool id, column)
+    for (int64_t i = 0; i < c.n_old; ++i)
+      if (wpos0 + i > p - c.window) keys.push_back({static_cast<int32_t>(i), static_cast<int32_t>(wpos0 + i)});
+    for (int64_t j = 0; j <= r; ++j)
+      if (c.pos0 + j > p - c.window) keys.push_back({static_cast<int32_t>(c.n_old + j), static_cast<int32_t>(c.pos0 + j)});
+    std::vector<int32_t> sel;
+    for (int64_t k = 0; k < c.top_k; ++k) {
+      int32_t const e = c.selected[static_cast<size_t>(r * c.top_k + k)];
+      if (e >= 0 && e < c.entries) sel.push_back(e);
+    }
+    std::sort(sel.begin(), sel.end());
+    for (size_t k = 0; k < sel.size(); ++k) {
+      int64_t const id = c.compact ? c.n_old + c.rows + r * c.top_k + static_cast<int64_t>(k) : c.n_old + c.rows + sel[k];
+      keys.push_back({static_cast<int32_t>(id), static_cast<int32_t>(p + 1 + sel[k])});
+      if (c.compact) o.gather[static_cast<size_t>(r * c.top_k) + k] = sel[k];
+    }
+    for (auto [id, col] : keys) {
+      o.ids.push_back(id);
+      o.cols.push_back(col);
+    }
+    o.offsets.push_back(static_cast<int64_t>(o.ids.size()));
+    o.sinks.push_back(static_cast<int32_t>(p + 1 + (p + 1) / c.src_ratio));
+  }
+  return o;
+}
+
+Lists on_backend(gpu::Mem const& mem, Case const& c) {
+  using Copy = gpu::Mem::Copy;
+  int64_t const cap = c.rows * (c.window + c.top_k);
+  std::vector<void*> blocks;
+  auto put = [&](void const* host, size_t bytes) {
+    void* d = mem.alloc(std::max<size_t>(bytes, 8)).value_or_throw();
+    blocks.push_back(d);
+    if (host) throw_if_error(mem.copy(d, host, bytes, Copy::kHostToDev));
+    return d;
+  };
+  std::vector<int32_t> fill(static_cast<size_t>(cap), -9);
+  gpu::KeyListParams p;
+  p.rows = c.rows;
+  p.pos0 = c.pos0;
+  p.n_old = c.n_old;
+  p.wpos0 = c.pos0 - c.n_old;
+  p.window = c.window;
+  p.selected = static_cast<int32_t const*>(put(c.selected.data(), c.selected.size() * 4));
+  p.top_k = c.top_k;
+  p.entries = c.entries;
+  p.offsets = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(c.rows + 1) * 8));
+  p.counts = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(c.rows) * 8));
+  p.key_ids = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
+  p.key_cols = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
+  p.sink_cols = static_cast<int32_t*>(put(fill.data(), static_cast<size_t>(c.rows) * 4));
+  p.src_ratio = c.src_ratio;
+  if (c.compact) p.gather = static_cast<int32_t*>(put(fill.data(), static_cast<size_t>(c.rows * c.top_k) * 4));
+  throw_if_error(gpu::build_key_lists(mem, p));
+  Lists o;
+  o.offsets.resize(static_cast<size_t>(c.rows + 1));
+  throw_if_error(mem.copy(o.offsets.data(), p.offsets, o.offsets.size() * 8, Copy::kDevToHost));
+  throw_if_error(mem.sync());
+  int64_t const n = o.offsets.back();
+  BOOST_REQUIRE(n >= 0);
+  BOOST_REQUIRE(n <= cap);
+  o.ids.resize(static_cast<size_t>(n));
+  o.cols.resize(static_cast<size_t>(n));
+  o.sinks.resize(static_cast<size_t>(c.rows));
+  throw_if_error(mem.copy(o.ids.data(), p.key_ids, o.ids.size() * 4, Copy::kDevToHost));
+  throw_if_error(mem.copy(o.cols.data(), p.key_cols, o.cols.size() * 4, Copy::kDevToHost));
+  throw_if_error(mem.copy(o.sinks.data(), p.sink_cols, o.sinks.size() * 4, Copy::kDevToHost));
+  if (c.compact) {
+    o.gather.resize(static_cast<size_t>(c.rows * c.top_k));
+    throw_if_error(mem.copy(o.gather.data(), p.gather, o.gather.size() * 4, Copy::kDevToHost));
+  }
+  throw_if_error(mem.sync());
+  for (void* b : blocks) mem.free(b);
+  return o;
+}
+
+Case make_case(int64_t rows, int64_t pos0, int64_t n_old, int64_t window, int64_t top_k, int64_t entries, bool compact,
+               uint32_t seed) {
+  Case c{rows, pos0, n_old, window, top_k, entries, 2, compact, {}};
+  std::mt19937 g(seed);
+  c.selected.resize(static_cast<size_t>(rows * top_k));
+  for (int64_t r = 0; r < rows; ++r) {
+    // Distinct ids per row, some −1 and some ≥ entries (dropped); every 7th row selects nothing.
+    std::vector<int32_t> pool(static_cast<size_t>(entries + 8));
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<int32_t>(i);
+    std::shuffle(pool.begin(), pool.end(), g);
+    for (int64_t k = 0; k < top_k; ++k) {
+      int32_t v = k < static_cast<int64_t>(pool.size()) ? pool[static_cast<size_t>(k)] : -1;
+      if (r % 7 == 3 || g() % 5 == 0) v = -1;
+      c.selected[static_cast<size_t>(r * top_k + k)] = v;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(key_lists)
+
+BOOST_AUTO_TEST_CASE(backend_equals_plain_construction) {
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  int checked = 0;
+  for (bool compact : {false, true})
+    for (auto [rows, n_old] : {std::pair<int64_t, int64_t>{1, 127}, {5, 40}, {1024, 0}, {1025, 127}, {2600, 90}}) {
+      Case const c = make_case(rows, 5000, n_old, 128, 24, 300, compact, static_cast<uint32_t>(rows * 3 + n_old));
+      Lists const want = plain(c), got = on_backend(mem, c);
+      std::string const what = "rows " + std::to_string(rows) + " n_old " + std::to_string(n_old) +
+                               (compact ? " compact" : " all entries");
+      BOOST_TEST(got.offsets == want.offsets, what);
+      BOOST_TEST(got.ids == want.ids, what);
+      BOOST_TEST(got.cols == want.cols, what);
+      BOOST_TEST(got.sinks == want.sinks, what);
+      BOOST_TEST(got.gather == want.gather, what);
+      ++checked;
+    }
+  BOOST_TEST(checked == 10);
+  mem.close();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
