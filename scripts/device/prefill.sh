@@ -1,6 +1,7 @@
 #!/bin/bash
 # Prefill on the H200 after the key-list scan and the expert decode fixes: the GPU model suite (with the key
-# lists against a plain construction up to 2,600 rows), the block-scaled MoE and Linear suites, verify golden
+# lists against a plain construction up to 2,600 rows), the block-scaled MoE and Linear suites, the router suite
+# (scores 4 rows a warp: a row alone == in its batch), verify golden
 # --device cuda (fp32, bf16), then bench_model on synthetic v41-flash fp8 checkpoints (1 and 3 layers, 32
 # experts): prefill 1K, 8K, 32K and decode at batches 1, 4, 16, 64 (context 128).
 # Usage (repository root, on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/some/dir bash scripts/device/prefill.sh
@@ -14,7 +15,7 @@ test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -
   -Dshared_dir=$TESSERA_SHARED_DIR > $R/setup.log 2>&1 || { tail -30 $R/setup.log; exit 1; }
 SECONDS=0
 ninja -C $B verify/gpu_model/verify_gpu_model verify/gpu_ops/verify_gpu_moe_scaled verify/gpu_ops/verify_gpu_linear_scaled \
-  tessera bench/model/bench_model > $R/build_prefill.log 2>&1 || { grep -B2 -A12 "error" $R/build_prefill.log | head -60; exit 1; }
+  verify/gpu_ops/verify_gpu_moe_engram tessera bench/model/bench_model > $R/build_prefill.log 2>&1 || { grep -B2 -A12 "error" $R/build_prefill.log | head -60; exit 1; }
 echo "build ${SECONDS}s"
 run_test() {
   local name=$1 limit=$2 bin=$3; shift 3; local t0=$SECONDS
@@ -26,6 +27,7 @@ run_test gpu_model 240 $B/verify/gpu_model/verify_gpu_model
 run_test moe_scaled 200 $B/verify/gpu_ops/verify_gpu_moe_scaled
 grep -E "differ from the CPU" $R/moe_scaled.log | grep -vc " 0/" | sed 's/^/moe_scaled lines with differences: /'
 run_test linear_scaled 150 $B/verify/gpu_ops/verify_gpu_linear_scaled
+run_test moe_engram 150 $B/verify/gpu_ops/verify_gpu_moe_engram
 for p in fp32 bf16; do
   timeout 120 $B/tessera verify golden --model $G/$p --golden $G/$p --device cuda > $R/golden_$p.log 2>&1
   echo "golden $p rc=$?: $(grep -E '^golden:' $R/golden_$p.log)"
