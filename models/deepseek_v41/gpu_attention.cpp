@@ -122,9 +122,15 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
         SeqRun& sq = b_.seqs[i];
         int64_t const S = sq.S;
         int64_t const* d_pos = b_.d_pos + sq.row0;
+        if (sq.keys_src != b_.idx_src || sq.keys_T != Ti) {  // the stored keys as the quantiser's values
+          sq.keys = keep_.get<float>(Ti * di);
+          sq.keys_src = b_.idx_src;
+          sq.keys_T = Ti;
+          unpack_rows(sq.st->layers_[static_cast<size_t>(b_.idx_src)].index_k, Ti, di, gpu::kIndexKeyQat, nullptr, Ti,
+                      sq.keys);
+        }
+        float const* keys = sq.keys;
         size_t const mk = tmp_.mark();
-        float* keys = tmp_.get<float>(Ti * di);  // the stored keys as the quantiser's values
-        unpack_rows(sq.st->layers_[static_cast<size_t>(b_.idx_src)].index_k, Ti, di, gpu::kIndexKeyQat, nullptr, Ti, keys);
         float* scores = tmp_.get<float>(S * Ti);
         run<ops::IndexScore>(ctx_, ops::IndexScoreDesc{S, Hi, di, Ti, ratio, scale},
                              ops::IndexScoreArgs{dcv2(qi + sq.row0 * Hi * di, S, Hi * di), dcv2(wts + sq.row0 * Hi, S, Hi),

@@ -109,6 +109,10 @@ struct SeqRun {
   bool has_cand = false;
   uint8_t* cand = nullptr;  // [S, cand_T]
   int64_t cand_T = 0;
+  // The index keys of layer keys_src unpacked to fp32 ([keys_T, di], pass memory): the Reindex layers that
+  // follow a KV source score the same keys, unpacked once.
+  float* keys = nullptr;
+  int64_t keys_src = -1, keys_T = 0;
 };
 
 /// The compressor groups completing in this pass at one KV-source layer: sequence i's `groups[i]` latents

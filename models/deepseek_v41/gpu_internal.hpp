@@ -183,6 +183,14 @@ class PagedRows {
  public:
   /// Sets the layout (before the first reserve; rows_per_page = ⌊page_bytes / row_bytes⌋ ≥ 1).
   void configure(int64_t row_bytes, int64_t page_bytes);
+  /// Rows of row_bytes in a page of page_bytes (≥ 1), and the bytes of the pages that hold `rows` rows.
+  static int64_t rows_per_page_for(int64_t row_bytes, int64_t page_bytes) {
+    return page_bytes / row_bytes > 1 ? page_bytes / row_bytes : 1;
+  }
+  static int64_t page_bytes_for(int64_t rows, int64_t row_bytes, int64_t page_bytes) {
+    int64_t const per = rows_per_page_for(row_bytes, page_bytes);
+    return (rows + per - 1) / per * per * row_bytes;
+  }
   bool configured() const { return row_bytes_ > 0; }
   /// Pages for rows [0, rows).
   Status reserve(DevicePool& pool, Mem const& mem, int64_t rows);

@@ -170,7 +170,7 @@ using Copy = Mem::Copy;
 
 void PagedRows::configure(int64_t row_bytes, int64_t page_bytes) {
   row_bytes_ = row_bytes;
-  per_page_ = std::max<int64_t>(1, page_bytes / row_bytes);
+  per_page_ = rows_per_page_for(row_bytes, page_bytes);
   page_bytes_ = per_page_ * row_bytes;
 }
 

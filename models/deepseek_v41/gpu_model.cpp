@@ -454,10 +454,9 @@ size_t GpuDsv41Model::state_bytes_for(ModelSpec const& s, ModelOptions const& op
     b += static_cast<size_t>((W - 1 + R) * hd * 4);
     if (!s.is_kv_source(l)) continue;
     int64_t const r = s.compress_ratios[static_cast<size_t>(l)], T = n / r;
-    // Whole pages of the paged families (gpu::PagedRows), the address tables aside.
+    // Whole pages of the paged families, the address tables aside.
     auto paged = [&](int64_t row_bytes) {
-      int64_t const per = std::max<int64_t>(1, opts.state_page_bytes / row_bytes);
-      return static_cast<size_t>((T + per - 1) / per * per * row_bytes);
+      return static_cast<size_t>(gpu::PagedRows::page_bytes_for(T, row_bytes, opts.state_page_bytes));
     };
     b += paged(gpu::ckv_entry_bytes(hd));
     if (r > 1) b += static_cast<size_t>(2 * (R + r) * hd * 4);
