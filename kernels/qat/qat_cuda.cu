@@ -2,10 +2,10 @@
 /// CUDA backend of the QAT fake quantisers (include/tessera/ops/qat.hpp, ref/qat_ref.hpp, spec Appendix B):
 /// FP8 e4m3 with ue8m0 block-32 scales, FP4 e2m1 with e4m3 block-16 scales, FP4 with ue8m0 block-32
 /// scales, in place, plus the optional near-rounding-boundary flag and packed form per row. One block per row,
-/// one thread per quantisation block: max, the power-of-two / e4m3 scale, the true fp32 division, the clamp
-/// and the code conversions of core/dtype.hpp are all exact operations, so the output is bitwise the
-/// reference's. QatUnpack: one block per output row, one thread per element, the quantiser's own decode
-/// expression (qat_decode_md), so unpacked rows equal the quantiser's output bit for bit.
+/// one lane per element: max, the power-of-two / e4m3 scale, the true fp32 division, the clamp and the code
+/// conversions of core/dtype.hpp are all exact operations, so the output is bitwise the reference's.
+/// QatUnpack: one block per output row, one thread per element, the quantiser's own decode expression
+/// (qat_decode_md), so unpacked rows equal the quantiser's output bit for bit.
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/qat.hpp"
@@ -18,25 +18,33 @@ using ops::QatKind;
 using device::std_clamp;
 using device::std_max;
 
-/// ref::qat_block_encode on x[0, b) (b ≤ 32).
+/// The block scale of ref::qat_block_encode from the block's amax (max of |x| from +0; NaN never wins):
+/// returns the scale, writes its code.
+__device__ __forceinline__ float qat_scale(float amax, QatKind kind, uint8_t& scale_code) {
+  if (kind == QatKind::kFp8Block32) {
+    scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
+    return float_from_e8m0(scale_code);
+  }
+  if (kind == QatKind::kFp4Block16E4m3) {
+    scale_code = fp8_e4m3_from_float(__fdiv_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-9)), 6.f));
+    return float_from_fp8_e4m3(scale_code);
+  }
+  scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-126)), static_cast<float>(1.0 / 6.0)));
+  return float_from_e8m0(scale_code);
+}
+
+/// One element's code under its block's scale (ref::qat_block_encode's per-element expression).
+__device__ __forceinline__ uint8_t qat_code(float x, float scale, QatKind kind) {
+  if (kind == QatKind::kFp8Block32) return fp8_e4m3_from_float_saturate(std_clamp(__fdiv_rn(x, scale), -448.f, 448.f));
+  return fp4_e2m1_from_float(std_clamp(__fdiv_rn(x, scale), -6.f, 6.f));
+}
+
+/// ref::qat_block_encode on x[0, b) (b ≤ 32), by one thread.
 __device__ void qat_block_encode(float const* x, int b, QatKind kind, uint8_t* codes, uint8_t& scale_code) {
   float amax = 0.f;
   for (int i = 0; i < b; ++i) amax = std_max(amax, fabsf(x[i]));
-  if (kind == QatKind::kFp8Block32) {
-    scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
-    float const scale = float_from_e8m0(scale_code);
-    for (int i = 0; i < b; ++i) codes[i] = fp8_e4m3_from_float_saturate(std_clamp(__fdiv_rn(x[i], scale), -448.f, 448.f));
-    return;
-  }
-  float scale;
-  if (kind == QatKind::kFp4Block16E4m3) {
-    scale_code = fp8_e4m3_from_float(__fdiv_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-9)), 6.f));
-    scale = float_from_fp8_e4m3(scale_code);
-  } else {
-    scale_code = e8m0_ceil_pow2(__fmul_rn(std_max(amax, static_cast<float>(6.0 * 0x1p-126)), static_cast<float>(1.0 / 6.0)));
-    scale = float_from_e8m0(scale_code);
-  }
-  for (int i = 0; i < b; ++i) codes[i] = fp4_e2m1_from_float(std_clamp(__fdiv_rn(x[i], scale), -6.f, 6.f));
+  float const scale = qat_scale(amax, kind, scale_code);
+  for (int i = 0; i < b; ++i) codes[i] = qat_code(x[i], scale, kind);
 }
 
 /// ref::qat_decode then →md.
@@ -86,36 +94,49 @@ struct QatParams {
   bool bf16 = false;
 };
 
-__global__ void __launch_bounds__(128) qat_kernel(QatParams const p) {
+/// One block per row. The quantisation itself: one lane per element, 32 / block quantisation blocks per warp
+/// step; a block's amax is a max over its lanes (|x| with NaN taken as +0: the reference's sequential
+/// std::max from +0 never lets a NaN win, and a max of non-NaN values is order-free), so every lane forms
+/// the reference's scale and its own element's code. The boundary check (diagnostics, boundary_ulps > 0) runs
+/// first, one thread per quantisation block, on the unquantised row.
+constexpr int kQatThreads = 256;
+__global__ void __launch_bounds__(kQatThreads) qat_kernel(QatParams const p) {
   int64_t const row = blockIdx.x;
   float* x = p.x + row * p.dim;
   bool const whole = p.dim % p.block == 0;
   int64_t const nblk = whole ? p.dim / p.block : 0;
-  int near = 0;
-  if (p.near)
+  if (p.near) {
+    int near = 0;
     for (int64_t b = threadIdx.x; b < nblk && !near; b += blockDim.x)
       near = qat_block_near_boundary(x + b * p.block, p.block, p.kind, p.bf16, p.ulps);
-  if (p.near) {
-    near = __syncthreads_or(near);
+    near = __syncthreads_or(near);  // also: every check has read the row before it is overwritten
     if (threadIdx.x == 0) p.near[row] = near ? 1 : 0;
   }
   bool const fp4 = p.kind != QatKind::kFp8Block32;
-  uint8_t* packed = p.packed ? p.packed + row * ((fp4 ? p.dim / 2 : p.dim) + nblk) : nullptr;
-  for (int64_t b = threadIdx.x; b < nblk; b += blockDim.x) {
-    float v[32];
-    uint8_t codes[32], scale_code = 0;
-    float* src = x + b * p.block;
-    for (int i = 0; i < p.block; ++i) v[i] = src[i];
-    qat_block_encode(v, p.block, p.kind, codes, scale_code);
-    for (int i = 0; i < p.block; ++i) src[i] = qat_decode_md(codes[i], scale_code, p.kind, p.bf16);
+  int64_t const code_bytes = fp4 ? p.dim / 2 : p.dim;
+  uint8_t* packed = p.packed ? p.packed + row * (code_bytes + nblk) : nullptr;
+  int const lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  int const nwarps = static_cast<int>(blockDim.x >> 5), per = 32 / p.block;
+  int const seg = lane / p.block, i = lane % p.block;
+  for (int64_t b0 = static_cast<int64_t>(warp) * per; b0 < nblk; b0 += static_cast<int64_t>(nwarps) * per) {
+    int64_t const b = b0 + seg;
+    bool const ok = b < nblk;
+    int64_t const e = b * p.block + i;
+    float const v = ok ? x[e] : 0.f;
+    float amax = fabsf(v);
+    if (amax != amax) amax = 0.f;
+    for (int h = p.block / 2; h > 0; h /= 2) amax = std_max(amax, __shfl_xor_sync(0xffffffffu, amax, h));
+    uint8_t scale_code = 0;
+    float const scale = qat_scale(amax, p.kind, scale_code);
+    uint8_t const code = qat_code(v, scale, p.kind);
+    unsigned const partner = __shfl_down_sync(0xffffffffu, static_cast<unsigned>(code), 1);
+    if (!ok) continue;
+    x[e] = qat_decode_md(code, scale_code, p.kind, p.bf16);
     if (!packed) continue;
     // ref::qat_pack_row's layout: [codes | scale codes]; FP4 blocks are even-sized, so a block owns whole bytes.
-    if (fp4)
-      for (int i = 0; i < p.block; i += 2)
-        packed[(b * p.block + i) / 2] = static_cast<uint8_t>(codes[i] | (codes[i + 1] << 4));
-    else
-      for (int i = 0; i < p.block; ++i) packed[b * p.block + i] = codes[i];
-    packed[(fp4 ? p.dim / 2 : p.dim) + b] = scale_code;
+    if (!fp4) packed[e] = code;
+    else if (i % 2 == 0) packed[e / 2] = static_cast<uint8_t>(code | (partner << 4));
+    if (i == 0) packed[code_bytes + b] = scale_code;
   }
 }
 
@@ -176,7 +197,7 @@ Status FakeQuant<Backend::kCuda>::run(FakeQuantDesc const& d, FakeQuantArgs cons
   p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;
   p.ulps = d.boundary_ulps; p.bf16 = d.md == DType::kBf16;
   p.packed = a.packed.data;
-  qat_kernel<<<static_cast<unsigned>(d.rows), 128, 0, stream_of(ctx)>>>(p);
+  qat_kernel<<<static_cast<unsigned>(d.rows), kQatThreads, 0, stream_of(ctx)>>>(p);
   return launch_status("qat_kernel");
 }
 
