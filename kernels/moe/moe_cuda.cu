@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CUDA backend of the MoE family (include/tessera/ops/moe.hpp, ref/moe_ref.hpp, spec §2.6).
-///   MoeRoute: moe_score_kernel, one warp per (token, expert), forms s_e = sqrt(softplus(x·W_e / temp)) (the
-///     dot in ref::dot's order in both model dtypes, its chunks spread over the lanes; softplus in the model
+///   MoeRoute: moe_score_chunks_kernel (dim ≤ 8192: the (expert, chunk) FMA chains over a block's threads) or
+///     moe_score_kernel (one warp per expert) forms s_e = sqrt(softplus(x·W_e / temp)) (the
+///     dot in ref::dot's order in both model dtypes; softplus in the model
 ///     dtype's arithmetic, device::softplus as ref::softplus: bitwise as the CPU), biased_e = s_e + b_e (−∞
 ///     for a masked expert) into scratch; then moe_route_kernel, one block per token: warp 0 selects the top-k by (value desc, id asc) in k warp-wide arg-max passes (an
 ///     exact total order, so ties go to the lower id as ref::topk_select), sets the cutoff-tie flag; thread 0
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/linear/linear_tc.cuh"
 #include "kernels/moe/moe_tc.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/linear_tc.hpp"
@@ -58,12 +60,16 @@ constexpr int kRouteChunksPerLane = 8;  // dim ≤ 8192 on the chunk-parallel pa
 constexpr int kScoreWarps = 8;          // experts per score block (one warp each)
 constexpr int kScoreRows = 4;           // rows per score block (each warp's gate row serves them all)
 
-/// scores[row, e] = s_e = sqrt(softplus(x·W_e / temp)) and scores[row, E + e] = biased_e (−∞ for a masked
-/// expert). Grid (⌈E/8⌉, ⌈rows/kScoreRows⌉): the gate stream (E × dim fp32, 7.9 MB at 384 × 5120) is spread over
-/// ⌈E/8⌉ blocks per row group instead of one block walking all experts (measured ~190 µs per decode row on the
-/// H200), and each warp reads its expert's gate row once for kScoreRows rows (the block's 8 warps share those x
-/// rows through L1). Each (row, expert) dot is a chain of warp_dot_row (ref::dot's order) of its own, so the
-/// values are those of the one-block, one-row version whatever the grid.
+/// The per-(row, expert) tail of the score: s_e = sqrt(softplus(dot / temp)), biased_e = s_e + b_e (−∞ masked).
+__device__ __forceinline__ void store_score(RouteParams const& p, float* scores, int64_t row, int64_t e, float dot) {
+  float const se = sqrtf(device::softplus(__fdiv_rn(dot, p.temp), p.bf16));
+  scores[row * 2 * p.experts + e] = se;
+  scores[row * 2 * p.experts + p.experts + e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+}
+
+/// scores[row, e] = s_e and scores[row, E + e] = biased_e for dim > kChunkScoreMaxDim: one warp per expert,
+/// kScoreRows rows per block, each (row, expert) dot a chain of warp_dot_row (ref::dot's order) or, past
+/// 32·32·kRouteChunksPerLane, device::dot_seq.
 __global__ void __launch_bounds__(kScoreWarps * 32) moe_score_kernel(RouteParams const p, float* scores) {
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kScoreRows,
@@ -80,12 +86,56 @@ __global__ void __launch_bounds__(kScoreWarps * 32) moe_score_kernel(RouteParams
     for (int r = 0; r < n_x; ++r) dot[r] = device::dot_seq(x + r * dim, p.gate + e * p.dim, p.dim);
   }
   if (lane != 0) return;
-  for (int r = 0; r < n_x; ++r) {
-    int64_t const row = row0 + r;
-    float const se = sqrtf(device::softplus(__fdiv_rn(dot[r], p.temp), p.bf16));
-    scores[row * 2 * p.experts + e] = se;
-    scores[row * 2 * p.experts + p.experts + e] = (p.mask && p.mask[e]) ? -INFINITY : __fadd_rn(se, p.bias ? p.bias[e] : 0.f);
+  for (int r = 0; r < n_x; ++r) store_score(p, scores, row0 + r, e, dot[r]);
+}
+
+/// The chunk-parallel score kernel (dim ≤ kChunkScoreMaxDim): ref::dot(x_r, W_e) is a sum, in chunk order, of
+/// independent 32-wide FMA chains from +0, so the block spreads the (expert, chunk) chains of its experts
+/// over all its threads (the whole block works on one expert's row at once; a warp-per-expert kernel walks
+/// 160 chunks on one warp) and one thread per (row, expert) then adds the chunk sums in chunk order: the
+/// same fp32 operations as ref::dot, whatever the grid, the rows around or the experts per block.
+/// Block: kChunkScoreThreads threads, experts [e0, e0 + eb), rows [row0, row0 + rb) (rb ≤ kScoreRows). The x rows are
+/// staged in shared memory at index k + k/32 (a 33-float pitch per chunk: lanes on consecutive chunks hit
+/// distinct banks); the chunk sums go to part[(r·eb + e)·pitch + c] (pitch = chunks + 1, conflict-free fold).
+/// Each chain reads its chunk's 32 gate weights (128 contiguous bytes) once for all the block's rows.
+constexpr int kChunkScoreThreads = 256;
+constexpr int64_t kChunkScoreMaxDim = 8192;
+__global__ void __launch_bounds__(kChunkScoreThreads) moe_score_chunks_kernel(RouteParams const p, int rb, int eb, float* scores) {
+  extern __shared__ __align__(16) float sm[];
+  int64_t const dim = p.dim, chunks = (dim + 31) / 32, pitch = chunks + 1, xpitch = chunks * 33;
+  int64_t const row0 = static_cast<int64_t>(blockIdx.y) * rb, e0 = static_cast<int64_t>(blockIdx.x) * eb;
+  int const n_x = static_cast<int>(p.rows - row0 < rb ? p.rows - row0 : rb);
+  int const n_e = static_cast<int>(p.experts - e0 < eb ? p.experts - e0 : eb);
+  float* xs = sm;                  // [rb][chunks · 33]
+  float* part = sm + rb * xpitch;  // [rb · eb][pitch]
+  for (int r = 0; r < n_x; ++r)
+    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) xs[r * xpitch + k + k / 32] = __ldg(p.x + (row0 + r) * dim + k);
+  __syncthreads();
+  for (int64_t item = threadIdx.x; item < n_e * chunks; item += blockDim.x) {
+    int const el = static_cast<int>(item / chunks);
+    int64_t const c = item % chunks, k0 = c * 32;
+    int const len = static_cast<int>(dim - k0 < 32 ? dim - k0 : 32);
+    float wv[32];
+    load_chunk(p.gate + (e0 + el) * dim + k0, len, wv);
+#pragma unroll
+    for (int r = 0; r < kScoreRows; ++r) {
+      if (r >= n_x) break;
+      float const* xc = xs + r * xpitch + c * 33;
+      float acc = 0.f;
+#pragma unroll
+      for (int t = 0; t < 32; ++t)
+        if (t < len) acc = __fmaf_rn(xc[t], wv[t], acc);
+      part[(r * eb + el) * pitch + c] = acc;
+    }
   }
+  __syncthreads();
+  if (threadIdx.x >= n_x * eb) return;
+  int const r = static_cast<int>(threadIdx.x) / eb, el = static_cast<int>(threadIdx.x) % eb;
+  if (el >= n_e) return;
+  float const* ps = part + (r * eb + el) * pitch;
+  float dot = ps[0];
+  for (int64_t c = 1; c < chunks; ++c) dot = __fadd_rn(dot, ps[c]);
+  store_score(p, scores, row0 + r, e0 + el, dot);
 }
 
 /// One block per row: the row's scores (moe_score_kernel) into shared memory, then the selection below.
@@ -498,9 +548,24 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
   Scratch ws;
   TESSERA_TRY(ws.acquire(ctx, align256(smem * static_cast<size_t>(d.rows))));
   auto* scores = static_cast<float*>(ws.ptr);
-  dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, kScoreWarps)), static_cast<unsigned>(ceil_div(d.rows, kScoreRows)));
-  moe_score_kernel<<<gs, kScoreWarps * 32, 0, stream_of(ctx)>>>(p, scores);
-  TESSERA_TRY(launch_status("moe_score_kernel"));
+  if (d.dim <= kChunkScoreMaxDim) {
+    // Experts per block: 2 at decode sizes (E/2 blocks, ~1 chain per thread at dim 5120), 8 once several row
+    // groups fill the GPU (each block re-stages its x rows, so fewer, wider blocks cut that traffic).
+    int const eb = d.rows <= kScoreRows ? 2 : 8;
+    int const rb = static_cast<int>(std::min<int64_t>(d.rows, kScoreRows));
+    int64_t const chunks = ceil_div(d.dim, int64_t{32});
+    size_t const sm = static_cast<size_t>(rb * chunks * 33 + rb * eb * (chunks + 1)) * sizeof(float);
+    size_t const sm_max = static_cast<size_t>(kScoreRows * (kChunkScoreMaxDim / 32) * 33 +
+                                              kScoreRows * 8 * (kChunkScoreMaxDim / 32 + 1)) * sizeof(float);
+    TESSERA_TRY(cuda_status(tc_linear::allow_smem<moe_score_chunks_kernel>(sm_max), "moe_score_chunks_kernel smem attribute"));
+    dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, int64_t{eb})), static_cast<unsigned>(ceil_div(d.rows, int64_t{rb})));
+    moe_score_chunks_kernel<<<gs, kChunkScoreThreads, sm, stream_of(ctx)>>>(p, rb, eb, scores);
+    TESSERA_TRY(launch_status("moe_score_chunks_kernel"));
+  } else {
+    dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, kScoreWarps)), static_cast<unsigned>(ceil_div(d.rows, kScoreRows)));
+    moe_score_kernel<<<gs, kScoreWarps * 32, 0, stream_of(ctx)>>>(p, scores);
+    TESSERA_TRY(launch_status("moe_score_kernel"));
+  }
   moe_route_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p, scores);
   return launch_status("moe_route_kernel");
 }

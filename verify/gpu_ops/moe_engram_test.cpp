@@ -126,6 +126,42 @@ BOOST_AUTO_TEST_CASE(moe_route_matches_cpu) {
         }
 }
 
+/// The release's router width (384 experts, hidden 5120) on every score path: the chunk-parallel kernel with
+/// 16-byte weight loads (5120) and scalar ones with a partial last chunk (5121), and the warp-per-expert kernel
+/// past its dim limit (8200). 6 rows run as row groups of 4 with 8 experts per block, a row alone as one row with
+/// 2 experts per block: the row's results must be the same bits either way.
+BOOST_AUTO_TEST_CASE(moe_route_release_width_matches_cpu) {
+  uint64_t const seed = test_seed(523);
+  int64_t const rows = 6, experts = 384, k = 6;
+  for (int64_t dim : {5120, 5121, 8200}) {
+    auto x = randn(rows * dim, seed + dim, 1.f);
+    auto gate = randn(experts * dim, seed + dim + 1, 0.02f);
+    auto bias = randn(experts, seed + dim + 2, 0.05f);
+    for (DType const md : {DType::kF32, DType::kBf16}) {
+      ops::MoeRouteDesc d{rows, experts, dim, k, 1.f, 2.5f, true, 1.f, 0, true, md};
+      auto cpu = route(false, d, x, gate, bias, {});
+      auto gpu = route(true, d, x, gate, bias, {});
+      BOOST_TEST_INFO("dim=" << dim << " md=" << dtype_name(md));
+      for (int64_t r = 0; r < rows; ++r) {
+        if (!std::equal(&cpu.ids[r * k], &cpu.ids[r * k] + k, &gpu.ids[r * k])) {
+          auto s = sorted_biased(&x[r * dim], gate, bias, d);
+          BOOST_TEST(std::fabs(s[k - 1] - s[k]) <= kRouteTieRel * std::fabs(s[k - 1]));
+          continue;
+        }
+        for (int64_t i = 0; i < k; ++i)
+          BOOST_TEST(std::fabs(gpu.w[r * k + i] - cpu.w[r * k + i]) <= kRouteRelTol * std::fabs(cpu.w[r * k + i]));
+      }
+      for (int64_t r : {0, 5}) {
+        ops::MoeRouteDesc d1 = d;
+        d1.rows = 1;
+        auto alone = route(true, d1, row_slice(x, dim, r), gate, bias, {});
+        BOOST_TEST((alone.ids == row_slice(gpu.ids, k, r)));
+        BOOST_TEST(count_bit_diffs(alone.w, row_slice(gpu.w, k, r), "route alone") == 0);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(moe_route_exact_ties_lower_id_wins) {
   uint64_t const seed = test_seed(522);
   int64_t const rows = 3, experts = 48, dim = 64;
