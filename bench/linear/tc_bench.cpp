@@ -23,7 +23,7 @@
 ///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
 ///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
 ///            block-scaled launch equals the bf16 launch on the decoded weights (ops::scaled_weight) bit for bit.
-/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|auto]
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|ws|auto]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -185,7 +185,7 @@ Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int6
 }
 
 /// The skinny tile on block-scaled W (codes [n, k or k/2] contiguous, scales [srows, ⌈k/32⌉]), bf16 output.
-/// --quant-path ring|direct|auto: how block-scaled codes reach the mma chain (ops::TcQuantPath).
+/// --quant-path ring|direct|ws|auto: how block-scaled codes reach the mma chain (ops::TcQuantPath).
 ops::TcQuantPath g_quant_path = ops::TcQuantPath::kAuto;
 
 Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
@@ -270,7 +270,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--quant") { o.decode = false; o.prefill = false; o.moe = false; o.quant = true; }
     else if (a == "--quant-path") {
       std::string const v = next();
-      g_quant_path = v == "ring" ? ops::TcQuantPath::kRing : v == "direct" ? ops::TcQuantPath::kDirect : ops::TcQuantPath::kAuto;
+      g_quant_path = v == "ring"     ? ops::TcQuantPath::kRing
+                     : v == "direct" ? ops::TcQuantPath::kDirect
+                     : v == "ws"     ? ops::TcQuantPath::kWarpSpec
+                                     : ops::TcQuantPath::kAuto;
     }
     else if (a == "--shape") o.shape = next();
     else if (a == "--batch") o.batch = std::stoll(next());
@@ -534,6 +537,7 @@ int main(int argc, char** argv) {
     std::printf("| shape | M | bf16 us | bf16 GB/s | fp8 us | fp8 GB/s | fp8 %% of 4.27 TB/s | fp8 speedup | fp4 us | "
                 "fp4 GB/s | fp4 %% of 4.27 TB/s | fp4 speedup | check |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::vector<Shape> qshapes(std::begin(shapes), std::end(shapes));
+    qshapes.push_back({5120, 512, "wkv 5120x512"});
     if (!opt.quick) qshapes.push_back({5120, 129280, "head 5120x129280"});
     for (auto const& sh : qshapes) {
       if (!selected(sh)) continue;

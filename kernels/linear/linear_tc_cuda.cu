@@ -2,7 +2,7 @@
 /// Host side of the tensor-core bf16 linear (include/tessera/ops/linear_tc.hpp): argument checks, the choice of
 /// one of the 8 compiled variants {gemm, skinny} × {m16n8k16, 2 × m16n8k8} × {16-byte cp.async, element loads}
 /// from the descriptor and the operands' alignment (plus the K-slab variants of the skinny tile and its
-/// block-scaled FP8 / FP4 forms, linear_tc_quant.cuh), and the launch.
+/// block-scaled FP8 / FP4 forms: the ring, direct and warp-specialised tiles of linear_tc_quant*.cuh), and the launch.
 #include <algorithm>
 #include <cstdlib>
 #include <span>
@@ -12,6 +12,7 @@
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/linear/linear_tc_quant_direct.cuh"
+#include "kernels/linear/linear_tc_quant_ws.cuh"
 
 namespace tessera::kernels::tc_linear {
 namespace {
@@ -64,13 +65,39 @@ Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
   return launch_status("linear_tc_skinny_qd_kernel");
 }
 
-/// The path a block-scaled call takes: kDirect when asked for and it fits; kAuto takes it for wide matrices
-/// (N ≥ kTcDirectMinCols, enough warps to cover its per-warp latency).
-bool quant_direct(ops::LinearTcDesc const& d) {
-  bool const fits = ops::tc_quant_direct_fits(d.m, d.k) && (d.tile == ops::TcTile::kAuto || d.tile == ops::TcTile::kSkinny);
-  if (d.quant == ops::TcQuantPath::kDirect) return fits;
-  return d.quant == ops::TcQuantPath::kAuto && fits && d.n >= ops::kTcDirectMinCols;
+/// Block-scaled W, warp-specialised (linear_tc_quant_ws.cuh): kRaw-deep code ring.
+template <DType kFmt, int kRaw>
+Status launch_skinny_ws_raw(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_ws_kernel<kFmt, kRaw>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(skinny_ws_smem_bytes<kFmt>(1, kRaw, kSkinnyRows, ops::kTcQuantMaxK)),
+                          "linear_tc skinny (block-scaled, warp-specialised): shared memory attribute"));
+  int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
+  if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
+  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWsThreads, skinny_ws_launch_smem<kFmt>(p.m, p.k), stream>>>(p);
+  return launch_status("linear_tc_skinny_ws_kernel");
 }
+template <DType kFmt>
+Status launch_skinny_ws(TcLinearParams const& p, cudaStream_t stream) {
+  return ws_raw_stages(std::min<int64_t>(p.m, kSkinnyRows)) == kWsRawDeep ? launch_skinny_ws_raw<kFmt, kWsRawDeep>(p, stream)
+                                                                          : launch_skinny_ws_raw<kFmt, kWsRawShallow>(p, stream);
+}
+
+/// The path a block-scaled call takes. kDirect when asked for and it fits; kAuto takes it for wide matrices
+/// (N ≥ kTcDirectMinCols, enough warps to cover its per-warp latency) and kWarpSpec for the rest (kRing when
+/// TESSERA_TC_WS=0: the values never change, only the speed). A kDirect request that does not fit runs kRing here
+/// (batches); linear_tc_cuda refuses it.
+ops::TcQuantPath quant_path(ops::LinearTcDesc const& d) {
+  static bool const ws_auto = [] {
+    char const* e = std::getenv("TESSERA_TC_WS");
+    return !(e && std::string(e) == "0");
+  }();
+  bool const fits = ops::tc_quant_direct_fits(d.m, d.k) && (d.tile == ops::TcTile::kAuto || d.tile == ops::TcTile::kSkinny);
+  if (d.quant == ops::TcQuantPath::kDirect) return fits ? ops::TcQuantPath::kDirect : ops::TcQuantPath::kRing;
+  if (d.quant != ops::TcQuantPath::kAuto) return d.quant;
+  if (fits && d.n >= ops::kTcDirectMinCols) return ops::TcQuantPath::kDirect;
+  return ws_auto ? ops::TcQuantPath::kWarpSpec : ops::TcQuantPath::kRing;
+}
+bool quant_direct(ops::LinearTcDesc const& d) { return quant_path(d) == ops::TcQuantPath::kDirect; }
 
 /// Skinny with another K slab / ring depth (m16n8k16 only): the same launch with kBK-wide slabs in kStages.
 template <bool kVec16, int kBK, int kStages>
@@ -149,6 +176,7 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
   TcTile const tile = tc_tile_for(d);
   if (tile != TcTile::kGemm && tile != TcTile::kSkinny) return invalid_argument("linear_tc: unknown tile");
   if (static_cast<int>(d.slab) < -1 || static_cast<int>(d.slab) > 3) return invalid_argument("linear_tc: unknown slab");
+  if (static_cast<int>(d.quant) < -1 || static_cast<int>(d.quant) > 2) return invalid_argument("linear_tc: unknown block-scaled path");
   if (d.m == 0 || d.n == 0) { empty = true; return {}; }
   if (!a.y && !a.y_bf16) return invalid_argument("linear_tc: no output (y and y_bf16 both null)");
   bool const quant = a.w_format != DType::kBf16;
@@ -187,15 +215,19 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
   bool empty = false;
   TESSERA_TRY(tc_params(d, a, p, empty));
   if (empty) return {};
-  if (a.w_format != DType::kBf16 && d.quant == ops::TcQuantPath::kDirect && !quant_direct(d))
-    return not_supported("linear_tc: the direct block-scaled path takes at most " +
-                         std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
-  bool const direct = a.w_format != DType::kBf16 && quant_direct(d);
-  if (a.w_format == DType::kF8E4m3)
-    return direct ? launch_skinny_qd<DType::kF8E4m3>(p, kernels::stream_of(ctx)) : launch_skinny_q<DType::kF8E4m3>(p, kernels::stream_of(ctx));
-  if (a.w_format == DType::kF4E2m1x2)
-    return direct ? launch_skinny_qd<DType::kF4E2m1x2>(p, kernels::stream_of(ctx))
-                  : launch_skinny_q<DType::kF4E2m1x2>(p, kernels::stream_of(ctx));
+  if (a.w_format != DType::kBf16) {
+    ops::TcQuantPath const path = quant_path(d);
+    if (d.quant == ops::TcQuantPath::kDirect && path != ops::TcQuantPath::kDirect)
+      return not_supported("linear_tc: the direct block-scaled path takes at most " +
+                           std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
+    if (path != ops::TcQuantPath::kRing && path != ops::TcQuantPath::kDirect && path != ops::TcQuantPath::kWarpSpec)
+      return invalid_argument("linear_tc: unknown block-scaled path");
+    cudaStream_t const st = kernels::stream_of(ctx);
+    bool const fp4 = a.w_format == DType::kF4E2m1x2;
+    if (path == ops::TcQuantPath::kDirect) return fp4 ? launch_skinny_qd<DType::kF4E2m1x2>(p, st) : launch_skinny_qd<DType::kF8E4m3>(p, st);
+    if (path == ops::TcQuantPath::kWarpSpec) return fp4 ? launch_skinny_ws<DType::kF4E2m1x2>(p, st) : launch_skinny_ws<DType::kF8E4m3>(p, st);
+    return fp4 ? launch_skinny_q<DType::kF4E2m1x2>(p, st) : launch_skinny_q<DType::kF8E4m3>(p, st);
+  }
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && slab != TcSlab::k256x8)
     return kSkinnySlab[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));
@@ -231,9 +263,27 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
   using BatchKernel = void (*)(TcLinearBatch);
   if (a[0].w_format != DType::kBf16) {
     int64_t kmax = 0;
-    bool direct = true;
-    for (size_t i = 0; i < d.size(); ++i) kmax = std::max(kmax, d[i].k), direct = direct && quant_direct(d[i]);
+    bool direct = true, ws = true;
+    for (size_t i = 0; i < d.size(); ++i) {
+      kmax = std::max(kmax, d[i].k);
+      direct = direct && quant_direct(d[i]);
+      ws = ws && quant_path(d[i]) == ops::TcQuantPath::kWarpSpec;
+    }
     bool const fp4 = a[0].w_format == DType::kF4E2m1x2;
+    if (ws) {  // every problem takes the warp-specialised path: one launch (smem for the widest)
+      int64_t const xr = std::min<int64_t>(mmax, kSkinnyRows);
+      bool const deep = ws_raw_stages(xr) == kWsRawDeep;
+      BatchKernel const kw = fp4 ? (deep ? linear_tc_skinny_ws_batch_kernel<DType::kF4E2m1x2, kWsRawDeep>
+                                         : linear_tc_skinny_ws_batch_kernel<DType::kF4E2m1x2, kWsRawShallow>)
+                                 : (deep ? linear_tc_skinny_ws_batch_kernel<DType::kF8E4m3, kWsRawDeep>
+                                         : linear_tc_skinny_ws_batch_kernel<DType::kF8E4m3, kWsRawShallow>);
+      size_t const smem = fp4 ? skinny_ws_smem_bytes<DType::kF4E2m1x2>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax)
+                              : skinny_ws_smem_bytes<DType::kF8E4m3>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax);
+      TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kw, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                              "linear_tc skinny batch (block-scaled, warp-specialised): shared memory attribute"));
+      kw<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), kWsThreads, smem, kernels::stream_of(ctx)>>>(b);
+      return launch_status("linear_tc_skinny_ws_batch_kernel");
+    }
     if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
       BatchKernel const kd = fp4 ? linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
       size_t smem = 0;

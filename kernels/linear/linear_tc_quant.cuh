@@ -57,19 +57,19 @@ __device__ __forceinline__ uint32_t scaled_bf16x2(float lo, float hi, float sc) 
 /// Both skinny block-scaled paths: the scales of the warp's rows for the whole K walk into `scales`
 /// (quant_scale_cols(k) per row; rows ≥ n and columns past K read code 127 = 1.0) and the code table into `lut`:
 /// FP4, a byte's two codes (low nibble → low half); FP8, a byte's code (low half); bf16 bits of the codes' values,
-/// exact (e2m1 and e4m3 values are bf16 values).
+/// exact (e2m1 and e4m3 values are bf16 values). Threads t of nt (a warp: lane of 32) share the work.
 template <DType kFmt, int kMats>
 __device__ __forceinline__ void stage_quant_scales_and_table(unsigned char* scales, uint32_t* lut, QuantW const (&w)[kMats],
-                                                             int64_t n0, int64_t n, int64_t k, int lane) {
+                                                             int64_t n0, int64_t n, int64_t k, int lane, int nt = 32) {
   int64_t const scols = quant_scale_cols(k);
   for (int i = 0; i < kMats; ++i)
     for (int j = 0; j < kScaleRows<kFmt>; ++j) {
       int64_t const row = kFmt == DType::kF4E2m1x2 ? n0 + j : n0 / 32;
       bool const row_ok = kFmt == DType::kF4E2m1x2 ? row < n : true;
       unsigned char* dst = scales + (i * kScaleRows<kFmt> + j) * scols;
-      for (int64_t c = lane; c < scols; c += 32) dst[c] = row_ok && c < k / 32 ? __ldg(w[i].s + row * w[i].lds + c) : 127;
+      for (int64_t c = lane; c < scols; c += nt) dst[c] = row_ok && c < k / 32 ? __ldg(w[i].s + row * w[i].lds + c) : 127;
     }
-  for (int b = lane; b < 256; b += 32) {
+  for (int b = lane; b < 256; b += nt) {
     if constexpr (kFmt == DType::kF4E2m1x2)
       lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
                (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);

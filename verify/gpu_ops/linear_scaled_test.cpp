@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Block-scaled weights (FP8 e4m3 with 32×32-block ue8m0 scales, FP4 e2m1 with per-row-per-32 scales) on the GPU:
-///  * the fused skinny tile (ops::linear_tc_cuda with LinearTcArgs::w_format; codes decoded in shared memory)
-///    against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
+///  * the fused skinny tile (ops::linear_tc_cuda with LinearTcArgs::w_format) on each path (ring, warp-specialised,
+///    direct where it fits) against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
 ///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over 2^-127 … 2^63,
 ///    M = 1..16 and 17 (two row groups), N off the 8- and 32-row blocks, K from 32 to kTcQuantMaxK, strided codes;
 ///  * calls the fused tile does not take are refused (not_supported), never run wrong; a format without a
@@ -127,7 +127,8 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
     }
   g_outputs += m * w.n;
   std::printf("%-40s %s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(),
-              path == ops::TcQuantPath::kDirect ? "direct" : "ring  ", static_cast<long long>(m),
+              path == ops::TcQuantPath::kDirect ? "direct" : path == ops::TcQuantPath::kWarpSpec ? "wspec " : "ring  ",
+              static_cast<long long>(m),
               static_cast<long long>(w.n), static_cast<long long>(w.k), static_cast<long long>(w.ldq),
               static_cast<long long>(bad));
   return bad;
@@ -154,6 +155,7 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
                                                          : (extreme ? "fp4 all-scales" : "fp4 scales~1");
           BOOST_TEST_INFO(what << " M " << m << " N " << w.n << " K " << w.k);
           BOOST_TEST(check_fused(w, m, seed++, what) == 0);
+          BOOST_TEST(check_fused(w, m, seed++, what, ops::TcQuantPath::kWarpSpec) == 0);
           if (ops::tc_quant_direct_fits(m, w.k)) BOOST_TEST(check_fused(w, m, seed++, what, ops::TcQuantPath::kDirect) == 0);
         }
       }
@@ -162,9 +164,10 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
   for (DType fmt : fused_formats())
     for (auto const& sh : real) {
       ScaledW const w = make_scaled(fmt, sh[0], sh[1], 0, false, seed++);
-      for (int64_t m : {int64_t{1}, int64_t{4}}) {
+      for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}}) {
         BOOST_TEST_INFO("real shape " << sh[0] << "x" << sh[1] << " M " << m);
         BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real") == 0);
+        BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real", ops::TcQuantPath::kWarpSpec) == 0);
         if (ops::tc_quant_direct_fits(m, w.k))
           BOOST_TEST(check_fused(w, m, seed++, fmt == DType::kF8E4m3 ? "fp8 real" : "fp4 real", ops::TcQuantPath::kDirect) == 0);
       }

@@ -53,12 +53,18 @@ TcSlab tc_default_slab();
 /// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane loads, into registers, exactly the 4 codes of each
 /// 16-wide block its mma fragment holds and decodes them there (x rows staged once, block-permuted to match;
 /// linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows and the staged x within kTcDirectMaxXBytes.
-/// kAuto: kDirect where it applies and N ≥ kTcDirectMinCols. Per warp the direct path walks K with the decode in
-/// front of each block's mma, so it is faster only with many warps in flight: on the H200 (tc_bench --quant, M = 1)
+/// kAuto: kDirect where it applies and N ≥ kTcDirectMinCols, else kWarpSpec (kRing with TESSERA_TC_WS=0). Per
+/// warp the direct path walks K with the decode in front of each block's mma, so it is faster only with many warps
+/// in flight: on the H200 (tc_bench --quant, M = 1)
 /// wq_b 1280×32768 FP8 45 µs against 57 (FP4 39 against 72), but w1/w3 5120×2304 FP8 56 against 35, wo_b
 /// 8192×5120 92 against 66; MoE routed experts (thousands of warps) take it at ≤ 4 rows (FP4, 1 token: 279
-/// against 420 µs).
-enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1 };
+/// against 420 µs). kWarpSpec: one block of 1 + 4 warps per 8-column tile; four warps copy and decode the codes
+/// into a bf16 ring and one warp runs the mma chain alone (linear_tc_quant_ws.cuh). H200, FP8, M = 1 (tc_bench
+/// --quant, ring → warp-specialised, same machine): wkv 5120×512 36.1 → 18.1 µs, wq_a 5120×1280 35.6 → 20.4,
+/// w1/w3 5120×2304 35.2 → 23.3, wo_b 8192×5120 65.7 → 64.2, w2 2304×5120 24.3 → 24.8; M = 16: 1.4–1.8x faster
+/// on every shape. The chain itself is ~4 µs at K = 5120 (mma.sync m16n8k16 issues every 25.5 cycles on one
+/// dependent accumulator: scripts/device/mma_latency.sh), so the narrow tiles are still ~4x above it.
+enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1, kWarpSpec = 2 };
 inline constexpr int64_t kTcDirectMinCols = 16384;
 inline constexpr int64_t kTcDirectMaxRows = 4;
 inline constexpr int64_t kTcDirectMaxXBytes = 48 * 1024;
