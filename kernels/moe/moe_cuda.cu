@@ -23,6 +23,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/common/cuda_util.cuh"
@@ -572,6 +573,16 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
 
 namespace {
 
+/// Whether kAuto sends block-scaled routed tiles to the warp-specialised kernels: TESSERA_MOE_WS=1 (read once;
+/// for benchmarks: the values never change, only the speed).
+bool moe_auto_warp_spec() {
+  static bool const on = [] {
+    char const* e = std::getenv("TESSERA_MOE_WS");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
   size_t act, ybuf, x_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
@@ -703,7 +714,9 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.rows = d.rows; q.dim = d.dim; q.inter = d.inter; q.top_k = d.top_k; q.max_routed_tiles = L.max_routed_tiles;
     q.tile_rows = p.tile_rows; q.limit = d.swiglu_limit; q.shared = d.shared_expert;
     q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
-    q.direct_ok = d.routed_quant_path != TcQuantPath::kRing;
+    q.direct_ok = d.routed_quant_path != TcQuantPath::kRing && d.routed_quant_path != TcQuantPath::kWarpSpec;
+    q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
+                  (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec());
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {
       int64_t const per = 3 * d.inter * d.dim * static_cast<int64_t>(sizeof(uint16_t));

@@ -62,6 +62,7 @@ struct MoeTcParams {
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
+  bool warp_spec = false;  // block-scaled routed tiles take the warp-specialised kernels (linear_tc_quant_ws.cuh)
 };
 
 /// xb[i] = →bf16(x[i]) (RNE) for i < n.

@@ -27,6 +27,7 @@
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/linear/linear_tc_quant_direct.cuh"
+#include "kernels/linear/linear_tc_quant_ws.cuh"
 #include "kernels/moe/moe_tc.cuh"
 #include "tessera/ops/linear.hpp"
 
@@ -234,6 +235,42 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   down_store(p, t, slot_s, n0, acc);
 }
 
+/// Warp-specialised routed tiles (MoeTcParams::warp_spec): one block of kWsThreads per (8 columns, tile); four
+/// warps decode the codes into a bf16 ring, warp 0 runs the mma chain and the epilogue. Same values.
+template <DType kFmt, int kRaw>
+__global__ void __launch_bounds__(kWsThreads) moe_tc_act_ws_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char act_ws_smem[];
+  __shared__ RowInfo rows_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;  // block-uniform
+  int const tid = static_cast<int>(threadIdx.x);
+  if (tid < t.count) rows_s[tid] = row_info(p, t, tid);
+  __syncthreads();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
+  float acc[2][4];
+  auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
+  skinny_block_tile_ws<kFmt, 2, kRaw>(act_ws_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+  if (tid < 32) act_store(p, t, rows_s, n0, acc);
+}
+
+template <DType kFmt, int kRaw>
+__global__ void __launch_bounds__(kWsThreads) moe_tc_down_ws_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char down_ws_smem[];
+  __shared__ int32_t slot_s[kSkinnyTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  int const tid = static_cast<int>(threadIdx.x);
+  if (tid < t.count) slot_s[tid] = row_info(p, t, tid).slot;
+  __syncthreads();
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
+  float acc[1][4];
+  auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
+  skinny_block_tile_ws<kFmt, 1, kRaw>(down_ws_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+  if (tid < 32) down_store(p, t, slot_s, n0, acc);
+}
+
 // ---- kGemm: grid (⌈N/128⌉, tiles), block 256 ----
 
 /// The block's tile rows into shared memory (row r < count: rows_s[r]).
@@ -406,6 +443,23 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
 }
 
 namespace {
+/// The routed act then down launches of the warp-specialised kernels (xr: rows per tile, ≤ kSkinnyTileRows).
+template <DType kFmt, int kRaw>
+Status launch_routed_ws(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, int64_t gr, cudaStream_t st) {
+  constexpr auto kActW = moe_tc_act_ws_kernel<kFmt, kRaw>;
+  constexpr auto kDownW = moe_tc_down_ws_kernel<kFmt, kRaw>;
+  TESSERA_TRY(cuda_status(allow_smem<kActW>(skinny_ws_smem_bytes<kFmt>(2, kRaw, kSkinnyTileRows, ops::kTcQuantMaxK)),
+                          "moe_tc act (block-scaled, warp-specialised): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDownW>(skinny_ws_smem_bytes<kFmt>(1, kRaw, kSkinnyTileRows, ops::kTcQuantMaxK)),
+                          "moe_tc down (block-scaled, warp-specialised): shared memory attribute"));
+  kActW<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), kWsThreads,
+          skinny_ws_smem_bytes<kFmt>(2, kRaw, xr, p.dim), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_ws_kernel"));
+  kDownW<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), kWsThreads,
+           skinny_ws_smem_bytes<kFmt>(1, kRaw, xr, p.inter), st>>>(p);
+  return launch_status("moe_tc_down_ws_kernel");
+}
+
 template <DType kFmt>
 Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt, false>;
@@ -434,6 +488,18 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   TESSERA_TRY(check_grid(gd, gr + gs, "moe_tc down skinny"));
   MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
   ps.tile0 = p.max_routed_tiles;
+  if (p.warp_spec && gr > 0) {
+    Status const ws = xr <= kWsDeepMaxRows ? launch_routed_ws<kFmt, kWsRawDeep>(p, xr, ga, gd, gr, st)
+                                           : launch_routed_ws<kFmt, kWsRawShallow>(p, xr, ga, gd, gr, st);
+    TESSERA_TRY(ws);
+    if (gs > 0) {
+      kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
+      TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
+      kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
+      TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
+    }
+    return {};
+  }
   // Codes into registers when every tile fits the direct path (a tile's rows are distinct tokens: ≤ p.rows).
   bool const direct = p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter);
   if (direct && gr > 0) {

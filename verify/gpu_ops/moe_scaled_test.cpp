@@ -227,6 +227,16 @@ void check(Problem const& p) {
                 static_cast<long long>(p.rows), static_cast<long long>(diff), ring.size());
     BOOST_TEST(diff == 0);
   }
+  // The warp-specialised path (four warps decode, one runs the mma chain) on the skinny tiles: the same bits.
+  {
+    std::vector<float> ws;
+    Status const s = p.gpu(0, p.rows, MoeTcPath::kSkinny, &ws, ops::TcQuantPath::kWarpSpec);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    int64_t const diff = count_bit_diffs(ws, cpu, "moe block-scaled warp-specialised vs cpu");
+    std::printf("moe %s routed rows=%lld warp-specialised path: %lld/%zu outputs differ from the CPU\n", fmt,
+                static_cast<long long>(p.rows), static_cast<long long>(diff), ws.size());
+    BOOST_TEST(diff == 0);
+  }
   auto rows_of = [&](int64_t r0, int64_t nr) {
     return std::vector<float>(cpu.begin() + r0 * p.dim, cpu.begin() + (r0 + nr) * p.dim);
   };

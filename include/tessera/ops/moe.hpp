@@ -91,7 +91,8 @@ struct MoeExpertsDesc {
   /// kMoeDecodeGroupBytes, at least one). A group's tiles run after its decode; groups run in expert order.
   int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kDirect
-  /// when rows ≤ kTcDirectMaxRows and the x rows fit (a tile's rows are distinct tokens, at most `rows`).
+  /// when rows ≤ kTcDirectMaxRows and the x rows fit (a tile's rows are distinct tokens, at most `rows`), else
+  /// kRing; kWarpSpec instead when TESSERA_MOE_WS=1.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
