@@ -1,0 +1,124 @@
+#!/bin/bash
+# The decode step at the current tree on the H100 / H200.
+#   bench:   bench_model decode on synthetic v41-flash checkpoints (fp8 at 1 and 3 layers, 32 experts: batches 1, 4,
+#            16, 64 at context 128 and 1, 16 at context 8192; exl3:2.8 at 1 and 3 layers: batches 1, 4, 16, 64 at
+#            context 128), once per variant: VARIANTS="build[+ENV=VALUE] ..." (builds: cur, and base with
+#            BASE_PATCH; default: every build and cur+TESSERA_MOE_WS=1).
+#   detail:  ncu SpeedOfLight / WarpStateStats / Occupancy of the kernels matching KERNELS (fp8, 1 layer, batch 1).
+#   profile: ncu kernel durations of a decode step (5 steps − 1 step, over 4; 1 layer + head), fp8 at batches 1
+#            and 4 and exl3:2.8 at batch 1, beside bench_model's step time for the same run (the difference is
+#            launch gaps and host work).
+#   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
+#            verify golden --device cuda (fp32, bf16), and tc_bench --quant per block-scaled path (ring, ws, direct).
+# FP8_ONLY=1: bench runs the fp8 context-128 set only.
+# BASE_PATCH=file (a diff of kernels/ from the base to this tree): bench and profile also time the base, built
+# first with the diff reversed (then the tree is restored and rebuilt incrementally), in the same run.
+# Usage (repository root, on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/some/dir bash scripts/device/decode_now.sh check|bench|detail|profile
+cd "$(dirname "$0")/../.." || exit 1
+mode=${1:-bench}
+OUT=${OUT:-/tmp}; mkdir -p "$OUT"
+export TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+B=build-gpu; R=$OUT; S=/tmp/tessera-syn; mkdir -p $S
+test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -Dnccl=disabled -Dpcre2=disabled \
+  -Dshared_dir=$TESSERA_SHARED_DIR > $R/setup.log 2>&1 || { tail -30 $R/setup.log; exit 1; }
+SECONDS=0
+builds=cur
+if [ -n "${BASE_PATCH:-}" ] && [ "$mode" != check ]; then
+  patch -s -R -p1 < "$BASE_PATCH" || exit 1
+  ninja -C $B bench/model/bench_model > $R/build_base.log 2>&1 || { grep -B2 -A12 "error" $R/build_base.log | head -40; exit 1; }
+  cp $B/bench/model/bench_model $B/bench_model_base; patch -s -p1 < "$BASE_PATCH" || exit 1
+  builds="base cur"; echo "base build ${SECONDS}s"
+fi
+T="verify/gpu_model/verify_gpu_model tessera bench/model/bench_model"
+SUITES=${SUITES:-pointwise moe_engram linear linear_scaled moe_scaled}
+[ "$mode" = check ] && T="$T $(printf 'verify/gpu_ops/verify_gpu_%s ' $SUITES) bench/linear/tc_bench"
+ninja -C $B $T > $R/build_$mode.log 2>&1 || { grep -B2 -A12 "error" $R/build_$mode.log | head -60; exit 1; }
+echo "build ${SECONDS}s"
+bm() { [ "$1" = base ] && echo $B/bench_model_base || echo $B/bench/model/bench_model; }
+if [ "$mode" = check ]; then
+  for t in $SUITES; do
+    t0=$SECONDS; timeout 240 $B/verify/gpu_ops/verify_gpu_$t --log_level=message > $R/gpu_$t.log 2>&1
+    echo "gpu_ops $t rc=$? $((SECONDS - t0))s: $(grep -E 'No errors|failure' $R/gpu_$t.log | tail -1)"
+    grep -E "error:" $R/gpu_$t.log | head -6
+  done
+  t0=$SECONDS; timeout 240 $B/verify/gpu_model/verify_gpu_model --log_level=message > $R/gpu_model.log 2>&1
+  echo "gpu_model rc=$? $((SECONDS - t0))s: $(grep -E 'No errors|failure' $R/gpu_model.log | tail -1)"
+  grep -E "error:" $R/gpu_model.log | head -8
+  G=$TESSERA_SHARED_DIR/golden/v41-tiny
+  for v in ${GOLDEN-fp32 bf16}; do
+    timeout 120 $B/tessera verify golden --model $G/$v --golden $G/$v --device cuda > $R/golden_$v.log 2>&1
+    echo "verify golden $v --device cuda rc=$?: $(grep -E '^golden:' $R/golden_$v.log)"
+  done
+  # The block-scaled skinny tile per path on the release's decode shapes (M = 1, 4, 16).
+  for path in ${PATHS:-ring ws direct}; do
+    timeout 150 $B/bench/linear/tc_bench --quant --quick --iters 20 --quant-path $path > $R/tc_quant_$path.md 2>&1
+    echo "tc_bench --quant --quant-path $path rc=$?"; grep -E '^\| (w|head)' $R/tc_quant_$path.md
+  done
+  exit 0
+fi
+make_syn() {  # name layers format
+  test -f $S/$1/config.json || timeout 200 $B/tessera make-synthetic --out $S/$1 --preset v41-flash --layers $2 \
+    --experts 32 --format $3 > $R/make_$1.log 2>&1 || { echo "make $1 failed"; tail -5 $R/make_$1.log; }
+}
+if [ "$mode" = bench ]; then
+  make_syn flash1e32 1 fp8; make_syn flash3e32 3 fp8
+  [ "${FP8_ONLY:-0}" = 1 ] || { make_syn flash1x 1 exl3:2.8; make_syn flash3x 3 exl3:2.8; }
+  echo "synthetic ${SECONDS}s"
+  # Variants: build[+ENV=VALUE]; the MoE warp-specialised kernels are opt-in (TESSERA_MOE_WS=1).
+  for v in ${VARIANTS:-$builds cur+TESSERA_MOE_WS=1}; do
+    b=${v%%+*}; e=""; [ "$v" != "$b" ] && e=${v#*+}
+    BM="env $e $(bm $b) --device cuda --dtype bf16"
+    timeout 120 $BM --model $S/flash1e32 --model $S/flash3e32 --prefill "" --batches 1,4,16,64 --context 128 --steps 8 \
+      > $R/bench_fp8_$v.jsonl 2> $R/bench_fp8_$v.err
+    echo "[$v] fp8 ctx128 rc=$? ${SECONDS}s"; grep -E '"decode_full"' $R/bench_fp8_$v.jsonl; tail -2 $R/bench_fp8_$v.err
+    [ "$v" != "$b" ] || [ "${FP8_ONLY:-0}" = 1 ] && continue
+    timeout 120 $BM --model $S/flash1e32 --model $S/flash3e32 --prefill "" --batches 1,16 --context 8192 --steps 8 \
+      > $R/bench_long_$v.jsonl 2> $R/bench_long_$v.err
+    echo "[$v] fp8 ctx8192 rc=$? ${SECONDS}s"; grep -E '"decode_full"' $R/bench_long_$v.jsonl; tail -2 $R/bench_long_$v.err
+    timeout 120 $BM --model $S/flash1x --model $S/flash3x --prefill "" --batches 1,4,16,64 --context 128 --steps 8 \
+      > $R/bench_exl3_$v.jsonl 2> $R/bench_exl3_$v.err
+    echo "[$v] exl3 ctx128 rc=$? ${SECONDS}s"; grep -E '"decode_full"' $R/bench_exl3_$v.jsonl; tail -2 $R/bench_exl3_$v.err
+  done
+  exit 0
+fi
+make_syn flash1e32 1 fp8; make_syn flash1x 1 exl3:2.8
+if [ "$mode" = detail ]; then  # stall reasons of the named kernels (KERNELS: ncu regex), fp8 1 layer, batch 1
+  timeout 300 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section LaunchStats -k "regex:${KERNELS:-mhc_mix_finish|mhc_mix_partial|rms_norm|skinny_ws|skinny_q|moe_score}" \
+    --launch-skip ${SKIP:-0} --launch-count ${COUNT:-16} $(bm cur) --device cuda --dtype bf16 --model $S/flash1e32 \
+    --prefill 16 --batches 1 --context 128 --steps 1 > $R/ncu_detail.txt 2> $R/ncu_detail.err
+  echo "ncu detail rc=$?"
+  grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Stall|Memory Throughput|Compute \(SM\)|Block Size|Grid Size|Dynamic Shared" $R/ncu_detail.txt | head -${LINES_MAX:-200}
+  exit 0
+fi
+for spec in ${PROFILE_SPECS:-flash1e32:1 flash1e32:4 flash1x:1}; do for b in $builds; do
+  set -- ${spec/:/ }; BM="$(bm $b) --device cuda --dtype bf16"
+  echo "[$b] $1 b$2"
+  timeout 60 $BM --model $S/$1 --prefill 16 --batches $2 --context 128 --steps 8 2>/dev/null | grep '"decode"'
+  for st in 1 5; do
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv $BM \
+      --model $S/$1 --prefill 16 --batches $2 --context 128 --steps $st > $R/ncu_${b}_$1_b$2_$st.csv 2> $R/ncu_${b}_$1_b$2_$st.err
+  done
+  python3 - "$R/ncu_${b}_$1_b$2_1.csv" "$R/ncu_${b}_$1_b$2_5.csv" "$1 b$2" <<'PY'
+import csv, sys
+def load(f):
+    rows = list(csv.reader(open(f)))
+    hi = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+    h = rows[hi]; ki, ni, ai = h.index('Kernel Name'), h.index('Invocations'), h.index('Average')
+    agg = {}
+    for r in rows[hi + 1:]:
+        if len(r) <= max(ki, ni, ai): continue
+        name = r[ki].split('(')[0].split('<')[0].strip()
+        n = float(r[ni]); t = float(r[ai].replace(',', '')) * n
+        a = agg.setdefault(name, [0.0, 0.0]); a[0] += n; a[1] += t
+    return agg
+a, b = load(sys.argv[1]), load(sys.argv[2])
+d = {k: [b[k][0] - a.get(k, [0, 0])[0], b[k][1] - a.get(k, [0, 0])[1]] for k in b}
+tot = sum(v[1] for v in d.values()); n = sum(v[0] for v in d.values())
+print(f"{sys.argv[3]}: ncu decode, 1 layer + head, context 128: {tot/4e3:.1f} us/step of kernels in {n/4:.0f} launches")
+for k, v in sorted(d.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"  {v[1]/4e3:9.1f} us/step  {v[0]/4:5.1f}x  {k}")
+PY
+  echo "  (${SECONDS}s)"
+done; done
