@@ -100,25 +100,7 @@ for spec in ${PROFILE_SPECS:-flash1e32:1 flash1e32:4 flash1x:1}; do for b in $bu
     timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv $BM \
       --model $S/$1 --prefill 16 --batches $2 --context 128 --steps $st > $R/ncu_${b}_$1_b$2_$st.csv 2> $R/ncu_${b}_$1_b$2_$st.err
   done
-  python3 - "$R/ncu_${b}_$1_b$2_1.csv" "$R/ncu_${b}_$1_b$2_5.csv" "$1 b$2" <<'PY'
-import csv, sys
-def load(f):
-    rows = list(csv.reader(open(f)))
-    hi = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
-    h = rows[hi]; ki, ni, ai = h.index('Kernel Name'), h.index('Invocations'), h.index('Average')
-    agg = {}
-    for r in rows[hi + 1:]:
-        if len(r) <= max(ki, ni, ai): continue
-        name = r[ki].split('(')[0].split('<')[0].strip()
-        n = float(r[ni]); t = float(r[ai].replace(',', '')) * n
-        a = agg.setdefault(name, [0.0, 0.0]); a[0] += n; a[1] += t
-    return agg
-a, b = load(sys.argv[1]), load(sys.argv[2])
-d = {k: [b[k][0] - a.get(k, [0, 0])[0], b[k][1] - a.get(k, [0, 0])[1]] for k in b}
-tot = sum(v[1] for v in d.values()); n = sum(v[0] for v in d.values())
-print(f"{sys.argv[3]}: ncu decode, 1 layer + head, context 128: {tot/4e3:.1f} us/step of kernels in {n/4:.0f} launches")
-for k, v in sorted(d.items(), key=lambda kv: -kv[1][1])[:30]:
-    print(f"  {v[1]/4e3:9.1f} us/step  {v[0]/4:5.1f}x  {k}")
-PY
+  python3 scripts/device/ncu_diff.py "$R/ncu_${b}_$1_b$2_1.csv" "$R/ncu_${b}_$1_b$2_5.csv" --per 4 \
+    --title "$1 b$2: ncu decode, 1 layer + head, context 128, per step"
   echo "  (${SECONDS}s)"
 done; done

@@ -52,26 +52,8 @@ for st in 1 5; do
 timeout 120 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv $B/bench/model/bench_model \
     --model $S/flash1e32 --device cuda --dtype bf16 --prefill 16 --batches 1 --context 8 --steps $st > $R/ncu$st.csv 2> $R/ncu$st.err
 done
-python3 - "$R/ncu1.csv" "$R/ncu5.csv" <<'PY'
-import csv, sys
-def load(f):
-    rows = list(csv.reader(open(f)))
-    hi = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
-    h = rows[hi]; ki, ni, ai = h.index('Kernel Name'), h.index('Invocations'), h.index('Average')
-    agg = {}
-    for r in rows[hi + 1:]:
-        if len(r) < len(h): continue
-        name = r[ki].split('(')[0].replace('void ', '').replace('tessera::','')
-        n = int(r[ni]); avg = float(r[ai].replace(',', ''))
-        a = agg.setdefault(name, [0, 0.0]); a[0] += n; a[1] += n * avg
-    return agg
-a, b = load(sys.argv[1]), load(sys.argv[2])
-d = {k: [b[k][0] - a.get(k, [0, 0])[0], b[k][1] - a.get(k, [0, 0])[1]] for k in b}
-tot = sum(v[1] for v in d.values()); n = sum(v[0] for v in d.values())
-print(f"ncu decode, 4 steps (steps 5 minus steps 1), batch 1, 1 layer + head; base clocks: {tot/4e3:.1f} us/step over {n/4:.0f} launches/step")
-for k, v in sorted(d.items(), key=lambda kv: -kv[1][1])[:22]:
-    print(f"  {v[1]/4e3:9.1f} us/step  {v[0]/4:5.1f}x  {k}")
-PY
+python3 scripts/device/ncu_diff.py "$R/ncu1.csv" "$R/ncu5.csv" --per 4 --top 22 \
+  --title "ncu decode, 4 steps (steps 5 minus steps 1), batch 1, 1 layer + head; base clocks, per step"
 timeout 150 ncu --kernel-name regex:"linear_tc_skinny_kernel|attention_kernel|moe_tc_act_skinny" --launch-skip 20 --launch-count 6 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
   $B/bench/model/bench_model --model $S/flash1e32 --device cuda --dtype bf16 --prefill 16 --batches 1 --context 8 --steps 3 > $R/ncu_detail.txt 2>&1

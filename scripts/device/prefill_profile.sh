@@ -24,24 +24,6 @@ for p in 0 $P; do
     --prefill "$pf" > $R/ncu_prefill_$p.csv 2> $R/ncu_prefill_$p.err
   echo "ncu prefill $p rc=$? ${SECONDS}s"
 done
-python3 - "$R/ncu_prefill_0.csv" "$R/ncu_prefill_$P.csv" <<'PY'
-import csv, sys
-def load(f):
-    rows = list(csv.reader(open(f)))
-    hi = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
-    h = rows[hi]; ki, ni, ai = h.index('Kernel Name'), h.index('Invocations'), h.index('Average')
-    agg = {}
-    for r in rows[hi + 1:]:
-        if len(r) <= max(ki, ni, ai): continue
-        name = r[ki].split('(')[0].split('<')[0].strip()
-        n = float(r[ni]); t = float(r[ai].replace(',', '')) * n
-        a = agg.setdefault(name, [0.0, 0.0]); a[0] += n; a[1] += t
-    return agg
-a, b = load(sys.argv[1]), load(sys.argv[2])
-d = {k: [b[k][0] - a.get(k, [0, 0])[0], b[k][1] - a.get(k, [0, 0])[1]] for k in b}
-tot = sum(v[1] for v in d.values()); n = sum(v[0] for v in d.values())
-print(f"ncu prefill 1024, 1 layer + head: {tot/2e6:.2f} ms of kernels per prefill in {n/2:.0f} launches")
-for k, v in sorted(d.items(), key=lambda kv: -kv[1][1])[:28]:
-    print(f"  {v[1]/2e6:9.3f} ms  {v[0]/2:6.1f}x  {k}")
-PY
+python3 scripts/device/ncu_diff.py "$R/ncu_prefill_0.csv" "$R/ncu_prefill_$P.csv" --per 2 --unit ms --top 28 \
+  --title "ncu prefill 1024, 1 layer + head, per prefill"
 echo "profile ${SECONDS}s"
