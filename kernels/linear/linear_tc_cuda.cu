@@ -220,8 +220,6 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
     if (d.quant == ops::TcQuantPath::kDirect && path != ops::TcQuantPath::kDirect)
       return not_supported("linear_tc: the direct block-scaled path takes at most " +
                            std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
-    if (path != ops::TcQuantPath::kRing && path != ops::TcQuantPath::kDirect && path != ops::TcQuantPath::kWarpSpec)
-      return invalid_argument("linear_tc: unknown block-scaled path");
     cudaStream_t const st = kernels::stream_of(ctx);
     bool const fp4 = a.w_format == DType::kF4E2m1x2;
     if (path == ops::TcQuantPath::kDirect) return fp4 ? launch_skinny_qd<DType::kF4E2m1x2>(p, st) : launch_skinny_qd<DType::kF8E4m3>(p, st);
