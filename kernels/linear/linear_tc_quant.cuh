@@ -4,9 +4,11 @@
 /// byte, even k in the low nibble) with per-row-per-32 ue8m0 scales, decoded to bf16 in shared memory and fed
 /// to the same mma.sync chain as bf16 weights.
 ///
-/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)): the code's value (a bf16 value
-/// for e4m3 and e2m1 alike, read from a 256-entry table in shared memory) is widened to fp32, multiplied by the power of two in fp32 (__fmul_rn, exact
-/// unless the product leaves fp32's range) and rounded once to bf16 (cvt.rn.bf16x2.f32 = RNE). The mma then
+/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)): the code's value (e4m3: two codes
+/// at a time by the hardware conversion cvt.rn.f16x2.e4m3x2, exact since every e4m3 value is an fp16 normal;
+/// e2m1: a 256-entry table of byte → two bf16 values in shared memory) is widened to fp32, multiplied by the power
+/// of two in fp32 (__fmul_rn, exact unless the product leaves fp32's range) and rounded once to bf16
+/// (cvt.rn.bf16x2.f32 = RNE). e4m3 NaN codes are not weights (the NaN payload may differ from the table's). The mma then
 /// sees exactly the bf16 operands a kBf16 weight holding those values would give it, in the same block order
 /// (skinny_warp_tile's contract), so the outputs equal the bf16 path's and ref::dot_tc's bit for bit.
 ///
@@ -20,6 +22,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/linear/linear_tc.cuh"
 
@@ -54,10 +58,17 @@ __device__ __forceinline__ uint32_t scaled_bf16x2(float lo, float hi, float sc) 
   __nv_bfloat162 const b = __floats2bfloat162_rn(__fmul_rn(lo, sc), __fmul_rn(hi, sc));
   return *reinterpret_cast<uint32_t const*>(&b);
 }
+/// The e4m3 codes in the low (k) and high (k + 1) byte of `pair` times sc, as bf16x2 bits: one cvt.rn.f16x2.e4m3x2
+/// (exact) and two exact widenings instead of two table reads.
+__device__ __forceinline__ uint32_t scaled_e4m3x2(uint32_t pair, float sc) {
+  __half2_raw const h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3);
+  float2 const f = __half22float2(__half2(h));
+  return scaled_bf16x2(f.x, f.y, sc);
+}
 /// Both skinny block-scaled paths: the scales of the warp's rows for the whole K walk into `scales`
-/// (quant_scale_cols(k) per row; rows ≥ n and columns past K read code 127 = 1.0) and the code table into `lut`:
-/// FP4, a byte's two codes (low nibble → low half); FP8, a byte's code (low half); bf16 bits of the codes' values,
-/// exact (e2m1 and e4m3 values are bf16 values). Threads t of nt (a warp: lane of 32) share the work.
+/// (quant_scale_cols(k) per row; rows ≥ n and columns past K read code 127 = 1.0) and, FP4 only, the code table
+/// into `lut`: a byte's two codes (low nibble → low half) as bf16 bits of their values (exact: e2m1 values are bf16
+/// values). Threads t of nt (a warp: lane of 32) share the work.
 template <DType kFmt, int kMats>
 __device__ __forceinline__ void stage_quant_scales_and_table(unsigned char* scales, uint32_t* lut, QuantW const (&w)[kMats],
                                                              int64_t n0, int64_t n, int64_t k, int lane, int nt = 32) {
@@ -69,13 +80,10 @@ __device__ __forceinline__ void stage_quant_scales_and_table(unsigned char* scal
       unsigned char* dst = scales + (i * kScaleRows<kFmt> + j) * scols;
       for (int64_t c = lane; c < scols; c += nt) dst[c] = row_ok && c < k / 32 ? __ldg(w[i].s + row * w[i].lds + c) : 127;
     }
-  for (int b = lane; b < 256; b += nt) {
-    if constexpr (kFmt == DType::kF4E2m1x2)
+  if constexpr (kFmt == DType::kF4E2m1x2)  // e4m3 decodes by cvt.rn.f16x2.e4m3x2 (scaled_e4m3x2): no table
+    for (int b = lane; b < 256; b += nt)
       lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
                (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
-    else
-      lut[b] = bf16_bits_from_float(float_from_fp8_e4m3(static_cast<uint8_t>(b)));
-  }
 }
 
 /// kSkinnyCols × 16 accumulator tile of kMats block-scaled matrices against 1 ≤ xr ≤ 16 x rows: the contract of
@@ -147,8 +155,7 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
         uint32_t o[8];
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
-          uint32_t const w = words[q / 2] >> (16 * (q % 2));
-          o[q] = scaled_bf16x2(__uint_as_float(lut[w & 0xFFu] << 16), __uint_as_float(lut[(w >> 8) & 0xFFu] << 16), sc);
+          o[q] = scaled_e4m3x2(words[q / 2] >> (16 * (q % 2)), sc);
         }
         dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
         dst[1] = make_uint4(o[4], o[5], o[6], o[7]);

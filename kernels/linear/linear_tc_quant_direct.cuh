@@ -11,8 +11,8 @@
 /// step's result depends only on the set of its 16 products (tc::block_step: one multi-term addition, exact
 /// integer sum of aligned terms), so the permutation changes nothing; the block order is unchanged.
 ///
-/// Decode per code as the ring path: the code's bf16 value from a 256-entry table, widened, times 2^(s−127) in
-/// fp32, →bf16 (RNE). Per lane and matrix, kGroup blocks of codes are in flight while the previous kGroup are
+/// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 from a 256-entry
+/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kGroup blocks of codes are in flight while the previous kGroup are
 /// multiplied (two named register sets). Shared memory per warp: the x rows (xr × (k + 8) halves), the table, the
 /// scales of the warp's rows (as the ring path). Requires k % 32 == 0, k ≤ kTcQuantMaxK, 16-byte aligned x rows,
 /// 4-byte aligned code rows, ops::tc_quant_direct_fits(xr, k). All 32 lanes call it; everything is warp-uniform.
@@ -110,8 +110,8 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
         uint32_t const word = buf[i][j];
         uint32_t b0, b1;
         if constexpr (kFmt == DType::kF8E4m3) {
-          b0 = scaled_bf16x2(__uint_as_float(lut[word & 0xFFu] << 16), __uint_as_float(lut[(word >> 8) & 0xFFu] << 16), sc);
-          b1 = scaled_bf16x2(__uint_as_float(lut[(word >> 16) & 0xFFu] << 16), __uint_as_float(lut[word >> 24] << 16), sc);
+          b0 = scaled_e4m3x2(word, sc);
+          b1 = scaled_e4m3x2(word >> 16, sc);
         } else {
           uint32_t const lo = lut[word & 0xFFu], hi = lut[(word >> 8) & 0xFFu];
           b0 = scaled_bf16x2(__uint_as_float(lo << 16), __uint_as_float(lo & 0xFFFF0000u), sc);

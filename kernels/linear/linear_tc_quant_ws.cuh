@@ -58,8 +58,7 @@ __device__ __forceinline__ void ws_decode_unit(uint4 const r, float const sc, ui
     uint32_t o[8];
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      uint32_t const w = words[q / 2] >> (16 * (q % 2));
-      o[q] = scaled_bf16x2(__uint_as_float(lut[w & 0xFFu] << 16), __uint_as_float(lut[(w >> 8) & 0xFFu] << 16), sc);
+      o[q] = scaled_e4m3x2(words[q / 2] >> (16 * (q % 2)), sc);
     }
     dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
@@ -137,59 +136,82 @@ __device__ __forceinline__ void skinny_block_tile_ws(unsigned char* smem, QuantW
   }
 
   // ---- producers: codes and x rows → code ring → bf16 ring ----
+  // Unit t = pt + v·kWsProducers (v < kUnitIters) of every part belongs to this thread for the whole K walk:
+  // row t / kUnitsPerRow (= i·8 + j), 16-byte column c = t % kUnitsPerRow. Its source row, ring offsets and
+  // scale index are fixed here, so a part costs the copies and the decode alone (offsets fit 32 bits: k ≤
+  // kTcQuantMaxK).
+  constexpr int kUnitIters = (kCodeUnits + kWsProducers - 1) / kWsProducers;
+  constexpr int kXUnitsPerRow = kWsPart / 8;  // 16-byte x chunks per row and part
   int const pt = tid - 32;
-  int64_t const kbytes = k / kCpb;
-  int64_t const scols = quant_scale_cols(k);
-  int const x_units = xr * (kWsPart / 8);
-  auto issue = [&](int64_t u, int rs) {
+  int const kbytes = static_cast<int>(k / kCpb);
+  int const scols = static_cast<int>(quant_scale_cols(k));
+  int const x_units = xr * kXUnitsPerRow;
+  uint8_t const* usrc[kUnitIters];  // the unit's codes in part 0, null when its row is ≥ n
+  int ucol[kUnitIters], ubf[kUnitIters], usc[kUnitIters];
+#pragma unroll
+  for (int v = 0; v < kUnitIters; ++v) {
+    int const t = pt + v * kWsProducers;
+    int const row = t / kUnitsPerRow, c = t % kUnitsPerRow;  // t ≥ kCodeUnits: never used
+    int const i = row / kSkinnyCols < kMats ? row / kSkinnyCols : 0, j = row % kSkinnyCols;
+    usrc[v] = n0 + j < n ? w[i].q + (n0 + j) * w[i].ldq + c * 16 : nullptr;
+    ucol[v] = c * 16;
+    ubf[v] = row * kSkinnyLds + c * 16 * kCpb;
+    usc[v] = (kFmt == DType::kF4E2m1x2 ? row : i) * scols + c * 16 * kCpb / 32;  // 8 scale rows per matrix (FP4) or 1
+  }
+  uint8_t const* const dummy = w[0].q;  // a valid address for the zero-filling copies
+  auto issue = [&](int u, int rs) {
     unsigned char* const r = raw(rs);
-    for (int t = pt; t < kCodeUnits; t += kWsProducers) {
-      int const row = t / kUnitsPerRow, c = t % kUnitsPerRow;  // row = i·kSkinnyCols + j
-      int const i = row / kSkinnyCols, j = row % kSkinnyCols;
-      int64_t const b0 = u * kRowBytes + c * 16;
-      bool const ok = n0 + j < n && b0 < kbytes;
-      cp_async16(smem_addr(r + t * 16), ok ? w[i].q + (n0 + j) * w[i].ldq + b0 : w[i].q, ok);
+    int const ub = u * kRowBytes;
+#pragma unroll
+    for (int v = 0; v < kUnitIters; ++v) {
+      int const t = pt + v * kWsProducers;
+      if (kCodeUnits % kWsProducers != 0 && t >= kCodeUnits) break;
+      bool const ok = usrc[v] != nullptr && ub + ucol[v] < kbytes;
+      cp_async16(smem_addr(r + t * 16), ok ? usrc[v] + ub : dummy, ok);
     }
     uint16_t* const xr_raw = reinterpret_cast<uint16_t*>(r + kCodeUnits * 16);
     for (int t = pt; t < x_units; t += kWsProducers) {
-      int const j = t / (kWsPart / 8), c = t % (kWsPart / 8);
-      stage_chunk<true>(xr_raw + j * kWsPart + c * 8, xrow(j), 0, 0, 1, u * kWsPart + c * 8, k);
+      int const j = t / kXUnitsPerRow, c = t % kXUnitsPerRow;
+      int const xk = u * kWsPart + c * 8;
+      bool const ok = xk < k;
+      uint16_t const* const xs = xrow(j);
+      cp_async16(smem_addr(xr_raw + j * kWsPart + c * 8), ok ? xs + xk : xs, ok);
     }
   };
-  auto decode = [&](int64_t u, int rs, int s) {
+  auto decode = [&](int u, int rs, int s) {
     unsigned char const* const r = raw(rs);
     uint16_t* const wb = bring(s);
-    for (int t = pt; t < kCodeUnits; t += kWsProducers) {
-      int const row = t / kUnitsPerRow, c = t % kUnitsPerRow;
-      int64_t const kb = (u * kWsPart + c * 16 * kCpb) / 32;
-      int const srow = kFmt == DType::kF4E2m1x2 ? row : row / kSkinnyCols;  // 8 scale rows per matrix (FP4) or 1 (FP8)
-      float const sc = float_from_e8m0(scales[srow * scols + kb]);
-      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), sc, lut,
-                           reinterpret_cast<uint4*>(wb + row * kSkinnyLds + c * 16 * kCpb));
+#pragma unroll
+    for (int v = 0; v < kUnitIters; ++v) {
+      int const t = pt + v * kWsProducers;
+      if (kCodeUnits % kWsProducers != 0 && t >= kCodeUnits) break;
+      float const sc = float_from_e8m0(scales[usc[v] + u * (kWsPart / 32)]);
+      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), sc, lut, reinterpret_cast<uint4*>(wb + ubf[v]));
     }
     uint16_t const* const xr_raw = reinterpret_cast<uint16_t const*>(r + kCodeUnits * 16);
     uint16_t* const xb = wb + kMats * kSkinnyCols * kSkinnyLds;
     for (int t = pt; t < x_units; t += kWsProducers) {
-      int const j = t / (kWsPart / 8), c = t % (kWsPart / 8);
+      int const j = t / kXUnitsPerRow, c = t % kXUnitsPerRow;
       *reinterpret_cast<uint4*>(xb + j * kSkinnyLds + c * 8) = *reinterpret_cast<uint4 const*>(xr_raw + j * kWsPart + c * 8);
     }
   };
 
+  int const nparts = static_cast<int>(parts);
 #pragma unroll
   for (int q = 0; q < kRaw - 1; ++q) {
-    if (q < parts) issue(q, q);
+    if (q < nparts) issue(q, q);
     cp_async_commit();  // one group per part, empty past the end: wait_group counts stay uniform
   }
   stage_quant_scales_and_table<kFmt, kMats>(scales, lut, w, n0, n, k, pt, kWsProducers);  // first parts in flight
   named_bar_sync(kWsProdBar, kWsProducers);
-  for (int64_t u = 0; u < parts; ++u) {
-    int64_t const q = u + kRaw - 1;
-    if (q < parts) issue(q, static_cast<int>(q % kRaw));  // the stage part u − 1 left (decoded by this thread)
+  for (int u = 0; u < nparts; ++u) {
+    int const q = u + kRaw - 1;
+    if (q < nparts) issue(q, q % kRaw);  // the stage part u − 1 left (decoded by this thread)
     cp_async_commit();
     cp_async_wait<kRaw - 1>();  // this thread's units of part u have landed
-    int const s = static_cast<int>(u % kWsStages);
+    int const s = u % kWsStages;
     if (u >= kWsStages) named_bar_sync(1 + kWsStages + s, kWsThreads);  // the consumer is done with part u − S
-    decode(u, static_cast<int>(u % kRaw), s);
+    decode(u, u % kRaw, s);
     named_bar_arrive(1 + s, kWsThreads);
   }
   cp_async_wait<0>();
