@@ -573,14 +573,17 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
 
 namespace {
 
-/// Whether kAuto sends block-scaled routed tiles to the warp-specialised kernels: TESSERA_MOE_WS=1 (read once;
-/// for benchmarks: the values never change, only the speed).
-bool moe_auto_warp_spec() {
-  static bool const on = [] {
+/// Whether kAuto sends the block-scaled routed tiles of a call of `rows` tokens to the warp-specialised kernels:
+/// from 2 tokens on (then the routed tiles outnumber top_k and the one-warp tiles' decode is what limits them);
+/// one token keeps the direct path. TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised choice (read once;
+/// for benchmarks: the values never change, only the speed). H100, fp8 synthetic v41-flash (FP4 experts), ms per
+/// layer, one-warp → warp-specialised: b1 0.928 → 1.023, b4 2.060 → 1.948, b16 5.802 → 5.419, b64 15.07 → 14.17.
+bool moe_auto_warp_spec(int64_t rows) {
+  static int const forced = [] {
     char const* e = std::getenv("TESSERA_MOE_WS");
-    return e && std::string(e) == "1";
+    return e && std::string(e) == "1" ? 1 : e && std::string(e) == "0" ? 0 : -1;
   }();
-  return on;
+  return forced >= 0 ? forced == 1 : rows >= 2;
 }
 
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
@@ -716,7 +719,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
     q.direct_ok = d.routed_quant_path != TcQuantPath::kRing && d.routed_quant_path != TcQuantPath::kWarpSpec;
     q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
-                  (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec());
+                  (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d.rows));
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {
       int64_t const per = 3 * d.inter * d.dim * static_cast<int64_t>(sizeof(uint16_t));

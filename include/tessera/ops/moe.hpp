@@ -90,9 +90,10 @@ struct MoeExpertsDesc {
   /// kGemm with block-scaled routed experts: experts decoded to bf16 per group of launches (0: as many as fit
   /// kMoeDecodeGroupBytes, at least one). A group's tiles run after its decode; groups run in expert order.
   int64_t decode_group_experts = 0;
-  /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kDirect
-  /// when rows ≤ kTcDirectMaxRows and the x rows fit (a tile's rows are distinct tokens, at most `rows`), else
-  /// kRing; kWarpSpec instead when TESSERA_MOE_WS=1.
+  /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
+  /// from 2 rows on; one row kDirect when its x row fits, else kRing (TESSERA_MOE_WS=0 / 1 forces the one-warp
+  /// choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
+  /// fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
