@@ -373,6 +373,54 @@ static_assert(BackendOp<Linear<Backend::kCuda>, LinearDesc, LinearArgs>);
 
 Status Linear<Backend::kCuda>::check(LinearDesc const& d, LinearArgs const& a) { return check_linear(d, a); }
 
+Status Linear<Backend::kCuda>::run_shared_x(std::span<LinearDesc const> d, std::span<LinearArgs const> a,
+                                            ExecContext& ctx) {
+  using namespace kernels;
+  if (d.size() != a.size()) return invalid_argument("linear (shared x): descriptor and argument counts differ");
+  for (size_t i = 0; i < d.size(); ++i) TESSERA_TRY(check(d[i], a[i]));
+  if (d.empty() || d[0].rows == 0) return {};
+  DType const wt = d[0].weight_dtype;
+  bool const scaled = is_block_scaled(wt);
+  bool batch = d.size() >= 2 && (wt == DType::kBf16 || (scaled && d[0].rows < kTcGemmMinRows));
+  for (size_t i = 0; batch && i < d.size(); ++i) {
+    batch = d[i].rows == d[0].rows && d[i].in == d[0].in && d[i].groups == 1 && d[i].md == DType::kBf16 &&
+            d[i].impl == LinearImpl::kAuto && d[i].weight_dtype == wt && a[i].x.data == a[0].x.data &&
+            a[i].x.stride[0] == a[0].x.stride[0];
+    if (batch && scaled)
+      batch = tc_quant_weight_ok(LinearTcDesc{d[i].rows, d[i].out, d[i].in}, wt, a[i].w_q.data, a[i].w_q.stride[0]);
+  }
+  if (!batch) {
+    for (size_t i = 0; i < d.size(); ++i) TESSERA_TRY(run(d[i], a[i], ctx));
+    return {};
+  }
+  // run_linear_tc's operands for each call, over one bf16 copy of x.
+  int64_t const rows = d[0].rows, in = d[0].in, ldxb = (in + 7) / 8 * 8;
+  Scratch ws;
+  TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(rows * ldxb) * sizeof(uint16_t))));
+  auto* xb = static_cast<uint16_t*>(ws.ptr);
+  unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(rows * in, 256), 8192));
+  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a[0].x.data, a[0].x.stride[0], rows, in, xb, ldxb);
+  TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
+  std::vector<LinearTcDesc> td(d.size());
+  std::vector<LinearTcArgs> ta(d.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    td[i].m = rows, td[i].n = d[i].out, td[i].k = in;
+    LinearTcArgs& u = ta[i];
+    u.x = reinterpret_cast<Bf16 const*>(xb);
+    if (scaled) {
+      u.w_format = wt;
+      u.w_q = a[i].w_q.data, u.ldw_q = a[i].w_q.stride[0];
+      u.w_scale = a[i].w_scale.data, u.ldw_scale = a[i].w_scale.stride[0];
+    } else {
+      u.w = a[i].w_bf16.data, u.ldw = a[i].w_bf16.stride[0];
+    }
+    u.y = a[i].y.data;
+    u.ldx = ldxb, u.ldy = a[i].y.stride[0];
+    u.y_round_bf16 = true;
+  }
+  return linear_tc_cuda_batch(td, ta, ctx);
+}
+
 Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {
   using namespace kernels;
   if (d.rows == 0) return {};

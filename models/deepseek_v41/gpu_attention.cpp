@@ -193,11 +193,10 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   float* q_res = tmp_.get<float>(N * qr);
   float* q = tmp_.get<float>(N * H * hd);
   float* kv = keep_.get<float>(N * hd);  // the window rings take these rows at the commit
-  lin(xa, N, w.wq_a, q_res, md);
+  lin_shared_x(xa, N, {{&w.wq_a, q_res}, {&w.wkv, kv}}, md);  // one launch: the two chains overlap
   norm(q_res, N, qr, w.q_norm);
   lin(q_res, N, w.wq_b, q, md);
   rope(q, N, H, hd, b_.d_pos, table, false);
-  lin(xa, N, w.wkv, kv, md);
   norm(kv, N, hd, w.kv_norm);
   rope(kv, N, 1, hd, b_.d_pos, table, false);
   quant(kv, N, hd, ops::QatKind::kFp8Block32, QuantBoundary::Site::kWindowKv, Stage::kWindowKv, l, b_.row_seq, b_.pos);

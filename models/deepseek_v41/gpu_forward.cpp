@@ -54,6 +54,35 @@ void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor cons
     lin_exl3(x, x_stride, rows, w, y, y_stride, md, groups);
     return;
   }
+  auto const [d, a] = lin_operands(x, x_stride, rows, w, y, y_stride, md, w_row0, out, in, fma_chain, groups);
+  run<ops::Linear>(ctx_, d, a);
+}
+
+void Forward::lin_shared_x(float const* x, int64_t rows, std::initializer_list<std::pair<DevTensor const*, float*>> outs,
+                           DType md) {
+  bool const batch = kDev == Device::kCuda && std::none_of(outs.begin(), outs.end(), [](auto const& o) { return o.first->is_exl3(); });
+#if TESSERA_WITH_CUDA
+  if (batch) {
+    std::vector<ops::LinearDesc> d;
+    std::vector<ops::LinearArgs> a;
+    for (auto const& [w, y] : outs) {
+      auto const [di, ai] = lin_operands(x, w->cols, rows, *w, y, w->rows, md, 0, w->rows, w->cols, false, 1);
+      d.push_back(di);
+      a.push_back(ai);
+    }
+    throw_if_error(ops::Linear<Backend::kCuda>::run_shared_x(d, a, ctx_));
+    return;
+  }
+#else
+  (void)batch;
+#endif
+  for (auto const& [w, y] : outs) lin(x, rows, *w, y, md);
+}
+
+std::pair<ops::LinearDesc, ops::LinearArgs> Forward::lin_operands(float const* x, int64_t x_stride, int64_t rows,
+                                                                  DevTensor const& w, float* y, int64_t y_stride, DType md,
+                                                                  int64_t w_row0, int64_t out, int64_t in, bool fma_chain,
+                                                                  int64_t groups) const {
   ops::LinearDesc d{rows, in, out, w.dtype, md, fma_chain, ops::LinearImpl::kAuto, groups};
   ops::LinearArgs a;
   a.x = CF2(x, {rows, groups * in}, {x_stride, 1}, kDev);
@@ -76,7 +105,7 @@ void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor cons
     a.w = CF2(w.f32() + w_row0 * in, {groups * out, in}, kDev);
   }
   a.y = F2(y, {rows, groups * out}, {y_stride, 1}, kDev);
-  run<ops::Linear>(ctx_, d, a);
+  return {d, a};
 }
 
 void Forward::norm(float* x, int64_t rows, int64_t dim, DevTensor const& w) {

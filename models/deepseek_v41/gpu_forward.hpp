@@ -19,10 +19,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ops/qat.hpp"
 
 namespace tessera::model::dsv41::fwd {
@@ -163,8 +166,15 @@ class Forward {
   void lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
            int64_t w_row0 = 0, int64_t out = -1, int64_t in = -1, bool fma_chain = false, int64_t groups = 1);
   void lin(float const* x, int64_t rows, DevTensor const& w, float* y, DType md) { lin(x, w.cols, rows, w, y, w.rows, md); }
+  /// lin(x, rows, w_i, y_i, md) for each (w_i, y_i) of one x [rows, in]: on CUDA one bf16 copy of x and one batched
+  /// launch where ops::Linear<kCuda>::run_shared_x allows (no EXL3 weight), so the products' chains overlap.
+  void lin_shared_x(float const* x, int64_t rows, std::initializer_list<std::pair<DevTensor const*, float*>> outs, DType md);
   /// An EXL3 weight (DevTensor::is_exl3; gpu_exl3.cpp): y[r, g·n..] = →md(Exl3Gemm_f32(→fp16(x[r, g·k..]))) through
   /// output slice g of `w`, for each of `groups` slices (the weight's own slicing).
+  /// ops::Linear's operands for lin (a non-EXL3 weight).
+  std::pair<ops::LinearDesc, ops::LinearArgs> lin_operands(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w,
+                                                           float* y, int64_t y_stride, DType md, int64_t w_row0, int64_t out,
+                                                           int64_t in, bool fma_chain, int64_t groups) const;
   void lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
                 int64_t groups);
   /// The MoE block of layer l with EXL3 experts (routed and shared): x [N, D], routing rw / rid [N, top_k] → F [N, D].

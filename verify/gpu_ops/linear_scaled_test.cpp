@@ -8,7 +8,8 @@
 ///    verified fused tile (ops::tc_quant_format_fused) is refused there and takes ops::Linear's decode-to-bf16 path;
 ///  * one-hot x rows show which decoded weight every K position meets (a diagnosis of the tile's layout);
 ///  * ops::Linear<kCuda> with block-scaled weights (fused decode rows, the decode-to-bf16 path for M ≥ 64, md fp32,
-///    the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit.
+///    the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit;
+///  * Linear<kCuda>::run_shared_x (several projections of one x in one launch) against each call on the CPU.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -305,6 +306,111 @@ BOOST_AUTO_TEST_CASE(linear_op_cuda_equals_cpu) {
     BOOST_TEST_INFO("rows " << c.rows << " in " << c.in << " out " << c.out << " groups " << c.groups);
     BOOST_TEST(bad == 0);
   }
+}
+
+// Linear<kCuda>::run_shared_x: the projections of one x (the attention block's wq_a and wkv) in one batched launch,
+// each output against Linear<kCpu> on that call alone, bit for bit; a set the batch does not take (md fp32, two
+// weight formats) runs call by call with the same values. x rows are strided; y rows too.
+BOOST_AUTO_TEST_CASE(linear_shared_x_equals_each_call) {
+  struct Set {
+    std::vector<DType> fmts;  // per call (kBf16: a bf16 weight)
+    std::vector<int64_t> outs;
+    int64_t rows, in;
+    DType md;
+  };
+  std::vector<Set> const sets = {
+      {{DType::kF8E4m3, DType::kF8E4m3}, {1280, 512}, 1, 5120, DType::kBf16},      // wq_a | wkv, decode
+      {{DType::kF8E4m3, DType::kF8E4m3}, {136, 40}, 5, 1280, DType::kBf16},
+      {{DType::kF4E2m1x2, DType::kF4E2m1x2, DType::kF4E2m1x2}, {72, 24, 256}, 16, 512, DType::kBf16},
+      {{DType::kBf16, DType::kBf16}, {96, 40}, 3, 256, DType::kBf16},
+      {{DType::kBf16, DType::kBf16}, {72, 33}, 70, 128, DType::kBf16},           // GEMM rows: call by call
+      {{DType::kF8E4m3, DType::kF8E4m3}, {64, 32}, 2, 256, DType::kF32},         // md fp32: call by call
+      {{DType::kF8E4m3, DType::kBf16}, {32, 40}, 4, 256, DType::kBf16}};         // two formats: call by call
+  uint64_t seed = 9900;
+  for (Set const& st : sets) {
+    size_t const n = st.fmts.size();
+    int64_t const ldx = st.in + 5;
+    auto const xb = random_x(st.rows, ldx, seed++);
+    std::vector<float> x(xb.size());
+    for (size_t i = 0; i < xb.size(); ++i) x[i] = float_from_bf16_bits(xb[i]);
+    DeviceBuffer<float> dx(x);
+    std::vector<ScaledW> ws;
+    std::vector<std::vector<uint16_t>> wb;  // bf16 weights
+    std::vector<ops::LinearDesc> d;
+    std::vector<ops::LinearArgs> g;
+    std::vector<std::vector<float>> y_cpu;
+    std::vector<DeviceBuffer<uint8_t>> dq, ds;
+    std::vector<DeviceBuffer<uint16_t>> dwb;
+    std::vector<DeviceBuffer<float>> dy;
+    std::vector<int64_t> ldy;
+    ws.reserve(n), wb.reserve(n), dq.reserve(n), ds.reserve(n), dwb.reserve(n), dy.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      DType const f = st.fmts[i];
+      int64_t const out = st.outs[i];
+      ldy.push_back(out + 2);
+      ops::LinearDesc const di{st.rows, st.in, out, f, st.md};
+      ops::LinearArgs a, ga;
+      a.x = TensorView<float const, 2>(x.data(), {st.rows, st.in}, {ldx, 1});
+      ga.x = TensorView<float const, 2>(dx.data(), {st.rows, st.in}, {ldx, 1}, Device::kCuda);
+      ws.push_back(make_scaled(f == DType::kBf16 ? DType::kF8E4m3 : f, out, st.in, 0, false, seed++));
+      ScaledW const& w = ws.back();
+      if (f == DType::kBf16) {  // the decoded values as a bf16 weight
+        wb.emplace_back(w.w.size());
+        for (size_t e = 0; e < w.w.size(); ++e) wb.back()[e] = bf16_bits_from_float(w.w[e]);
+        a.w_bf16 = TensorView<Bf16 const, 2>(reinterpret_cast<Bf16 const*>(wb.back().data()), {out, st.in});
+        dwb.emplace_back(wb.back());
+        ga.w_bf16 = TensorView<Bf16 const, 2>(reinterpret_cast<Bf16 const*>(dwb.back().data()), {out, st.in}, Device::kCuda);
+      } else {
+        wb.emplace_back();
+        int64_t const qcols = f == DType::kF4E2m1x2 ? st.in / 2 : st.in;
+        int64_t const srows = f == DType::kF8E4m3 ? (out + 31) / 32 : out;
+        a.w_q = TensorView<uint8_t const, 2>(w.q.data(), {out, qcols}, {w.ldq, 1});
+        a.w_scale = TensorView<uint8_t const, 2>(w.s.data(), {srows, (st.in + 31) / 32}, {w.lds, 1});
+        dq.emplace_back(w.q);
+        ds.emplace_back(w.s);
+        ga.w_q = TensorView<uint8_t const, 2>(dq.back().data(), {out, qcols}, {w.ldq, 1}, Device::kCuda);
+        ga.w_scale = TensorView<uint8_t const, 2>(ds.back().data(), {srows, (st.in + 31) / 32}, {w.lds, 1}, Device::kCuda);
+      }
+      y_cpu.emplace_back(static_cast<size_t>(st.rows * ldy.back()), -5.f);
+      a.y = TensorView<float, 2>(y_cpu.back().data(), {st.rows, out}, {ldy.back(), 1});
+      ExecContext cpu;
+      Status const s = ops::dispatch<ops::Linear>(cpu, di, a);
+      BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+      dy.emplace_back(std::vector<float>(y_cpu.back().size(), -5.f));
+      ga.y = TensorView<float, 2>(dy.back().data(), {st.rows, out}, {ldy.back(), 1}, Device::kCuda);
+      d.push_back(di);
+      g.push_back(ga);
+    }
+    ExecContext gpu = cuda_ctx();
+    Status const s = ops::Linear<Backend::kCuda>::run_shared_x(d, g, gpu);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    for (size_t i = 0; i < n; ++i) {
+      auto const y = dy[i].get();
+      int64_t bad = 0;
+      for (size_t e = 0; e < y.size(); ++e) bad += std::bit_cast<uint32_t>(y[e]) != std::bit_cast<uint32_t>(y_cpu[i][e]);
+      std::printf("Linear shared x: call %zu of %zu (%s, rows %lld in %lld out %lld md %s): %lld of %zu differ\n", i + 1, n,
+                  std::string(dtype_name(st.fmts[i])).c_str(), static_cast<long long>(st.rows),
+                  static_cast<long long>(st.in), static_cast<long long>(st.outs[i]),
+                  std::string(dtype_name(st.md)).c_str(), static_cast<long long>(bad), y.size());
+      BOOST_TEST_INFO("call " << i << " rows " << st.rows << " out " << st.outs[i]);
+      BOOST_TEST(bad == 0);
+    }
+  }
+  // Calls that do not share x, or disagree on rows / in, are refused by check or run alone: a mismatched in is
+  // refused (check_linear), never run over the wrong columns.
+  ScaledW const w = make_scaled(DType::kF8E4m3, 32, 64, 0, false, 1);
+  DeviceBuffer<uint8_t> dq(w.q), ds(w.s);
+  DeviceBuffer<float> dx(std::vector<float>(64, 0.5f)), dy(std::vector<float>(32, 0.f));
+  ops::LinearArgs a;
+  a.x = TensorView<float const, 2>(dx.data(), {1, 64}, Device::kCuda);
+  a.w_q = TensorView<uint8_t const, 2>(dq.data(), {32, 64}, {w.ldq, 1}, Device::kCuda);
+  a.w_scale = TensorView<uint8_t const, 2>(ds.data(), {1, 2}, {w.lds, 1}, Device::kCuda);
+  a.y = TensorView<float, 2>(dy.data(), {1, 32}, Device::kCuda);
+  ops::LinearDesc const good{1, 64, 32, DType::kF8E4m3, DType::kBf16}, bad_in{1, 96, 32, DType::kF8E4m3, DType::kBf16};
+  std::vector<ops::LinearDesc> dd = {good, bad_in};
+  std::vector<ops::LinearArgs> aa = {a, a};
+  ExecContext gpu = cuda_ctx();
+  BOOST_TEST(!ops::Linear<Backend::kCuda>::run_shared_x(dd, aa, gpu).ok());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,8 @@
 /// Used for every projection and the LM head. Reference: ref/common_ref.hpp (linear_row).
 #pragma once
 
+#include <span>
+
 #include <ostream>
 
 #include "tessera/ops/op_common.hpp"
@@ -88,6 +90,13 @@ static_assert(BackendOp<Linear<Backend::kCpu>, LinearDesc, LinearArgs>);
 template <> struct Linear<Backend::kCuda> {
   static Status check(LinearDesc const&, LinearArgs const&);
   static Status run(LinearDesc const&, LinearArgs const&, ExecContext&);
+  /// Several products of one input (the projections of one activation, e.g. a query down-projection and the KV
+  /// projection): every d[i] has the same rows and in and every a[i].x is the same view. When all of them take
+  /// the tensor-core path in one weight format (bf16, or one fused block-scaled format at skinny rows; bf16
+  /// output, groups = 1), x is rounded to bf16 once and the products run as one batched launch, so their mma
+  /// chains overlap instead of running one after another; otherwise each runs as run() would. Values are those
+  /// of run() on each call alone. Checks every call first.
+  static Status run_shared_x(std::span<LinearDesc const> d, std::span<LinearArgs const> a, ExecContext& ctx);
 };
 
 /// Shape and dtype checks shared by both backends (names the offending argument).
