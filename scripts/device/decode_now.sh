@@ -3,14 +3,19 @@
 #   bench:   bench_model decode on synthetic v41-flash checkpoints (fp8 at 1 and 3 layers, 32 experts: batches 1, 4,
 #            16, 64 at context 128 and 1, 16 at context 8192; exl3:2.8 at 1 and 3 layers: batches 1, 4, 16, 64 at
 #            context 128), once per variant: VARIANTS="build[+ENV=VALUE] ..." (builds: cur, and base with
-#            BASE_PATCH; default: every build and cur+TESSERA_MOE_WS=1).
+#            BASE_PATCH; default: every build and cur+TESSERA_MOE_WS=0, the one-warp routed tiles).
 #   detail:  ncu SpeedOfLight / WarpStateStats / Occupancy of the kernels matching KERNELS (fp8, 1 layer, batch 1).
 #   profile: ncu kernel durations of a decode step (5 steps − 1 step, over 4; 1 layer + head), fp8 at batches 1
 #            and 4 and exl3:2.8 at batch 1, beside bench_model's step time for the same run (the difference is
 #            launch gaps and host work).
+#   stalls:  ncu SpeedOfLight / WarpStateStats / Occupancy / Launch / Scheduler / MemoryWorkload tables (all details)
+#            of every kernel of one decode step (MODEL, default flash1e32; BATCH, default 1; the step's launches are
+#            counted from runs of 1 and 2 steps).
 #   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
 #            verify golden --device cuda (fp32, bf16), and tc_bench --quant per block-scaled path (ring, ws, direct).
-# FP8_ONLY=1: bench runs the fp8 context-128 set only.
+# FP8_ONLY=1: bench runs the fp8 context-128 set only (profile: no exl3 checkpoint either).
+# PREBUILT=file.tar.xz: binaries built elsewhere (scripts/device/pack_prebuilt.sh), at their paths under the build
+# directory (bench_model_base: the base build's bench_model); nothing is built here and check runs the suites present.
 # BASE_PATCH=file (a diff of kernels/ from the base to this tree): bench and profile also time the base, built
 # first with the diff reversed (then the tree is restored and rebuilt incrementally), in the same run.
 # Usage (repository root, on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/some/dir bash scripts/device/decode_now.sh check|bench|detail|profile
@@ -20,11 +25,18 @@ OUT=${OUT:-/tmp}; mkdir -p "$OUT"
 export TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 B=build-gpu; R=$OUT; S=/tmp/tessera-syn; mkdir -p $S
-test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -Dnccl=disabled -Dpcre2=disabled \
+if [ -n "${PREBUILT:-}" ]; then  # binaries built elsewhere for sm_90a, at their paths under the build directory
+  mkdir -p $B && { tar xJf "$PREBUILT" -C $B 2>/dev/null ||
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$PREBUILT" $B; } \
+    || { echo "PREBUILT: cannot unpack $PREBUILT"; exit 1; }
+fi
+[ -n "${PREBUILT:-}" ] || test -f $B/build.ninja || meson setup $B --wrap-mode=nodownload -Dcuda=enabled -Dnccl=disabled -Dpcre2=disabled \
   -Dshared_dir=$TESSERA_SHARED_DIR > $R/setup.log 2>&1 || { tail -30 $R/setup.log; exit 1; }
 SECONDS=0
 builds=cur
-if [ -n "${BASE_PATCH:-}" ] && [ "$mode" != check ]; then
+[ -n "${PREBUILT:-}" ] && [ -x $B/bench_model_base ] && [ "$mode" != check ] && builds="base cur"
+[ -n "${PREBUILT:-}" ] && [ -n "${BUILDS:-}" ] && builds=$BUILDS  # e.g. BUILDS=cur: profile the current tree alone
+if [ -z "${PREBUILT:-}" ] && [ -n "${BASE_PATCH:-}" ] && [ "$mode" != check ]; then
   patch -s -R -p1 < "$BASE_PATCH" || exit 1
   ninja -C $B bench/model/bench_model > $R/build_base.log 2>&1 || { grep -B2 -A12 "error" $R/build_base.log | head -40; exit 1; }
   cp $B/bench/model/bench_model $B/bench_model_base; patch -s -p1 < "$BASE_PATCH" || exit 1
@@ -33,11 +45,12 @@ fi
 T="verify/gpu_model/verify_gpu_model tessera bench/model/bench_model"
 SUITES=${SUITES:-pointwise moe_engram linear linear_scaled moe_scaled}
 [ "$mode" = check ] && T="$T $(printf 'verify/gpu_ops/verify_gpu_%s ' $SUITES) bench/linear/tc_bench"
-ninja -C $B $T > $R/build_$mode.log 2>&1 || { grep -B2 -A12 "error" $R/build_$mode.log | head -60; exit 1; }
+[ -n "${PREBUILT:-}" ] || ninja -C $B $T > $R/build_$mode.log 2>&1 || { grep -B2 -A12 "error" $R/build_$mode.log | head -60; exit 1; }
 echo "build ${SECONDS}s"
 bm() { [ "$1" = base ] && echo $B/bench_model_base || echo $B/bench/model/bench_model; }
 if [ "$mode" = check ]; then
   for t in $SUITES; do
+    [ -x $B/verify/gpu_ops/verify_gpu_$t ] || { echo "gpu_ops $t: not built"; continue; }
     t0=$SECONDS; timeout 240 $B/verify/gpu_ops/verify_gpu_$t --log_level=message > $R/gpu_$t.log 2>&1
     echo "gpu_ops $t rc=$? $((SECONDS - t0))s: $(grep -E 'No errors|failure' $R/gpu_$t.log | tail -1)"
     grep -E "error:" $R/gpu_$t.log | head -6
@@ -65,8 +78,8 @@ if [ "$mode" = bench ]; then
   make_syn flash1e32 1 fp8; make_syn flash3e32 3 fp8
   [ "${FP8_ONLY:-0}" = 1 ] || { make_syn flash1x 1 exl3:2.8; make_syn flash3x 3 exl3:2.8; }
   echo "synthetic ${SECONDS}s"
-  # Variants: build[+ENV=VALUE]; the MoE warp-specialised kernels are opt-in (TESSERA_MOE_WS=1).
-  for v in ${VARIANTS:-$builds cur+TESSERA_MOE_WS=1}; do
+  # Variants: build[+ENV=VALUE]; TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised routed tiles.
+  for v in ${VARIANTS:-$builds cur+TESSERA_MOE_WS=0}; do
     b=${v%%+*}; e=""; [ "$v" != "$b" ] && e=${v#*+}
     BM="env $e $(bm $b) --device cuda --dtype bf16"
     timeout 120 $BM --model $S/flash1e32 --model $S/flash3e32 --prefill "" --batches 1,4,16,64 --context 128 --steps 8 \
@@ -82,7 +95,22 @@ if [ "$mode" = bench ]; then
   done
   exit 0
 fi
-make_syn flash1e32 1 fp8; make_syn flash1x 1 exl3:2.8
+make_syn flash1e32 1 fp8
+if [ "$mode" = stalls ]; then  # every kernel of the last decode step: ncu sections with their full tables
+  BM="$(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash1e32} --prefill 16 --batches ${BATCH:-1} --context 128"
+  for st in 1 2; do
+    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv $BM --steps $st > $R/launches_$st.csv 2>/dev/null
+  done
+  t1=$(grep -c '"gpu__time_duration.sum"' $R/launches_1.csv); t2=$(grep -c '"gpu__time_duration.sum"' $R/launches_2.csv)
+  per=$((t2 - t1)); echo "launches: steps 1 → $t1, steps 2 → $t2: $per a step (${SECONDS}s)"
+  [ $per -gt 0 ] || exit 1
+  timeout 420 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis --print-details all \
+    --launch-skip $((t1 - per)) --launch-count $per $BM --steps 1 > $R/ncu_stalls.txt 2> $R/ncu_stalls.err
+  echo "ncu stalls rc=$? (${SECONDS}s)"; grep -cE "^  [A-Za-z_].*\(" $R/ncu_stalls.txt; tail -3 $R/ncu_stalls.err
+  exit 0
+fi
+[ "${FP8_ONLY:-0}" = 1 ] || make_syn flash1x 1 exl3:2.8
 if [ "$mode" = detail ]; then  # stall reasons of the named kernels (KERNELS: ncu regex), fp8 1 layer, batch 1
   timeout 300 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
     --section LaunchStats -k "regex:${KERNELS:-mhc_mix_finish|mhc_mix_partial|rms_norm|skinny_ws|skinny_q|moe_score}" \
