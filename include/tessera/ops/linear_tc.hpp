@@ -62,8 +62,10 @@ TcSlab tc_default_slab();
 /// into a bf16 ring and one warp runs the mma chain alone (linear_tc_quant_ws.cuh). H200, FP8, M = 1 (tc_bench
 /// --quant, ring → warp-specialised, same machine): wkv 5120×512 36.1 → 18.1 µs, wq_a 5120×1280 35.6 → 20.4,
 /// w1/w3 5120×2304 35.2 → 23.3, wo_b 8192×5120 65.7 → 64.2, w2 2304×5120 24.3 → 24.8; M = 16: 1.4–1.8x faster
-/// on every shape. The chain itself is ~4 µs at K = 5120 (mma.sync m16n8k16 issues every 25.5 cycles on one
-/// dependent accumulator: scripts/device/mma_latency.sh), so the narrow tiles are still ~4x above it.
+/// on every shape. With e4m3 widened by cvt.rn.f16x2.e4m3x2 and the producers' units fixed per K walk (H100, FP8,
+/// M = 1): wkv 16.1 µs, wq_a 17.3, wo_b 51.9, w1/w3 19.1; direct wq_b 27.4. The chain itself is ~4 µs at K = 5120
+/// (mma.sync m16n8k16 issues every 25.5 cycles on one dependent accumulator: scripts/device/mma_latency.sh), so
+/// the narrow tiles are still ~4x above it.
 enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1, kWarpSpec = 2 };
 inline constexpr int64_t kTcDirectMinCols = 16384;
 inline constexpr int64_t kTcDirectMaxRows = 4;
