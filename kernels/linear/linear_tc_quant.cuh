@@ -4,11 +4,13 @@
 /// byte, even k in the low nibble) with per-row-per-32 ue8m0 scales, decoded to bf16 in shared memory and fed
 /// to the same mma.sync chain as bf16 weights.
 ///
-/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)): the code's value (e4m3: two codes
-/// at a time by the hardware conversion cvt.rn.f16x2.e4m3x2, exact since every e4m3 value is an fp16 normal;
-/// e2m1: a 256-entry table of byte → two bf16 values in shared memory) is widened to fp32, multiplied by the power
-/// of two in fp32 (__fmul_rn, exact unless the product leaves fp32's range) and rounded once to bf16
-/// (cvt.rn.bf16x2.f32 = RNE). e4m3 NaN codes are not weights (the NaN payload may differ from the table's). The mma then
+/// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)). e4m3: two codes at a time by the
+/// hardware conversion cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is an fp16 normal), widened to fp32, multiplied
+/// by the power of two in fp32 (__fmul_rn, exact unless the product leaves fp32's range) and rounded once to bf16
+/// (cvt.rn.bf16x2.f32 = RNE); e4m3 NaN codes are not weights (the NaN payload may differ). e2m1: a 256-entry table
+/// of byte → its two codes' bf16 values in shared memory, times the scale as bf16 in one bf16x2 multiply
+/// (scaled_e2m1x2: the product of a two-significant-bit value and a power of two is a bf16 value or overflows, so
+/// it is the fp32 path's result). The mma then
 /// sees exactly the bf16 operands a kBf16 weight holding those values would give it, in the same block order
 /// (skinny_warp_tile's contract), so the outputs equal the bf16 path's and ref::dot_tc's bit for bit.
 ///
@@ -57,6 +59,20 @@ inline constexpr size_t skinny_q_smem_bytes(int mats, int stages, int64_t xr, in
 __device__ __forceinline__ uint32_t scaled_bf16x2(float lo, float hi, float sc) {
   __nv_bfloat162 const b = __floats2bfloat162_rn(__fmul_rn(lo, sc), __fmul_rn(hi, sc));
   return *reinterpret_cast<uint32_t const*>(&b);
+}
+/// The ue8m0 scale 2^(s−127) as bf16 bits in both halves: exact, since bf16 has fp32's exponent range (s = 0 is
+/// the subnormal 2^-127 = 0x0040, s = 255 NaN).
+__device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t s) {
+  uint32_t const h = s == 0 ? 0x0040u : s == 0xFFu ? 0x7FC0u : s << 7;
+  return h | (h << 16);
+}
+/// Two e2m1 values (their byte's table entry: bf16 bits, k in the low half) times the scale (e8m0_bf16x2), as
+/// bf16x2 bits, in one bf16x2 multiply. The same bits as scaled_bf16x2's fp32 product and rounding: an e2m1 value
+/// has at most two significant bits, so v·2^(s−127) is itself a bf16 value (≥ 2^-128 in magnitude, within bf16's
+/// subnormals) or beyond bf16's range, which both round to ±inf.
+__device__ __forceinline__ uint32_t scaled_e2m1x2(uint32_t pair, uint32_t sc2) {
+  __nv_bfloat162 const r = __hmul2(*reinterpret_cast<__nv_bfloat162 const*>(&pair), *reinterpret_cast<__nv_bfloat162 const*>(&sc2));
+  return *reinterpret_cast<uint32_t const*>(&r);
 }
 /// The e4m3 codes in the low (k) and high (k + 1) byte of `pair` times sc, as bf16x2 bits: one cvt.rn.f16x2.e4m3x2
 /// (exact) and two exact widenings instead of two table reads.
@@ -148,7 +164,9 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
       uint4 const r = *reinterpret_cast<uint4 const*>(raw(s) + row * kRowBytes + u * (256 / kCpb) + c * 16);
       int64_t const kb = (kpart + c * 16 * kCpb) / 32;
       int const srow = kFmt == DType::kF4E2m1x2 ? row : row / kSkinnyCols;  // scale rows per matrix: 8 (FP4) or 1 (FP8)
-      float const sc = float_from_e8m0(scales[srow * scols + kb]);
+      uint8_t const sb = scales[srow * scols + kb];
+      float const sc = float_from_e8m0(sb);
+      uint32_t const sc2 = e8m0_bf16x2(sb);
       uint4* const dst = reinterpret_cast<uint4*>(wbuf + row * kSkinnyLds + c * 16 * kCpb);
       uint32_t const words[4] = {r.x, r.y, r.z, r.w};
       if constexpr (kFmt == DType::kF8E4m3) {
@@ -163,8 +181,7 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
         uint32_t o[16];
 #pragma unroll
         for (int q = 0; q < 16; ++q) {
-          uint32_t const v = lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu];
-          o[q] = scaled_bf16x2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u), sc);
+          o[q] = scaled_e2m1x2(lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu], sc2);
         }
 #pragma unroll
         for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);

@@ -106,16 +106,17 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
       if (!hi_ok) a[1] = a[3] = 0u;
 #pragma unroll
       for (int i = 0; i < kMats; ++i) {
-        float const sc = float_from_e8m0(scales[(i * kScaleRows<kFmt> + srow) * scols + b / 2]);
+        uint8_t const sb = scales[(i * kScaleRows<kFmt> + srow) * scols + b / 2];
         uint32_t const word = buf[i][j];
         uint32_t b0, b1;
         if constexpr (kFmt == DType::kF8E4m3) {
+          float const sc = float_from_e8m0(sb);
           b0 = scaled_e4m3x2(word, sc);
           b1 = scaled_e4m3x2(word >> 16, sc);
         } else {
-          uint32_t const lo = lut[word & 0xFFu], hi = lut[(word >> 8) & 0xFFu];
-          b0 = scaled_bf16x2(__uint_as_float(lo << 16), __uint_as_float(lo & 0xFFFF0000u), sc);
-          b1 = scaled_bf16x2(__uint_as_float(hi << 16), __uint_as_float(hi & 0xFFFF0000u), sc);
+          uint32_t const sc2 = e8m0_bf16x2(sb);
+          b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2);
+          b1 = scaled_e2m1x2(lut[(word >> 8) & 0xFFu], sc2);
         }
         block_step<TcMma::kK16>(acc[i], a, b0, b1);
       }

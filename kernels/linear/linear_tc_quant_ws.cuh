@@ -50,9 +50,11 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-/// One 16-byte unit of codes (16 FP8 or 32 FP4 codes of one row, one scale sc) → bf16 at dst (32 or 64 bytes).
+/// One 16-byte unit of codes (16 FP8 or 32 FP4 codes of one row, one scale code sb) → bf16 at dst (32 or 64 bytes).
 template <DType kFmt>
-__device__ __forceinline__ void ws_decode_unit(uint4 const r, float const sc, uint32_t const* lut, uint4* dst) {
+__device__ __forceinline__ void ws_decode_unit(uint4 const r, uint8_t const sb, uint32_t const* lut, uint4* dst) {
+  float const sc = float_from_e8m0(sb);
+  uint32_t const sc2 = e8m0_bf16x2(sb);
   uint32_t const words[4] = {r.x, r.y, r.z, r.w};
   if constexpr (kFmt == DType::kF8E4m3) {
     uint32_t o[8];
@@ -66,8 +68,7 @@ __device__ __forceinline__ void ws_decode_unit(uint4 const r, float const sc, ui
     uint32_t o[16];
 #pragma unroll
     for (int q = 0; q < 16; ++q) {
-      uint32_t const v = lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu];
-      o[q] = scaled_bf16x2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u), sc);
+      o[q] = scaled_e2m1x2(lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu], sc2);
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
@@ -185,8 +186,8 @@ __device__ __forceinline__ void skinny_block_tile_ws(unsigned char* smem, QuantW
     for (int v = 0; v < kUnitIters; ++v) {
       int const t = pt + v * kWsProducers;
       if (kCodeUnits % kWsProducers != 0 && t >= kCodeUnits) break;
-      float const sc = float_from_e8m0(scales[usc[v] + u * (kWsPart / 32)]);
-      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), sc, lut, reinterpret_cast<uint4*>(wb + ubf[v]));
+      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), scales[usc[v] + u * (kWsPart / 32)], lut,
+                           reinterpret_cast<uint4*>(wb + ubf[v]));
     }
     uint16_t const* const xr_raw = reinterpret_cast<uint16_t const*>(r + kCodeUnits * 16);
     uint16_t* const xb = wb + kMats * kSkinnyCols * kSkinnyLds;
