@@ -11,6 +11,9 @@
 #   stalls:  ncu SpeedOfLight / WarpStateStats / Occupancy / Launch / Scheduler / MemoryWorkload tables (all details)
 #            of every kernel of one decode step (MODEL, default flash1e32; BATCH, default 1; the step's launches are
 #            counted from runs of 1 and 2 steps).
+#   source:  ncu --set full with source import of the last decode step's first launch matching each of KERNELS
+#            (space-separated regexes), then its SASS view with per-instruction stall samples as CSV
+#            (src_<kernel>.csv, the report src_<kernel>.ncu-rep beside it; not yet run on a device).
 #   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
 #            verify golden --device cuda (fp32, bf16), and tc_bench --quant per block-scaled path (ring, ws, direct).
 # FP8_ONLY=1: bench runs the fp8 context-128 set only (profile: no exl3 checkpoint either).
@@ -108,6 +111,22 @@ if [ "$mode" = stalls ]; then  # every kernel of the last decode step: ncu secti
     --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis --print-details all \
     --launch-skip $((t1 - per)) --launch-count $per $BM --steps 1 > $R/ncu_stalls.txt 2> $R/ncu_stalls.err
   echo "ncu stalls rc=$? (${SECONDS}s)"; grep -cE "^  [A-Za-z_].*\(" $R/ncu_stalls.txt; tail -3 $R/ncu_stalls.err
+  exit 0
+fi
+if [ "$mode" = source ]; then  # SASS lines of a decode step's first launch matching each KERNELS regex, with stall samples
+  BM="$(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash1e32} --prefill 16 --batches ${BATCH:-1} --context 128"
+  for st in 1 2; do
+    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv $BM --steps $st > $R/launches_$st.csv 2>/dev/null
+  done
+  for k in ${KERNELS:-mhc_mix_finish attention_tc moe_tc_act_skinny_q}; do
+    # With a kernel filter ncu counts matching launches only: skip those before the last step.
+    m1=$(grep '"gpu__time_duration.sum"' $R/launches_1.csv | grep -cE "$k"); m2=$(grep '"gpu__time_duration.sum"' $R/launches_2.csv | grep -cE "$k")
+    skip=$((2 * m1 - m2)); [ $((m2 - m1)) -gt 0 ] && [ $skip -ge 0 ] || { echo "source $k: no launch per step"; continue; }
+    timeout 200 ncu --clock-control none --set full --import-source yes -k "regex:$k" --launch-skip $skip --launch-count 1 \
+      -o $R/src_$k $BM --steps 1 > $R/src_$k.log 2>&1
+    timeout 60 ncu --import $R/src_$k.ncu-rep --page source --print-source sass --csv > $R/src_$k.csv 2>&1
+    echo "source $k (skip $skip) rc=$? lines=$(wc -l < $R/src_$k.csv) (${SECONDS}s)"
+  done
   exit 0
 fi
 [ "${FP8_ONLY:-0}" = 1 ] || make_syn flash1x 1 exl3:2.8
