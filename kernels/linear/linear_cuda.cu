@@ -17,6 +17,7 @@
 /// verify/gpu_ops/linear_tc_test.cpp), storing →bf16 widened to fp32. fma_chain is the same order in bf16
 /// (ref::bmm_dot = ref::dot_tc), so wo_a goes there too.
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "kernels/common/cuda_util.cuh"
@@ -281,40 +282,48 @@ __global__ void __launch_bounds__(256) linear_x_bf16_kernel(float const* x, int6
   }
 }
 
-/// The tensor-core path of a bf16-weight (or block-scaled, fused) bf16-output call (see the file comment); a
-/// grouped call converts x once and runs its groups as one batched launch (linear_tc_cuda_batch).
-Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
-  int64_t const cols = d.groups * d.in;
+/// The tensor-core path of bf16-weight (or block-scaled, fused) bf16-output calls that read one x (see the file
+/// comment): x → bf16 once, then every (call, group) product in one batched launch (linear_tc_cuda_batch). Every
+/// call has d[0]'s rows, in, groups and weight format and reads a[0]'s x: one call alone (run_linear_tc; a grouped
+/// call's groups share the launch) or Linear<kCuda>::run_shared_x's set.
+Status run_linear_tc_shared_x(std::span<ops::LinearDesc const> d, std::span<ops::LinearArgs const> a, ExecContext& ctx) {
+  ops::LinearDesc const& d0 = d[0];
+  int64_t const cols = d0.groups * d0.in;
   int64_t const ldxb = (cols + 7) / 8 * 8;  // 16-byte rows: the vec16 staging when in % 8 == 0
   Scratch ws;
-  TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(d.rows * ldxb) * sizeof(uint16_t))));
+  TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(d0.rows * ldxb) * sizeof(uint16_t))));
   auto* xb = static_cast<uint16_t*>(ws.ptr);
-  int64_t const total = d.rows * cols;
+  int64_t const total = d0.rows * cols;
   unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 8192));
-  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a.x.data, a.x.stride[0], d.rows, cols, xb, ldxb);
+  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a[0].x.data, a[0].x.stride[0], d0.rows, cols, xb, ldxb);
   TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
-  bool const scaled = ops::is_block_scaled(d.weight_dtype);
-  std::vector<ops::LinearTcDesc> td(static_cast<size_t>(d.groups));
-  std::vector<ops::LinearTcArgs> ta(static_cast<size_t>(d.groups));
-  for (int64_t g = 0; g < d.groups; ++g) {
-    auto& t = td[static_cast<size_t>(g)];
-    t.m = d.rows, t.n = d.out, t.k = d.in;
-    auto& u = ta[static_cast<size_t>(g)];
-    u.x = reinterpret_cast<Bf16 const*>(xb + g * d.in);
-    if (scaled) {
-      ops::LinearArgs const ga = ops::linear_group(d, a, g);
-      u.w_format = d.weight_dtype;
-      u.w_q = ga.w_q.data, u.ldw_q = ga.w_q.stride[0];
-      u.w_scale = ga.w_scale.data, u.ldw_scale = ga.w_scale.stride[0];
-    } else {
-      u.w = a.w_bf16.data + g * d.out * a.w_bf16.stride[0];
-      u.ldw = a.w_bf16.stride[0];
+  bool const scaled = ops::is_block_scaled(d0.weight_dtype);
+  std::vector<ops::LinearTcDesc> td;
+  std::vector<ops::LinearTcArgs> ta;
+  for (size_t i = 0; i < d.size(); ++i)
+    for (int64_t g = 0; g < d[i].groups; ++g) {
+      ops::LinearTcDesc& t = td.emplace_back();
+      t.m = d[i].rows, t.n = d[i].out, t.k = d[i].in;
+      ops::LinearTcArgs& u = ta.emplace_back();
+      u.x = reinterpret_cast<Bf16 const*>(xb + g * d[i].in);
+      if (scaled) {
+        ops::LinearArgs const ga = ops::linear_group(d[i], a[i], g);
+        u.w_format = d[i].weight_dtype;
+        u.w_q = ga.w_q.data, u.ldw_q = ga.w_q.stride[0];
+        u.w_scale = ga.w_scale.data, u.ldw_scale = ga.w_scale.stride[0];
+      } else {
+        u.w = a[i].w_bf16.data + g * d[i].out * a[i].w_bf16.stride[0];
+        u.ldw = a[i].w_bf16.stride[0];
+      }
+      u.y = a[i].y.data + g * d[i].out;
+      u.ldx = ldxb, u.ldy = a[i].y.stride[0];
+      u.y_round_bf16 = true;
     }
-    u.y = a.y.data + g * d.out;
-    u.ldx = ldxb, u.ldy = a.y.stride[0];
-    u.y_round_bf16 = true;
-  }
   return ops::linear_tc_cuda_batch(td, ta, ctx);
+}
+
+Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
+  return run_linear_tc_shared_x({&d, 1}, {&a, 1}, ctx);
 }
 
 /// W[o, i] = ops::scaled_weight(...) as bf16 bits, [rows, cols] contiguous.
@@ -393,32 +402,7 @@ Status Linear<Backend::kCuda>::run_shared_x(std::span<LinearDesc const> d, std::
     for (size_t i = 0; i < d.size(); ++i) TESSERA_TRY(run(d[i], a[i], ctx));
     return {};
   }
-  // run_linear_tc's operands for each call, over one bf16 copy of x.
-  int64_t const rows = d[0].rows, in = d[0].in, ldxb = (in + 7) / 8 * 8;
-  Scratch ws;
-  TESSERA_TRY(ws.acquire(ctx, align256(static_cast<size_t>(rows * ldxb) * sizeof(uint16_t))));
-  auto* xb = static_cast<uint16_t*>(ws.ptr);
-  unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(rows * in, 256), 8192));
-  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a[0].x.data, a[0].x.stride[0], rows, in, xb, ldxb);
-  TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
-  std::vector<LinearTcDesc> td(d.size());
-  std::vector<LinearTcArgs> ta(d.size());
-  for (size_t i = 0; i < d.size(); ++i) {
-    td[i].m = rows, td[i].n = d[i].out, td[i].k = in;
-    LinearTcArgs& u = ta[i];
-    u.x = reinterpret_cast<Bf16 const*>(xb);
-    if (scaled) {
-      u.w_format = wt;
-      u.w_q = a[i].w_q.data, u.ldw_q = a[i].w_q.stride[0];
-      u.w_scale = a[i].w_scale.data, u.ldw_scale = a[i].w_scale.stride[0];
-    } else {
-      u.w = a[i].w_bf16.data, u.ldw = a[i].w_bf16.stride[0];
-    }
-    u.y = a[i].y.data;
-    u.ldx = ldxb, u.ldy = a[i].y.stride[0];
-    u.y_round_bf16 = true;
-  }
-  return linear_tc_cuda_batch(td, ta, ctx);
+  return run_linear_tc_shared_x(d, a, ctx);
 }
 
 Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, ExecContext& ctx) {

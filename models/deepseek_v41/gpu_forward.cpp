@@ -60,9 +60,8 @@ void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor cons
 
 void Forward::lin_shared_x(float const* x, int64_t rows, std::initializer_list<std::pair<DevTensor const*, float*>> outs,
                            DType md) {
-  bool const batch = kDev == Device::kCuda && std::none_of(outs.begin(), outs.end(), [](auto const& o) { return o.first->is_exl3(); });
 #if TESSERA_WITH_CUDA
-  if (batch) {
+  if (kDev == Device::kCuda && std::none_of(outs.begin(), outs.end(), [](auto const& o) { return o.first->is_exl3(); })) {
     std::vector<ops::LinearDesc> d;
     std::vector<ops::LinearArgs> a;
     for (auto const& [w, y] : outs) {
@@ -73,8 +72,6 @@ void Forward::lin_shared_x(float const* x, int64_t rows, std::initializer_list<s
     throw_if_error(ops::Linear<Backend::kCuda>::run_shared_x(d, a, ctx_));
     return;
   }
-#else
-  (void)batch;
 #endif
   for (auto const& [w, y] : outs) lin(x, rows, *w, y, md);
 }

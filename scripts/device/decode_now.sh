@@ -99,11 +99,16 @@ if [ "$mode" = bench ]; then
   exit 0
 fi
 make_syn flash1e32 1 fp8
-if [ "$mode" = stalls ]; then  # every kernel of the last decode step: ncu sections with their full tables
+# BM for one decode step of MODEL at BATCH, and every launch of runs of 1 and 2 steps (launches_1 / _2.csv): the
+# step's launches are the difference.
+step_launches() {
   BM="$(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash1e32} --prefill 16 --batches ${BATCH:-1} --context 128"
   for st in 1 2; do
     timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv $BM --steps $st > $R/launches_$st.csv 2>/dev/null
   done
+}
+if [ "$mode" = stalls ]; then  # every kernel of the last decode step: ncu sections with their full tables
+  step_launches
   t1=$(grep -c '"gpu__time_duration.sum"' $R/launches_1.csv); t2=$(grep -c '"gpu__time_duration.sum"' $R/launches_2.csv)
   per=$((t2 - t1)); echo "launches: steps 1 → $t1, steps 2 → $t2: $per a step (${SECONDS}s)"
   [ $per -gt 0 ] || exit 1
@@ -114,10 +119,7 @@ if [ "$mode" = stalls ]; then  # every kernel of the last decode step: ncu secti
   exit 0
 fi
 if [ "$mode" = source ]; then  # SASS lines of a decode step's first launch matching each KERNELS regex, with stall samples
-  BM="$(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash1e32} --prefill 16 --batches ${BATCH:-1} --context 128"
-  for st in 1 2; do
-    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv $BM --steps $st > $R/launches_$st.csv 2>/dev/null
-  done
+  step_launches
   for k in ${KERNELS:-mhc_mix_finish attention_tc moe_tc_act_skinny_q}; do
     # With a kernel filter ncu counts matching launches only: skip those before the last step.
     m1=$(grep '"gpu__time_duration.sum"' $R/launches_1.csv | grep -cE "$k"); m2=$(grep '"gpu__time_duration.sum"' $R/launches_2.csv | grep -cE "$k")
