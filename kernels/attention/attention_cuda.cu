@@ -38,7 +38,8 @@ constexpr int kMaxAcc = 4;       // output channels per thread: head_dim ≤ kTh
 struct AttentionParams {
   float const* q = nullptr;            // [rows, heads·hd], row stride q_stride
   float const* keys = nullptr;         // [num_keys, hd], row stride key_stride
-  int64_t const* row_offsets = nullptr;  // [rows + 1]
+  int64_t const* row_offsets = nullptr;  // [rows + 1] (with row_ends: [rows])
+  int64_t const* row_ends = nullptr;     // optional [rows]: row r ends at row_ends[r]
   int32_t const* key_ids = nullptr;    // [nnz]
   float const* sinks = nullptr;        // [heads]
   float* out = nullptr;                // [rows, heads·hd], row stride out_stride
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams con
   float* oh = p.out + row * p.out_stride + h * p.hd;
   for (int64_t i = tid; i < p.hd; i += kThreads) q_s[i] = round_md(qh[i], p.bf16);  // bf16: q enters as bf16
 
-  int64_t const k0 = p.row_offsets[row], k1 = p.row_offsets[row + 1];
+  int64_t const k0 = p.row_offsets[row], k1 = p.row_ends ? p.row_ends[row] : p.row_offsets[row + 1];
   if (k0 < 0 || k1 < k0 || k1 > p.nnz || (p.max_keys > 0 && k1 - k0 > p.max_keys)) {  // inconsistent: poison the row
     for (int64_t i = tid; i < p.hd; i += kThreads) oh[i] = NAN;
     return;
@@ -210,7 +211,12 @@ Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs co
                 "attention (CUDA): head_dim above 1024 is not compiled");
   TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "attention q"));
   TESSERA_TRY(check_shape(a.keys, {d.num_keys, d.head_dim}, "attention keys"));
-  TESSERA_TRY(check_shape(a.row_offsets, {d.rows + 1}, "attention row_offsets"));
+  bool const ends = a.row_ends.data != nullptr;
+  TESSERA_TRY(check_shape(a.row_offsets, {ends ? d.rows : d.rows + 1}, "attention row_offsets"));
+  if (ends) {
+    TESSERA_TRY(check_shape(a.row_ends, {d.rows}, "attention row_ends"));
+    TESSERA_TRY(device::check_on_device(a.row_ends, "attention row_ends"));
+  }
   TESSERA_TRY(check_shape(a.sinks, {d.heads}, "attention sinks"));
   TESSERA_TRY(check_shape(a.out, {d.rows, d.heads * d.head_dim}, "attention out"));
   TESSERA_TRY(check_shape(a.key_ids, {-1}, "attention key_ids"));
@@ -234,18 +240,25 @@ Status Attention<Backend::kCuda>::check(AttentionDesc const& d, AttentionArgs co
 
 Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs const& a) {
   TESSERA_TRY(check(d, a));
-  std::vector<int64_t> off(static_cast<size_t>(d.rows + 1));
+  bool const ends = a.row_ends.data != nullptr;
+  std::vector<int64_t> off(static_cast<size_t>(ends ? d.rows : d.rows + 1)), end(static_cast<size_t>(d.rows));
   std::vector<int32_t> ids(static_cast<size_t>(a.key_ids.shape[0]));
-  TESSERA_TRY(cuda_memcpy(off.data(), a.row_offsets.data, off.size() * sizeof(int64_t), false, true));
+  if (!off.empty()) TESSERA_TRY(cuda_memcpy(off.data(), a.row_offsets.data, off.size() * sizeof(int64_t), false, true));
+  if (ends && !end.empty()) TESSERA_TRY(cuda_memcpy(end.data(), a.row_ends.data, end.size() * sizeof(int64_t), false, true));
+  if (!ends) {
+    TESSERA_CHECK(off[0] == 0, "attention row_offsets must start at 0");
+    TESSERA_CHECK(off.back() == static_cast<int64_t>(ids.size()), "attention row_offsets must end at key_ids length");
+    for (int64_t r = 0; r < d.rows; ++r) end[static_cast<size_t>(r)] = off[static_cast<size_t>(r) + 1];
+  }
   if (!ids.empty()) TESSERA_TRY(cuda_memcpy(ids.data(), a.key_ids.data, ids.size() * sizeof(int32_t), false, true));
-  TESSERA_CHECK(off[0] == 0, "attention row_offsets must start at 0");
-  TESSERA_CHECK(off.back() == static_cast<int64_t>(ids.size()), "attention row_offsets must end at key_ids length");
-  for (int64_t r = 0; r < d.rows; ++r)
-    TESSERA_CHECK(off[r] <= off[r + 1], "attention row_offsets must be non-decreasing");
-  for (int32_t id : ids) TESSERA_CHECK(id >= 0 && id < d.num_keys, "attention key id out of range");
-  for (int64_t r = 0; r < d.rows; ++r)
-    TESSERA_CHECK(d.max_row_keys == 0 || off[r + 1] - off[r] <= d.max_row_keys,
+  for (int64_t r = 0; r < d.rows; ++r) {
+    int64_t const b = off[static_cast<size_t>(r)], e = end[static_cast<size_t>(r)];
+    TESSERA_CHECK(0 <= b && b <= e && e <= static_cast<int64_t>(ids.size()), "attention row ranges must lie in key_ids in order");
+    for (int64_t i = b; i < e; ++i)
+      TESSERA_CHECK(ids[static_cast<size_t>(i)] >= 0 && ids[static_cast<size_t>(i)] < d.num_keys, "attention key id out of range");
+    TESSERA_CHECK(d.max_row_keys == 0 || e - b <= d.max_row_keys,
                   "attention row " + std::to_string(r) + " lists more keys than max_row_keys");
+  }
   if (a.key_cols.data) {
     std::vector<int32_t> cols(ids.size()), sink(static_cast<size_t>(d.rows));
     if (!cols.empty())
@@ -253,7 +266,7 @@ Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs
     if (!sink.empty()) TESSERA_TRY(cuda_memcpy(sink.data(), a.sink_cols.data, sink.size() * sizeof(int32_t), false, true));
     for (int64_t r = 0; r < d.rows; ++r) {
       int64_t last = -1;
-      for (int64_t i = off[r]; i < off[r + 1]; ++i) {
+      for (int64_t i = off[static_cast<size_t>(r)]; i < end[static_cast<size_t>(r)]; ++i) {
         TESSERA_CHECK(cols[static_cast<size_t>(i)] > last, "attention key_cols must increase within a row");
         last = cols[static_cast<size_t>(i)];
       }
@@ -273,6 +286,7 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
   p.q = a.q.data;
   p.keys = a.keys.data;
   p.row_offsets = a.row_offsets.data;
+  p.row_ends = a.row_ends.data;
   p.key_ids = a.key_ids.data;
   p.sinks = a.sinks.data;
   p.out = a.out.data;
@@ -317,6 +331,7 @@ Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs cons
   p.q = a.q.data;
   p.keys = a.keys.data;
   p.row_offsets = a.row_offsets.data;
+  p.row_ends = a.row_ends.data;
   p.key_ids = a.key_ids.data;
   p.sinks = a.sinks.data;
   p.out = a.out.data;

@@ -38,7 +38,8 @@ constexpr int kMaxKeys = 1024;  // listed keys per row (p_s holds 16 heads × R 
 struct Params {
   float const* q = nullptr;              // [rows, heads·HD], row stride q_stride
   float const* keys = nullptr;           // [num_keys, HD], row stride key_stride (8-byte aligned, even stride)
-  int64_t const* row_offsets = nullptr;  // [rows + 1]
+  int64_t const* row_offsets = nullptr;  // [rows + 1] (with row_ends: [rows])
+  int64_t const* row_ends = nullptr;     // optional [rows]: row r ends at row_ends[r]
   int32_t const* key_ids = nullptr;      // [nnz]
   float const* sinks = nullptr;          // [heads]
   float* out = nullptr;                  // [rows, heads·HD], row stride out_stride
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
   int64_t const tiles = (p.heads + kHeadTile - 1) / kHeadTile;
   int64_t const row = blockIdx.x / tiles, h0 = (blockIdx.x % tiles) * kHeadTile;
   int const hn = static_cast<int>(p.heads - h0 < kHeadTile ? p.heads - h0 : kHeadTile);
-  int64_t const k0 = p.row_offsets[row], k1 = p.row_offsets[row + 1];
+  int64_t const k0 = p.row_offsets[row], k1 = p.row_ends ? p.row_ends[row] : p.row_offsets[row + 1];
   auto poison = [&] {
     for (int i = tid; i < hn * HD; i += kThreads) p.out[row * p.out_stride + (h0 + i / HD) * HD + i % HD] = NAN;
   };

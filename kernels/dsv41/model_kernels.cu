@@ -86,6 +86,11 @@ __global__ void __launch_bounds__(1024) key_offsets_kernel(KeyListParams p, int6
     if (t == n - 1) carry += part[t];
     __syncthreads();
   }
+  if (!p.row_begin) return;
+  for (int64_t r = t; r < p.rows; r += n) {  // the block's offsets writes are visible after the barriers above
+    p.row_begin[r] = p.slot_base + p.offsets[r];
+    p.row_end[r] = p.slot_base + p.offsets[r + 1];
+  }
 }
 
 /// One block per row: window and chunk ids, then the selected entries placed by rank (ascending ids).
@@ -95,8 +100,8 @@ __global__ void key_fill_kernel(KeyListParams p) {
   key_list_ranges(p, r, i0, j0);
   int32_t* out = p.key_ids + p.offsets[r];
   int64_t const nw = p.n_old - i0, nc = r - j0 + 1;
-  for (int64_t t = threadIdx.x; t < nw; t += blockDim.x) out[t] = static_cast<int32_t>(i0 + t);
-  for (int64_t t = threadIdx.x; t < nc; t += blockDim.x) out[nw + t] = static_cast<int32_t>(p.n_old + j0 + t);
+  for (int64_t t = threadIdx.x; t < nw; t += blockDim.x) out[t] = static_cast<int32_t>(p.id_base + i0 + t);
+  for (int64_t t = threadIdx.x; t < nc; t += blockDim.x) out[nw + t] = static_cast<int32_t>(p.id_base + p.n_old + j0 + t);
   if (!p.selected) return;
   int32_t const* sel = p.selected + r * p.top_k;
   int64_t const count = p.gather ? count_selected(sel, p.top_k, p.entries) : 0;
@@ -108,9 +113,9 @@ __global__ void key_fill_kernel(KeyListParams p) {
     for (int64_t j = 0; j < p.top_k; ++j) rank += (sel[j] >= 0 && sel[j] < p.entries && sel[j] < e) ? 1 : 0;
     if (p.gather) {
       p.gather[r * p.top_k + rank] = e;
-      out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + rank);
+      out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + r * p.top_k + rank);
     } else {
-      out[nw + nc + rank] = static_cast<int32_t>(p.n_old + p.rows + e);
+      out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + e);
     }
   }
 }
@@ -119,7 +124,7 @@ __global__ void key_fill_kernel(KeyListParams p) {
 __global__ void key_cols_kernel(KeyListParams p) {
   int64_t const r = blockIdx.x;
   int64_t const k0 = p.offsets[r], k1 = p.offsets[r + 1];
-  for (int64_t i = k0 + threadIdx.x; i < k1; i += blockDim.x) p.key_cols[i] = key_column(p, r, p.key_ids[i]);
+  for (int64_t i = k0 + threadIdx.x; i < k1; i += blockDim.x) p.key_cols[i] = key_column(p, r, p.key_ids[i] - p.id_base);
   if (threadIdx.x == 0) p.sink_cols[r] = sink_column(p, r);
 }
 

@@ -8,6 +8,7 @@
 /// gpu::index_key_bytes); consumers unpack them to exactly the values the quantisers wrote.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "models/deepseek_v41/gpu_forward.hpp"
 #include "tessera/ops/attention.hpp"
@@ -204,10 +205,21 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
 
   if (ratio > 0) compress_and_index(l, xa, q_res);
 
-  // Per sequence: key pool [old window rows | chunk rows | compressed entries], key lists, attention (§2.5.5).
+  // Key pool [old window rows | chunk rows | compressed entries] and key lists per sequence (§2.5.5), each at its
+  // own base in pass-wide arrays, then one attention launch over every row of the pass: the kernels are
+  // row-invariant, so a row's output is what its sequence's own launch gives.
   float* o = tmp_.get<float>(N * H * hd);
   float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   int64_t const K = s.index_topk;
+  struct SeqKeys {
+    int64_t n_old, T, nk, cap, pool0, slot0;
+    bool use_ckv, compact;
+    gpu::GpuLayerState const* src;
+  };
+  std::vector<SeqKeys> sk;
+  sk.reserve(b_.seqs.size());
+  int64_t pool_rows = 0, slots = 0;
+  bool any_ckv = false;
   for (SeqRun& sq : b_.seqs) {
     GpuDsv41State& st = *sq.st;
     gpu::GpuLayerState& ls = st.layers_[static_cast<size_t>(l)];
@@ -220,46 +232,61 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     // pool holds each row's selected entries only (KeyListParams::gather); else all T entries.
     bool const compact = use_ckv && ops::qat_packed_row_bytes(gpu::kCkvQat, hd) > 0 && S * K < T;
     int64_t const n_ckv = !use_ckv ? 0 : compact ? S * K : T;
-    int64_t const nk = n_old + S + n_ckv;
-    size_t const mk = tmp_.mark();
-    float* pool = tmp_.get<float>(nk * hd);
-    ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, pool);
-    copy(pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
-    if (use_ckv && !compact) unpack_rows(src->ckv, T, hd, gpu::kCkvQat, nullptr, T, pool + (n_old + S) * hd);
-    int64_t const cap = S * (W + (use_ckv ? K : 0));
+    int64_t const nk = n_old + S + n_ckv, cap = S * (W + (use_ckv ? K : 0));
+    sk.push_back({n_old, T, nk, cap, pool_rows, slots, use_ckv, compact, src});
+    pool_rows += nk;
+    slots += cap;
+    any_ckv = any_ckv || use_ckv;
+  }
+  size_t const mk = tmp_.mark();
+  float* pool = tmp_.get<float>(pool_rows * hd);
+  int32_t* key_ids = tmp_.get<int32_t>(slots);
+  int64_t* row_begin = tmp_.get<int64_t>(N);
+  int64_t* row_end = tmp_.get<int64_t>(N);
+  int32_t* key_cols = md == DType::kBf16 ? tmp_.get<int32_t>(slots) : nullptr;  // the golden engine's logit-row
+  int32_t* sink_cols = md == DType::kBf16 ? tmp_.get<int32_t>(N) : nullptr;     // layout (attention_block.cpp)
+  for (size_t i = 0; i < b_.seqs.size(); ++i) {
+    SeqRun& sq = b_.seqs[i];
+    SeqKeys const& k = sk[i];
+    gpu::GpuLayerState& ls = sq.st->layers_[static_cast<size_t>(l)];
+    int64_t const S = sq.S, n_old = k.n_old;
+    float* const seq_pool = pool + k.pool0 * hd;
+    ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, seq_pool);
+    copy(seq_pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
+    if (k.use_ckv && !k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, nullptr, k.T, seq_pool + (n_old + S) * hd);
     gpu::KeyListParams kp;
     kp.rows = S;
     kp.pos0 = sq.pos0;
     kp.n_old = n_old;
     kp.wpos0 = sq.pos0 - n_old;
     kp.window = W;
-    kp.selected = use_ckv ? sq.sel : nullptr;
+    kp.selected = k.use_ckv ? sq.sel : nullptr;
     kp.top_k = K;
-    kp.entries = T;
+    kp.entries = k.T;
     kp.offsets = tmp_.get<int64_t>(S + 1);
     kp.counts = tmp_.get<int64_t>(S);
-    kp.key_ids = tmp_.get<int32_t>(cap);
-    if (md == DType::kBf16) {  // the golden engine's logit-row layout (attention_block.cpp)
-      kp.key_cols = tmp_.get<int32_t>(cap);
-      kp.sink_cols = tmp_.get<int32_t>(S);
-      kp.src_ratio = src ? s.compress_ratios[static_cast<size_t>(b_.ckv_src)] : 0;
+    kp.key_ids = key_ids + k.slot0;
+    if (key_cols) {
+      kp.key_cols = key_cols + k.slot0;
+      kp.sink_cols = sink_cols + sq.row0;
+      kp.src_ratio = k.src ? s.compress_ratios[static_cast<size_t>(b_.ckv_src)] : 0;
     }
-    if (compact) kp.gather = tmp_.get<int32_t>(S * K);
+    if (k.compact) kp.gather = tmp_.get<int32_t>(S * K);
+    kp.id_base = k.pool0;
+    kp.slot_base = k.slot0;
+    kp.row_begin = row_begin + sq.row0;
+    kp.row_end = row_end + sq.row0;
     throw_if_error(gpu::build_key_lists(s_, kp));
-    if (compact) unpack_rows(src->ckv, T, hd, gpu::kCkvQat, kp.gather, S * K, pool + (n_old + S) * hd);
-    // The list length: the CPU backend checks it exactly (host memory); the CUDA backend reads the offsets
-    // on the device and takes the capacity as the bound.
-    int64_t const nnz = s_.backend == Backend::kCpu ? kp.offsets[S] : cap;
-    run<ops::Attention>(
-        ctx_, ops::AttentionDesc{S, H, hd, nk, scale, md, W + (use_ckv ? K : 0)},  // a row's bound: window + top-k
-        ops::AttentionArgs{dcv2(q + sq.row0 * H * hd, S, H * hd), dcv2(pool, nk, hd),
-                           TensorView<int64_t const, 1>(kp.offsets, {S + 1}, kDev),
-                           TensorView<int32_t const, 1>(kp.key_ids, {nnz}, kDev), dcv1(w.attn_sink),
-                           dv2(o + sq.row0 * H * hd, S, H * hd), F2(),
-                           TensorView<int32_t const, 1>(kp.key_cols, {kp.key_cols ? nnz : 0}, kDev),
-                           TensorView<int32_t const, 1>(kp.sink_cols, {kp.sink_cols ? S : 0}, kDev)});
-    tmp_.release(mk);
+    if (k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, kp.gather, S * K, seq_pool + (n_old + S) * hd);
   }
+  ops::AttentionArgs aa{dcv2(q, N, H * hd), dcv2(pool, pool_rows, hd), TensorView<int64_t const, 1>(row_begin, {N}, kDev),
+                        TensorView<int32_t const, 1>(key_ids, {slots}, kDev), dcv1(w.attn_sink), dv2(o, N, H * hd), F2(),
+                        TensorView<int32_t const, 1>(key_cols, {key_cols ? slots : 0}, kDev),
+                        TensorView<int32_t const, 1>(sink_cols, {sink_cols ? N : 0}, kDev)};
+  aa.row_ends = TensorView<int64_t const, 1>(row_end, {N}, kDev);
+  // A row's bound: window + top-k (the largest over the pass's sequences).
+  run<ops::Attention>(ctx_, ops::AttentionDesc{N, H, hd, pool_rows, scale, md, W + (any_ckv ? K : 0)}, aa);
+  tmp_.release(mk);
 
   // Output (§2.5.6), every row: inverse RoPE with the query's table, grouped wo_a, wo_b.
   rope(o, N, H, hd, b_.d_pos, table, true);

@@ -248,6 +248,14 @@ struct KeyListParams {
   int32_t* key_cols = nullptr;   // [like key_ids] out
   int32_t* sink_cols = nullptr;  // [S] out
   int64_t src_ratio = 0;         // ratio of the compressed entries' source layer (0: none)
+  // Several sequences' lists in one attention call: this sequence's pool starts at row id_base of the pass-wide
+  // pool (every listed id is id_base + its pool row above; key_column / sink_column see the ids before it), its
+  // lists at slot slot_base of the pass-wide key_ids / key_cols (key_ids and key_cols point there), and
+  // row_begin / row_end (optional, [rows] out) receive slot_base + offsets[r], slot_base + offsets[r + 1].
+  int64_t id_base = 0;
+  int64_t slot_base = 0;
+  int64_t* row_begin = nullptr;
+  int64_t* row_end = nullptr;
 };
 
 /// The routing of one MoE call grouped for Exl3GroupedGemm and moe_combine (moe_group). Slot s = r·K + i holds

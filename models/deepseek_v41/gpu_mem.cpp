@@ -315,8 +315,11 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
       for (int64_t i = 0; i < k; ++i) p.key_cols[acc + i] = key_column(p, r, out[i]);
       p.sink_cols[r] = sink_column(p, r);
     }
+    for (int64_t i = 0; i < k; ++i) out[i] = static_cast<int32_t>(out[i] + p.id_base);
+    if (p.row_begin) p.row_begin[r] = p.slot_base + acc;
     acc += k;
     p.offsets[r + 1] = acc;
+    if (p.row_end) p.row_end[r] = p.slot_base + acc;
   }
   return {};
 }

@@ -4,7 +4,8 @@
 /// per query row the visible window rows, the chunk rows j ≤ r inside the window, then the valid selections in
 /// ascending entry order (all entries in the pool, or each row's own selection slots with its gather table);
 /// the bf16 logit-row columns and sink columns. Up to 2,600 rows per call (the CUDA scan runs over chunks of
-/// 1,024 rows), selections with −1 padding, ids ≥ T and rows without any.
+/// 1,024 rows), selections with −1 padding, ids ≥ T and rows without any; and one sequence's lists at pass-wide
+/// bases (KeyListParams::id_base, slot_base, row_begin / row_end).
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -25,6 +26,12 @@ constexpr Backend kBackend = verify::kGpuModelOnCpu ? Backend::kCpu : Backend::k
 struct Lists {
   std::vector<int64_t> offsets;
   std::vector<int32_t> ids, cols, sinks, gather;
+  std::vector<int64_t> begin, end;  // row_begin / row_end (with bases)
+};
+
+/// KeyListParams' pass-wide bases (id_base, slot_base, row_begin / row_end); zero: one sequence alone.
+struct Bases {
+  int64_t id = 0, slot = 0;
 };
 
 struct Case {
@@ -66,7 +73,7 @@ Lists plain(Case const& c) {
   return o;
 }
 
-Lists on_backend(gpu::Mem const& mem, Case const& c) {
+Lists on_backend(gpu::Mem const& mem, Case const& c, Bases bases = {}) {
   using Copy = gpu::Mem::Copy;
   int64_t const cap = c.rows * (c.window + c.top_k);
   std::vector<void*> blocks;
@@ -90,6 +97,12 @@ Lists on_backend(gpu::Mem const& mem, Case const& c) {
   p.counts = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(c.rows) * 8));
   p.key_ids = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
   p.key_cols = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
+  p.id_base = bases.id;
+  p.slot_base = bases.slot;
+  if (bases.id != 0 || bases.slot != 0) {
+    p.row_begin = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(c.rows) * 8));
+    p.row_end = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(c.rows) * 8));
+  }
   p.sink_cols = static_cast<int32_t*>(put(fill.data(), static_cast<size_t>(c.rows) * 4));
   p.src_ratio = c.src_ratio;
   if (c.compact) p.gather = static_cast<int32_t*>(put(fill.data(), static_cast<size_t>(c.rows * c.top_k) * 4));
@@ -110,6 +123,12 @@ Lists on_backend(gpu::Mem const& mem, Case const& c) {
   if (c.compact) {
     o.gather.resize(static_cast<size_t>(c.rows * c.top_k));
     throw_if_error(mem.copy(o.gather.data(), p.gather, o.gather.size() * 4, Copy::kDevToHost));
+  }
+  if (p.row_begin) {
+    o.begin.resize(static_cast<size_t>(c.rows));
+    o.end.resize(static_cast<size_t>(c.rows));
+    throw_if_error(mem.copy(o.begin.data(), p.row_begin, o.begin.size() * 8, Copy::kDevToHost));
+    throw_if_error(mem.copy(o.end.data(), p.row_end, o.end.size() * 8, Copy::kDevToHost));
   }
   throw_if_error(mem.sync());
   for (void* b : blocks) mem.free(b);
@@ -159,6 +178,38 @@ BOOST_AUTO_TEST_CASE(backend_equals_plain_construction) {
       ++checked;
     }
   BOOST_TEST(checked == 10);
+  mem.close();
+}
+
+// A sequence's lists inside a pass-wide key pool and key_ids (one attention call over several sequences): every
+// id shifted by id_base, the columns as without it, and row_begin / row_end = slot_base + the local offsets.
+BOOST_AUTO_TEST_CASE(bases_shift_ids_and_ranges) {
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  for (bool compact : {false, true})
+    for (auto [rows, n_old] : {std::pair<int64_t, int64_t>{1, 127}, {1025, 60}}) {
+      Case const c = make_case(rows, 5000, n_old, 128, 24, 300, compact, static_cast<uint32_t>(rows * 5 + n_old));
+      Lists const want = plain(c);
+      Bases const b{1000 + rows, 37 * rows};
+      Lists const got = on_backend(mem, c, b);
+      std::string const what = "rows " + std::to_string(rows) + (compact ? " compact" : " all entries");
+      std::vector<int32_t> ids = want.ids;
+      for (int32_t& id : ids) id = static_cast<int32_t>(id + b.id);
+      std::vector<int64_t> begin(static_cast<size_t>(rows)), end(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        begin[static_cast<size_t>(r)] = b.slot + want.offsets[static_cast<size_t>(r)];
+        end[static_cast<size_t>(r)] = b.slot + want.offsets[static_cast<size_t>(r) + 1];
+      }
+      BOOST_TEST(got.offsets == want.offsets, what);
+      BOOST_TEST(got.ids == ids, what);
+      BOOST_TEST(got.cols == want.cols, what);
+      BOOST_TEST(got.sinks == want.sinks, what);
+      BOOST_TEST(got.gather == want.gather, what);
+      BOOST_TEST(got.begin == begin, what);
+      BOOST_TEST(got.end == end, what);
+    }
   mem.close();
 }
 

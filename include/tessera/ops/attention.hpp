@@ -39,14 +39,18 @@ inline std::ostream& operator<<(std::ostream& os, AttentionDesc const& d) {
 struct AttentionArgs {
   TensorView<float const, 2> q;             // [rows, heads·head_dim]
   TensorView<float const, 2> keys;          // [num_keys, head_dim]  K = V
-  TensorView<int64_t const, 1> row_offsets; // [rows + 1]
-  TensorView<int32_t const, 1> key_ids;     // [row_offsets[rows]]
+  TensorView<int64_t const, 1> row_offsets; // [rows + 1]; with row_ends: [rows], each row's first listed key
+  TensorView<int32_t const, 1> key_ids;     // [row_offsets[rows]], or with row_ends [≥ every row's end]
   TensorView<float const, 1> sinks;         // [heads] fp32
   TensorView<float, 2> out;                 // [rows, heads·head_dim]
   TensorView<float, 2> probs;               // optional [heads, row_offsets[rows]]: p per listed key
   TensorView<int32_t const, 1> key_cols;    // optional [row_offsets[rows]]: column of each listed key, increasing
                                             //   within a row (with sink_cols; absent: the listed order)
   TensorView<int32_t const, 1> sink_cols;   // optional [rows]: column of the row's sink, after its keys' columns
+  /// Optional [rows]: row r lists key_ids[row_offsets[r], row_ends[r]) and the rows' ranges may leave unread
+  /// slots between them (several independently built lists in one call, e.g. the sequences of a batch, each
+  /// written at its own base); key_ids (and key_cols, probs) then span every row's range.
+  TensorView<int64_t const, 1> row_ends;
 };
 
 template <Backend B> struct Attention;
