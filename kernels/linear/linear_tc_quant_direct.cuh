@@ -95,28 +95,41 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   // The scale row of matrix i for this lane: FP4 its W row, FP8 the warp's 32-row block.
   int const srow = kFmt == DType::kF4E2m1x2 ? g : 0;
 
+  // A scale covers 32 K (two blocks): it is read and converted once per block pair (kG is even and groups start
+  // on even blocks), not per block.
+  static_assert(kG % 2 == 0, "scale pairs");
+  unsigned char const* srows[kMats];
+#pragma unroll
+  for (int i = 0; i < kMats; ++i) srows[i] = scales + (i * kScaleRows<kFmt> + srow) * scols;
   auto compute_group = [&](int grp, uint32_t const (&buf)[kMats][kG]) {
+    float sc[kMats];       // FP8: 2^(s−127) in fp32
+    uint32_t sc2[kMats];   // FP4: 2^(s−127) as bf16x2
 #pragma unroll
     for (int j = 0; j < kG; ++j) {
       int const b = grp * kG + j;
       if (b >= nblocks) break;
+      if (j % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < kMats; ++i) {
+          uint8_t const sb = srows[i][b / 2];
+          if constexpr (kFmt == DType::kF8E4m3) sc[i] = float_from_e8m0(sb);
+          else sc2[i] = e8m0_bf16x2(sb);
+        }
+      }
       uint32_t a[4];
       ldmatrix_x4(a, xa + static_cast<uint32_t>(b) * 32u);
       if (!lo_ok) a[0] = a[2] = 0u;
       if (!hi_ok) a[1] = a[3] = 0u;
 #pragma unroll
       for (int i = 0; i < kMats; ++i) {
-        uint8_t const sb = scales[(i * kScaleRows<kFmt> + srow) * scols + b / 2];
         uint32_t const word = buf[i][j];
         uint32_t b0, b1;
         if constexpr (kFmt == DType::kF8E4m3) {
-          float const sc = float_from_e8m0(sb);
-          b0 = scaled_e4m3x2(word, sc);
-          b1 = scaled_e4m3x2(word >> 16, sc);
+          b0 = scaled_e4m3x2(word, sc[i]);
+          b1 = scaled_e4m3x2(word >> 16, sc[i]);
         } else {
-          uint32_t const sc2 = e8m0_bf16x2(sb);
-          b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2);
-          b1 = scaled_e2m1x2(lut[(word >> 8) & 0xFFu], sc2);
+          b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2[i]);
+          b1 = scaled_e2m1x2(lut[(word >> 8) & 0xFFu], sc2[i]);
         }
         block_step<TcMma::kK16>(acc[i], a, b0, b1);
       }
