@@ -127,10 +127,50 @@ constexpr Launch kLaunch[2][2][2] = {
      {launch_skinny<TcMma::kK8x2, false>, launch_skinny<TcMma::kK8x2, true>}},
 };
 
+/// decode_block_scaled_pairs_cuda: pair i through the tiles' decode helpers (the table entry built as
+/// stage_quant_scales_and_table builds it for FP4).
+__global__ void decode_pairs_kernel(DType fmt, uint16_t const* pairs, uint8_t const* scales, uint32_t* out, int64_t n) {
+  int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint8_t const sb = scales[i];
+  if (fmt == DType::kF8E4m3) {
+    out[i] = scaled_e4m3x2(pairs[i], float_from_e8m0(sb));
+  } else {
+    uint8_t const b = static_cast<uint8_t>(pairs[i]);
+    uint32_t const entry = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
+                           (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
+    out[i] = scaled_e2m1x2(entry, e8m0_bf16x2(sb));
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels::tc_linear
 
 namespace tessera::ops {
+
+Status decode_block_scaled_pairs_cuda(DType fmt, uint16_t const* pairs, uint8_t const* scales, uint32_t* out, int64_t n) {
+  using kernels::cuda_status;
+  if (fmt != DType::kF8E4m3 && fmt != DType::kF4E2m1x2)
+    return invalid_argument("decode_block_scaled_pairs_cuda: FP8 e4m3 or FP4 e2m1 only");
+  if (n <= 0) return {};
+  uint16_t* dp = nullptr;
+  uint8_t* ds = nullptr;
+  uint32_t* dout = nullptr;
+  auto release = [&] { cudaFree(dp), cudaFree(ds), cudaFree(dout); };
+  size_t const un = static_cast<size_t>(n);
+  cudaError_t e = cudaMalloc(&dp, un * 2);
+  if (e == cudaSuccess) e = cudaMalloc(&ds, un);
+  if (e == cudaSuccess) e = cudaMalloc(&dout, un * 4);
+  if (e == cudaSuccess) e = cudaMemcpy(dp, pairs, un * 2, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) e = cudaMemcpy(ds, scales, un, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) {
+    kernels::tc_linear::decode_pairs_kernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(fmt, dp, ds, dout, n);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess) e = cudaMemcpy(out, dout, un * 4, cudaMemcpyDeviceToHost);
+  release();
+  return cuda_status(e, "decode_block_scaled_pairs_cuda");
+}
 
 TcSlab tc_default_slab() {
   static TcSlab const slab = [] {

@@ -180,6 +180,55 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
 // product per output; +0 for a −0 weight). Prints the positions whose weight is not W[o][k]. (An FP8 build whose
 // decode index nvcc 13.0.88 miscompiled showed K positions 0–15 right, 16–31 meeting values of no weight of the
 // tile and 32–63 zeros: scripts/nvcc/.)
+// Every code under every scale code, through the tiles' decode helpers (scaled_e4m3x2; the FP4 table entry and
+// scaled_e2m1x2), against ops::scaled_weight: the same bf16 bits, ±inf where the product overflows included.
+// NaN (e4m3 codes 0x7F / 0xFF, scale code 255) only has to stay NaN: its payload carries no meaning.
+BOOST_AUTO_TEST_CASE(decode_helpers_exhaustive) {
+  for (DType fmt : fused_formats()) {
+    std::vector<uint16_t> pairs;
+    std::vector<uint8_t> sc;
+    for (int s = 0; s < 256; ++s)
+      for (int c = 0; c < 256; ++c) {
+        pairs.push_back(fmt == DType::kF8E4m3 ? static_cast<uint16_t>(c | ((255 - c) << 8)) : static_cast<uint16_t>(c));
+        sc.push_back(static_cast<uint8_t>(s));
+      }
+    std::vector<uint32_t> out(pairs.size(), 0);
+    Status const st = ops::decode_block_scaled_pairs_cuda(fmt, pairs.data(), sc.data(), out.data(), static_cast<int64_t>(pairs.size()));
+    BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+    int64_t bad = 0, nan_pairs = 0;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      uint8_t q[2] = {static_cast<uint8_t>(pairs[i] & 0xFF), static_cast<uint8_t>(pairs[i] >> 8)};
+      uint8_t const s = sc[i];
+      for (int h = 0; h < 2; ++h) {
+        // Code h of the pair as a one-row weight: FP8 byte q[h]; FP4 nibble h of the low byte.
+        float want;
+        if (fmt == DType::kF8E4m3) {
+          want = ops::scaled_weight(fmt, &q[h], 1, &s, 1, 0, 0);
+        } else {
+          want = ops::scaled_weight(fmt, &q[0], 1, &s, 1, 0, h);
+        }
+        uint16_t const got = static_cast<uint16_t>(out[i] >> (16 * h));
+        float const gotf = float_from_bf16_bits(got);
+        if (want != want || gotf != gotf) {
+          nan_pairs += 1;
+          bad += (want != want) != (gotf != gotf);
+          continue;
+        }
+        if (got != bf16_bits_from_float(want)) {
+          if (bad < 4)
+            std::printf("  %s code %02x scale %u: got %04x, scaled_weight %04x\n", fmt == DType::kF8E4m3 ? "fp8" : "fp4",
+                        fmt == DType::kF8E4m3 ? q[h] : (q[0] >> (4 * h)) & 15, static_cast<unsigned>(s), got,
+                        bf16_bits_from_float(want));
+          ++bad;
+        }
+      }
+    }
+    std::printf("decode helpers %s: %zu codes x scales, %lld NaN, %lld differ\n", fmt == DType::kF8E4m3 ? "fp8" : "fp4",
+                2 * pairs.size(), static_cast<long long>(nan_pairs), static_cast<long long>(bad));
+    BOOST_TEST(bad == 0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fused_tile_k_positions) {
   for (DType fmt : fused_formats()) {
     ScaledW const w = make_scaled(fmt, 8, 64, 0, false, 4242);

@@ -140,6 +140,12 @@ inline bool tc_vec16(LinearTcDesc const& d, LinearTcArgs const& a) {
 /// "gemm/k16/vec16" and the like: the compiled variant a call runs (logs, tests, benches).
 char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a);
 
+/// The block-scaled tiles' decode, pair by pair, for exhaustive tests (host arrays of n; synchronous): out[i] =
+/// the bf16x2 bits the tiles feed the mma for the two codes of pairs[i] (FP8: low byte k, high byte k + 1; FP4: the
+/// low byte's two nibbles, low nibble k) under scale code scales[i]. Each half should be
+/// bf16(ops::scaled_weight(...)) of its code.
+Status decode_block_scaled_pairs_cuda(DType fmt, uint16_t const* pairs, uint8_t const* scales, uint32_t* out, int64_t n);
+
 /// Runs the variant on ctx.stream (device pointers). Checks shapes and strides; M, N or K = 0 is allowed
 /// (K = 0 writes +0).
 Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext& ctx);
