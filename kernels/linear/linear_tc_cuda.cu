@@ -311,45 +311,60 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
     if (ws) {  // every problem takes the warp-specialised path: one launch (smem for the widest)
       int64_t const xr = std::min<int64_t>(mmax, kSkinnyRows);
       bool const deep = ws_raw_stages(xr) == kWsRawDeep;
-      BatchKernel const kw = fp4 ? (deep ? linear_tc_skinny_ws_batch_kernel<DType::kF4E2m1x2, kWsRawDeep>
-                                         : linear_tc_skinny_ws_batch_kernel<DType::kF4E2m1x2, kWsRawShallow>)
-                                 : (deep ? linear_tc_skinny_ws_batch_kernel<DType::kF8E4m3, kWsRawDeep>
-                                         : linear_tc_skinny_ws_batch_kernel<DType::kF8E4m3, kWsRawShallow>);
+      // Each kernel opts into its largest launch's shared memory once (allow_smem), not on every call.
+      auto ws_kernel = [&]<DType kFmt, int kRaw>() -> Result<BatchKernel> {
+        constexpr BatchKernel kK = linear_tc_skinny_ws_batch_kernel<kFmt, kRaw>;
+        TESSERA_TRY(cuda_status(allow_smem<kK>(skinny_ws_smem_bytes<kFmt>(1, kRaw, kSkinnyRows, ops::kTcQuantMaxK)),
+                                "linear_tc skinny batch (block-scaled, warp-specialised): shared memory attribute"));
+        return kK;
+      };
+      auto const kw = fp4 ? (deep ? ws_kernel.template operator()<DType::kF4E2m1x2, kWsRawDeep>()
+                                  : ws_kernel.template operator()<DType::kF4E2m1x2, kWsRawShallow>())
+                          : (deep ? ws_kernel.template operator()<DType::kF8E4m3, kWsRawDeep>()
+                                  : ws_kernel.template operator()<DType::kF8E4m3, kWsRawShallow>());
+      if (!kw) return kw.status();
       size_t const smem = fp4 ? skinny_ws_smem_bytes<DType::kF4E2m1x2>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax)
                               : skinny_ws_smem_bytes<DType::kF8E4m3>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax);
-      TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kw, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                              "linear_tc skinny batch (block-scaled, warp-specialised): shared memory attribute"));
-      kw<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), kWsThreads, smem, kernels::stream_of(ctx)>>>(b);
+      (*kw)<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), kWsThreads, smem, kernels::stream_of(ctx)>>>(b);
       return launch_status("linear_tc_skinny_ws_batch_kernel");
     }
     if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
-      BatchKernel const kd = fp4 ? linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
+      constexpr BatchKernel kd4 = linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2>;
+      constexpr BatchKernel kd8 = linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
+      BatchKernel const kd = fp4 ? kd4 : kd8;
       size_t smem = 0;
       for (size_t i = 0; i < d.size(); ++i)
         smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k)
                                   : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k));
-      TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                              "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
+      // The widest direct call (launch_skinny_qd's bound), once per kernel.
+      cudaError_t const e = fp4 ? allow_smem<kd4>(skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2))
+                                : allow_smem<kd8>(skinny_qd_smem_bytes<DType::kF8E4m3>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2));
+      TESSERA_TRY(cuda_status(e, "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
       kd<<<dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx)>>>(b);
       return launch_status("linear_tc_skinny_qd_batch_kernel");
     }
-    BatchKernel const kq = fp4 ? linear_tc_skinny_q_batch_kernel<DType::kF4E2m1x2> : linear_tc_skinny_q_batch_kernel<DType::kF8E4m3>;
-    size_t const smax = fp4 ? skinny_q_launch_smem<DType::kF4E2m1x2>(kSkinnyRows, ops::kTcQuantMaxK)
-                            : skinny_q_launch_smem<DType::kF8E4m3>(kSkinnyRows, ops::kTcQuantMaxK);
+    constexpr BatchKernel kq4 = linear_tc_skinny_q_batch_kernel<DType::kF4E2m1x2>;
+    constexpr BatchKernel kq8 = linear_tc_skinny_q_batch_kernel<DType::kF8E4m3>;
+    BatchKernel const kq = fp4 ? kq4 : kq8;
     size_t const smem = fp4 ? skinny_q_launch_smem<DType::kF4E2m1x2>(mmax, kmax) : skinny_q_launch_smem<DType::kF8E4m3>(mmax, kmax);
-    TESSERA_TRY(cuda_status(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smax)),
-                            "linear_tc skinny batch (block-scaled): shared memory attribute"));
+    cudaError_t const e = fp4 ? allow_smem<kq4>(skinny_q_launch_smem<DType::kF4E2m1x2>(kSkinnyRows, ops::kTcQuantMaxK))
+                              : allow_smem<kq8>(skinny_q_launch_smem<DType::kF8E4m3>(kSkinnyRows, ops::kTcQuantMaxK));
+    TESSERA_TRY(cuda_status(e, "linear_tc skinny batch (block-scaled): shared memory attribute"));
     kq<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, smem, kernels::stream_of(ctx)>>>(b);
     return launch_status("linear_tc_skinny_q_batch_kernel");
   }
   bool const vec16 = tc_vec16(d[0], a[0]);
-  BatchKernel const k = d[0].mma == TcMma::kK16 ? (vec16 ? linear_tc_skinny_batch_kernel<TcMma::kK16, true>
-                                                         : linear_tc_skinny_batch_kernel<TcMma::kK16, false>)
-                                                : (vec16 ? linear_tc_skinny_batch_kernel<TcMma::kK8x2, true>
-                                                         : linear_tc_skinny_batch_kernel<TcMma::kK8x2, false>);
-  TESSERA_TRY(cuda_status(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(skinny_smem_bytes(kSkinnyRows))),
-                          "linear_tc skinny batch: shared memory attribute"));
+  auto bf16_kernel = [&]<TcMma kMma, bool kVec>() -> Result<BatchKernel> {
+    constexpr BatchKernel kK = linear_tc_skinny_batch_kernel<kMma, kVec>;
+    TESSERA_TRY(cuda_status(allow_smem<kK>(skinny_smem_bytes(kSkinnyRows)), "linear_tc skinny batch: shared memory attribute"));
+    return kK;
+  };
+  auto const kb = d[0].mma == TcMma::kK16 ? (vec16 ? bf16_kernel.template operator()<TcMma::kK16, true>()
+                                                   : bf16_kernel.template operator()<TcMma::kK16, false>())
+                                          : (vec16 ? bf16_kernel.template operator()<TcMma::kK8x2, true>()
+                                                   : bf16_kernel.template operator()<TcMma::kK8x2, false>());
+  if (!kb) return kb.status();
+  BatchKernel const k = *kb;
   k<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, skinny_smem_bytes(mmax),
       kernels::stream_of(ctx)>>>(b);
   return launch_status("linear_tc_skinny_batch_kernel");
