@@ -14,6 +14,8 @@
 #   source:  ncu --set full with source import of the last decode step's first launch matching each of KERNELS
 #            (space-separated regexes), then its SASS view with per-instruction stall samples as CSV
 #            (src_<kernel>.csv, the report src_<kernel>.ncu-rep beside it; not yet run on a device).
+#   prefill: bench_model prefill at PREFILL (default 1024,8192) on fp8 1- and 3-layer checkpoints per build, then the
+#            ncu kernel time of one PREFILL_PROFILE-token prefill (default 1024) of MODEL (default flash3e32).
 #   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
 #            verify golden --device cuda (fp32, bf16), and tc_bench --quant per block-scaled path (ring, ws, direct).
 # FP8_ONLY=1: bench runs the fp8 context-128 set only (profile: no exl3 checkpoint either).
@@ -21,7 +23,7 @@
 # directory (bench_model_base: the base build's bench_model); nothing is built here and check runs the suites present.
 # BASE_PATCH=file (a diff of kernels/ from the base to this tree): bench and profile also time the base, built
 # first with the diff reversed (then the tree is restored and rebuilt incrementally), in the same run.
-# Usage (repository root, on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/some/dir bash scripts/device/decode_now.sh check|bench|detail|profile
+# Usage (repository root, on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared OUT=/some/dir bash scripts/device/decode_now.sh check|bench|detail|profile|stalls|source|prefill
 cd "$(dirname "$0")/../.." || exit 1
 mode=${1:-bench}
 OUT=${OUT:-/tmp}; mkdir -p "$OUT"
@@ -129,6 +131,24 @@ if [ "$mode" = source ]; then  # SASS lines of a decode step's first launch matc
     timeout 60 ncu --import $R/src_$k.ncu-rep --page source --print-source sass --csv > $R/src_$k.csv 2>&1
     echo "source $k (skip $skip) rc=$? lines=$(wc -l < $R/src_$k.csv) (${SECONDS}s)"
   done
+  exit 0
+fi
+if [ "$mode" = prefill ]; then  # prefill tok/s at PREFILL lengths, then ncu kernel time of one PREFILL_PROFILE prefill
+  make_syn flash3e32 3 fp8
+  for b in $builds; do
+    timeout 200 $(bm $b) --device cuda --dtype bf16 --model $S/flash1e32 --model $S/flash3e32 --prefill ${PREFILL:-1024,8192} \
+      --batches "" > $R/prefill_$b.jsonl 2> $R/prefill_$b.err
+    echo "[$b] prefill rc=$? ${SECONDS}s"; grep -E '"prefill' $R/prefill_$b.jsonl; tail -2 $R/prefill_$b.err
+  done
+  # Two timed prefills of PREFILL_PROFILE tokens minus the warm-up-only run, over 2.
+  for L in "" ${PREFILL_PROFILE:-1024}; do
+    timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+      $(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash3e32} --batches "" --prefill "$L" \
+      > $R/ncu_prefill_${L:-0}.csv 2> $R/ncu_prefill_${L:-0}.err
+  done
+  python3 scripts/device/ncu_diff.py $R/ncu_prefill_0.csv $R/ncu_prefill_${PREFILL_PROFILE:-1024}.csv --per 2 --unit ms --top 40 \
+    --title "${MODEL:-flash3e32}: ncu prefill of ${PREFILL_PROFILE:-1024} tokens, one chunk"
+  echo "  (${SECONDS}s)"
   exit 0
 fi
 [ "${FP8_ONLY:-0}" = 1 ] || make_syn flash1x 1 exl3:2.8
