@@ -8,9 +8,10 @@
 ///   rows ≥ 32 (prefill): a 64×64 register-tiled SIMT GEMM (linear_gemm_kernel);
 ///   otherwise: 4 warps × 32 outputs × 8 rows over 32×32 shared tiles (linear_rows_kernel);
 ///   fma_chain (wo_a): one thread per (row, output) (linear_fma_chain_kernel).
-/// Block-scaled FP8 / FP4 weights (ops::is_block_scaled) run like bf16 weights holding ops::scaled_weight: decode
-/// shapes on the skinny tile decoding the codes in shared memory (kernels/linear/linear_tc_quant.cuh), other calls
-/// after decoding W to bf16 in stream-ordered memory (linear_dequant_kernel).
+/// Block-scaled FP8 / FP4 weights (ops::is_block_scaled) run like bf16 weights holding ops::scaled_weight: bf16-output
+/// calls on the tensor-core tiles decoding the codes themselves (skinny tiles for decode shapes,
+/// kernels/linear/linear_tc_quant*.cuh; the GEMM tile from kTcGemmMinRows rows, linear_tc_quant_gemm.cuh), other
+/// calls (fp32 output, misaligned codes) after decoding W to bf16 in stream-ordered memory (linear_dequant_kernel).
 /// bf16 weights with a bf16 output (desc.impl = kAuto) run on the tensor cores instead: x is copied to bf16
 /// in stream-ordered scratch (linear_x_bf16_kernel; exact, x holds bf16 values) and ops::linear_tc_cuda
 /// computes ref::dot_tc with mma.sync m16n8k16 (equal to tc::BlockAcc bit for bit, measured by
@@ -337,10 +338,10 @@ __global__ void __launch_bounds__(256) linear_dequant_kernel(DType fmt, uint8_t 
   }
 }
 
-/// Block-scaled weights: the fused skinny tile when the call is a bf16-output decode shape it takes (every
-/// group ops::tc_quant_ok), otherwise the weights decoded to bf16 in stream-ordered memory and the bf16 call.
+/// Block-scaled weights: the fused tiles when the call has a bf16 output they take (every group ops::tc_quant_ok),
+/// otherwise the weights decoded to bf16 in stream-ordered memory and the bf16 call.
 Status run_linear_scaled(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecContext& ctx) {
-  if (d.md == DType::kBf16 && d.impl == ops::LinearImpl::kAuto && d.rows < ops::kTcGemmMinRows) {
+  if (d.md == DType::kBf16 && d.impl == ops::LinearImpl::kAuto) {
     bool fused = true;
     for (int64_t g = 0; fused && g < d.groups; ++g) {
       ops::LinearArgs const ga = ops::linear_group(d, a, g);

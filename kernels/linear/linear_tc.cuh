@@ -199,6 +199,38 @@ __device__ __forceinline__ void store_pair(TcLinearParams const& p, int64_t row,
 inline constexpr int kGemmXRowsPerThread = kGemmBM * (kGemmBK / 8) / (kGemmWarps * 32);
 static_assert(kGemmXRowsPerThread == 2);
 
+/// One 32-wide K slab of the 128 × 128 block tile from shared memory: x rows sx and W rows sw (kGemmLds pitch, K
+/// contiguous), block steps over the slab's first min(32, klen) K (klen ≤ 0: none; exactly ⌈k/16⌉ steps over a
+/// whole walk). Warp (wm, wn) = (warp / 4, warp % 4) adds to acc[mt][nt], the m16n8 tile of block rows
+/// 64·wm + 16·mt .., columns 32·wn + 8·nt .. (fragment layout of D).
+template <TcMma kMma>
+__device__ __forceinline__ void gemm_slab_mma(uint16_t const* sx, uint16_t const* sw, int64_t klen, float (&acc)[4][4][4]) {
+  int const lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  int const wm = warp >> 2, wn = warp & 3;
+#pragma unroll
+  for (int kk = 0; kk < kGemmBK; kk += 16) {
+    if (kk >= klen) break;
+    uint32_t a[4][4], b[4][2];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+      ldmatrix_x4(a[mt], smem_addr(sx + (wm * 64 + mt * 16 + (lane & 15)) * kGemmLds + kk + (lane >> 4) * 8));
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {  // n8 tiles 2np, 2np+1: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, …)
+      uint32_t r[4];
+      ldmatrix_x4(r, smem_addr(sw + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kGemmLds + kk +
+                               ((lane >> 3) & 1) * 8));
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) block_step<kMma>(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+  }
+}
+
 /// One block's 128 × 128 tile, the main loop of linear_tc_gemm_kernel and of the grouped MoE kernels
 /// (kernels/moe/moe_tc_cuda.cu): W rows n0 .. n0 + 127 of w ([n, k], row stride ldw; rows ≥ n staged as +0) against
 /// 128 x rows of which this thread stages rows (tid / 4) + 64·i from xrow[i] (K contiguous) when xok[i], else +0
@@ -212,8 +244,7 @@ template <TcMma kMma, bool kVec16>
 __device__ __forceinline__ void gemm_block_tile(uint16_t* smem, uint16_t const* const (&xrow)[kGemmXRowsPerThread],
                                                 bool const (&xok)[kGemmXRowsPerThread], uint16_t const* w,
                                                 int64_t ldw, int64_t n0, int64_t n, int64_t k, float (&acc)[4][4][4]) {
-  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  int const wm = warp >> 2, wn = warp & 3;
+  int const tid = static_cast<int>(threadIdx.x);
   auto slab_x = [&](int s) { return smem + s * 2 * kGemmTileHalves; };
   auto slab_w = [&](int s) { return smem + s * 2 * kGemmTileHalves + kGemmTileHalves; };
   // Slab kt → stage s: 128 rows × 4 chunks of 8 halves per operand, 2 chunks per thread per operand.
@@ -253,63 +284,41 @@ __device__ __forceinline__ void gemm_block_tile(uint16_t* smem, uint16_t const* 
     if (kt + kGemmStages - 1 < slabs) stage(kt + kGemmStages - 1, static_cast<int>((kt + kGemmStages - 1) % kGemmStages));
     cp_async_commit();
     int const s = static_cast<int>(kt % kGemmStages);
-    uint16_t const* sx = slab_x(s);
-    uint16_t const* sw = slab_w(s);
-#pragma unroll
-    for (int kk = 0; kk < kGemmBK; kk += 16) {
-      if (kt * kGemmBK + kk >= k) break;  // exactly ⌈k/16⌉ block steps in all
-      uint32_t a[4][4], b[4][2];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-        ldmatrix_x4(a[mt], smem_addr(sx + (wm * 64 + mt * 16 + (lane & 15)) * kGemmLds + kk + (lane >> 4) * 8));
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {  // n8 tiles 2np, 2np+1: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, …)
-        uint32_t r[4];
-        ldmatrix_x4(r, smem_addr(sw + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kGemmLds + kk +
-                                 ((lane >> 3) & 1) * 8));
-        b[2 * np][0] = r[0];
-        b[2 * np][1] = r[1];
-        b[2 * np + 1][0] = r[2];
-        b[2 * np + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) block_step<kMma>(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
-    }
+    gemm_slab_mma<kMma>(slab_x(s), slab_w(s), k - kt * kGemmBK, acc);
   }
   cp_async_wait<0>();
   __syncthreads();
 }
 
-/// GEMM: grid ⌈M/128⌉·⌈N/128⌉ (1-D, grouped raster), block 256, dynamic shared memory kGemmSmemBytes.
-/// Block tile rows m0 .. m0 + 127 of x, columns n0 .. n0 + 127 of W (gemm_block_tile): 16 accumulator tiles =
-/// 64 fp32 registers per thread.
-template <TcMma kMma, bool kVec16>
-__global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLinearParams const p) {
-  extern __shared__ __align__(16) uint16_t gemm_smem[];
-  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+/// The block's tile origin (m0, n0) of a GEMM launch: grid ⌈M/128⌉·⌈N/128⌉ (1-D), grouped raster (kGemmGroupM M tiles
+/// share a sweep over N, so W slabs are reused in L2).
+__device__ __forceinline__ void gemm_tile_origin(TcLinearParams const& p, int64_t& m0, int64_t& n0) {
   int64_t const tiles_m = (p.m + kGemmBM - 1) / kGemmBM, tiles_n = (p.n + kGemmBN - 1) / kGemmBN;
   int64_t const per_group = kGemmGroupM * tiles_n;
   int64_t const bid = blockIdx.x;
   int64_t const first_m = bid / per_group * kGemmGroupM;
   int64_t const group_m = tiles_m - first_m < kGemmGroupM ? tiles_m - first_m : kGemmGroupM;
   int64_t const in_group = bid % per_group;
-  int64_t const m0 = (first_m + in_group % group_m) * kGemmBM, n0 = in_group / group_m * kGemmBN;
-  int const wm = warp >> 2, wn = warp & 3;
+  m0 = (first_m + in_group % group_m) * kGemmBM;
+  n0 = in_group / group_m * kGemmBN;
+}
 
-  uint16_t const* xrow[kGemmXRowsPerThread];
-  bool xok[kGemmXRowsPerThread];
+/// The x rows this thread stages for the tile at m0 (gemm_block_tile's xrow / xok; rows ≥ M read row 0's address).
+__device__ __forceinline__ void gemm_x_rows(TcLinearParams const& p, int64_t m0, uint16_t const* (&xrow)[kGemmXRowsPerThread],
+                                            bool (&xok)[kGemmXRowsPerThread]) {
+  int const tid = static_cast<int>(threadIdx.x);
 #pragma unroll
   for (int i = 0; i < kGemmXRowsPerThread; ++i) {
     int64_t const row = m0 + (tid >> 2) + 64 * i;
     xok[i] = row < p.m;
     xrow[i] = p.x + (xok[i] ? row : 0) * p.ldx;
   }
-  float acc[4][4][4];
-  gemm_block_tile<kMma, kVec16>(gemm_smem, xrow, xok, p.w, p.ldw, n0, p.n, p.k, acc);
+}
 
-  int const g = lane >> 2, c = lane & 3;
+/// The block tile's outputs (acc in gemm_block_tile's layout) where they exist.
+__device__ __forceinline__ void gemm_store(TcLinearParams const& p, int64_t m0, int64_t n0, float const (&acc)[4][4][4]) {
+  int const lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  int const wm = warp >> 2, wn = warp & 3, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -318,6 +327,22 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLi
       store_pair(p, row, col, acc[mt][nt][0], acc[mt][nt][1]);
       store_pair(p, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
     }
+}
+
+/// GEMM: grid ⌈M/128⌉·⌈N/128⌉ (1-D, grouped raster), block 256, dynamic shared memory kGemmSmemBytes.
+/// Block tile rows m0 .. m0 + 127 of x, columns n0 .. n0 + 127 of W (gemm_block_tile): 16 accumulator tiles =
+/// 64 fp32 registers per thread.
+template <TcMma kMma, bool kVec16>
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLinearParams const p) {
+  extern __shared__ __align__(16) uint16_t gemm_smem[];
+  int64_t m0, n0;
+  gemm_tile_origin(p, m0, n0);
+  uint16_t const* xrow[kGemmXRowsPerThread];
+  bool xok[kGemmXRowsPerThread];
+  gemm_x_rows(p, m0, xrow, xok);
+  float acc[4][4][4];
+  gemm_block_tile<kMma, kVec16>(gemm_smem, xrow, xok, p.w, p.ldw, n0, p.n, p.k, acc);
+  gemm_store(p, m0, n0, acc);
 }
 
 /// One warp's skinny tile, the main loop of linear_tc_skinny_kernel and of the grouped MoE kernels

@@ -12,6 +12,7 @@
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/linear/linear_tc_quant_direct.cuh"
+#include "kernels/linear/linear_tc_quant_gemm.cuh"
 #include "kernels/linear/linear_tc_quant_ws.cuh"
 
 namespace tessera::kernels::tc_linear {
@@ -27,6 +28,17 @@ Status launch_gemm(TcLinearParams const& p, cudaStream_t stream) {
   if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc gemm: more than 2^31 − 1 tiles");
   kKernel<<<static_cast<unsigned>(blocks), kGemmWarps * 32, kGemmSmemBytes, stream>>>(p);
   return launch_status("linear_tc_gemm_kernel");
+}
+
+/// Block-scaled W on the GEMM tile (linear_tc_quant_gemm.cuh): the codes decoded per K slab inside the block.
+template <DType kFmt>
+Status launch_gemm_q(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_gemm_q_kernel<kFmt>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(gemm_q_smem_bytes<kFmt>()), "linear_tc gemm (block-scaled): shared memory attribute"));
+  int64_t const blocks = ceil_div(p.m, kGemmBM) * ceil_div(p.n, kGemmBN);
+  if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc gemm: more than 2^31 − 1 tiles");
+  kKernel<<<static_cast<unsigned>(blocks), kGemmWarps * 32, gemm_q_smem_bytes<kFmt>(), stream>>>(p);
+  return launch_status("linear_tc_gemm_q_kernel");
 }
 
 template <TcMma kMma, bool kVec16>
@@ -198,8 +210,10 @@ char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a)
                                                {"skinny/k16/elem/s512x4", "skinny/k16/vec16/s512x4"},
                                                {"skinny/k16/elem/s1024x3", "skinny/k16/vec16/s1024x3"},
                                                {"skinny/k16/elem/s512x6", "skinny/k16/vec16/s512x6"}};
-  if (a.w_format == DType::kF8E4m3) return tc_quant_ok(d, a) ? "skinny/k16/fp8" : "unsupported/fp8";
-  if (a.w_format == DType::kF4E2m1x2) return tc_quant_ok(d, a) ? "skinny/k16/fp4" : "unsupported/fp4";
+  if (a.w_format == DType::kF8E4m3)
+    return !tc_quant_ok(d, a) ? "unsupported/fp8" : tc_tile_for(d) == TcTile::kGemm ? "gemm/k16/fp8" : "skinny/k16/fp8";
+  if (a.w_format == DType::kF4E2m1x2)
+    return !tc_quant_ok(d, a) ? "unsupported/fp4" : tc_tile_for(d) == TcTile::kGemm ? "gemm/k16/fp4" : "skinny/k16/fp4";
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && static_cast<int>(slab) >= 0 && static_cast<int>(slab) < 4)
     return slab_names[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0];
@@ -224,7 +238,7 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
     if (a.w_format != DType::kF8E4m3 && a.w_format != DType::kF4E2m1x2)
       return invalid_argument("linear_tc: w_format must be bf16, f8_e4m3 or f4_e2m1x2");
     if (!tc_quant_ok(d, a))
-      return not_supported("linear_tc: block-scaled W runs on the skinny m16n8k16 tile only, with k % 32 == 0, k <= " +
+      return not_supported("linear_tc: block-scaled W runs on m16n8k16 tiles only, with k % 32 == 0, k <= " +
                            std::to_string(kTcQuantMaxK) + ", 16-byte aligned codes and x rows (ops::tc_quant_ok)");
     if (!a.x || !a.w_q || !a.w_scale) return invalid_argument("linear_tc: null x, w_q or w_scale");
     int64_t const row_bytes = a.w_format == DType::kF4E2m1x2 ? d.k / 2 : d.k;
@@ -262,6 +276,7 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
                            std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
     cudaStream_t const st = kernels::stream_of(ctx);
     bool const fp4 = a.w_format == DType::kF4E2m1x2;
+    if (tc_tile_for(d) == TcTile::kGemm) return fp4 ? launch_gemm_q<DType::kF4E2m1x2>(p, st) : launch_gemm_q<DType::kF8E4m3>(p, st);
     if (path == ops::TcQuantPath::kDirect) return fp4 ? launch_skinny_qd<DType::kF4E2m1x2>(p, st) : launch_skinny_qd<DType::kF8E4m3>(p, st);
     if (path == ops::TcQuantPath::kWarpSpec) return fp4 ? launch_skinny_ws<DType::kF4E2m1x2>(p, st) : launch_skinny_ws<DType::kF8E4m3>(p, st);
     return fp4 ? launch_skinny_q<DType::kF4E2m1x2>(p, st) : launch_skinny_q<DType::kF8E4m3>(p, st);

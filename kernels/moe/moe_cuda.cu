@@ -721,11 +721,10 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
                   (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d.rows));
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
-    if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {
-      int64_t const per = 3 * d.inter * d.dim * static_cast<int64_t>(sizeof(uint16_t));
-      int64_t const group = d.decode_group_experts > 0 ? d.decode_group_experts
-                                                       : std::max<int64_t>(1, kMoeDecodeGroupBytes / per);
-      TESSERA_TRY(moe_tc::launch_gemm_decoded(q, d.experts, std::min(group, d.experts), st));
+    if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d) && d.decode_group_experts > 0) {
+      TESSERA_TRY(moe_tc::launch_gemm_decoded(q, d.experts, std::min(d.decode_group_experts, d.experts), st));
+    } else if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {
+      TESSERA_TRY(moe_tc::launch_gemm_scaled(q, st));
     } else if (L.path == MoeTcPath::kGemm) {
       TESSERA_TRY(moe_tc::launch_gemm(q, st));
     } else {

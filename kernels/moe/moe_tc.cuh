@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Tensor-core expert GEMMs of MoeExperts<kCuda> (ops::MoeTcPath::kSkinny / kGemm; kernels in moe_tc_cuda.cu,
 /// routing, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype are bf16 (block-scaled
-/// routed experts: decoded inside the skinny tiles, or to bf16 before the GEMM tiles).
+/// routed experts: decoded inside the tiles, or, when asked, to bf16 before the GEMM tiles).
 ///
 /// Math (ref::moe_expert_row_accumulate with md = bf16, every dot ref::dot_tc):
 ///   act[slot, i] = →bf16(w·(silu(min(g, L))·clamp(u, ±L))),  g = →bf16(W1[i]·x_tok), u = →bf16(W3[i]·x_tok)
@@ -71,6 +71,10 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
 Status launch_skinny(MoeTcParams const& p, cudaStream_t st);
 /// act then ybuf, tiles of ≤ kGemmTileRows assignments: grid (⌈N/128⌉, tiles), 8 warps per block.
 Status launch_gemm(MoeTcParams const& p, cudaStream_t st);
+/// launch_gemm for block-scaled routed experts (p.routed_scaled): the routed tiles decode their W codes per K slab
+/// (kernels/linear/linear_tc_quant_gemm.cuh), the shared expert's tiles run the bf16 kernels; same values as
+/// launch_gemm_decoded, without the decoded copy of every expert.
+Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st);
 /// launch_gemm for block-scaled routed experts (p.routed_scaled): per group of `group` experts in expert order,
 /// their W1 / W3 / W2 decoded to bf16 (ops::scaled_weight, the values the skinny tiles use) into stream-ordered
 /// memory, then launch_gemm restricted to the group's tiles (the shared expert's tiles with the first group).

@@ -27,6 +27,7 @@
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "kernels/linear/linear_tc_quant_direct.cuh"
+#include "kernels/linear/linear_tc_quant_gemm.cuh"
 #include "kernels/linear/linear_tc_quant_ws.cuh"
 #include "kernels/moe/moe_tc.cuh"
 #include "tessera/ops/linear.hpp"
@@ -336,20 +337,17 @@ __device__ __forceinline__ int tile_cols(int64_t n0, int64_t n) {
   return static_cast<int>(n - n0 < kGemmBN ? n - n0 : kGemmBN);
 }
 
+/// The act GEMM's epilogue for the block tile at n0 (acc after gemm_block_tile or gemm_block_tile_q; smem free).
 /// kUp = false: g = W1·x → act as →bf16(g). kUp = true (the next launch): u = W3·x, and act ← the activation of
 /// the g stored there (by the same thread position of the previous launch) and u.
-template <bool kUp, bool kVec16>
-__device__ __forceinline__ void act_gemm(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, uint16_t* smem) {
-  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+template <bool kUp>
+__device__ __forceinline__ void act_epilogue(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, uint16_t* smem,
+                                             int64_t n0, float const (&acc)[4][4][4]) {
   int const cols = tile_cols(n0, p.inter);
-  auto x_row = [&](RowInfo const& ri) { return p.x + static_cast<int64_t>(ri.token) * p.dim; };
   auto out = [&](int row) { return p.act + static_cast<int64_t>(rows_s[row].slot) * p.inter + n0; };
-  float acc[4][4][4];
   if constexpr (!kUp) {
-    gemm_pass<kVec16>(t, rows_s, x_row, smem, expert_w(p.w.w1, p.w.shared_w1, t.expert), n0, p.inter, p.dim, acc);
     gemm_for_each(acc, t.count, cols, [&](int row, int lc, float g) { out(row)[lc] = bf16_bits_from_float(g); });
   } else {
-    gemm_pass<kVec16>(t, rows_s, x_row, smem, expert_w(p.w.w3, p.w.shared_w3, t.expert), n0, p.inter, p.dim, acc);
     // →bf16(u) into the free ring (gemm_block_tile ended with a barrier; 32 KiB ≤ kGemmSmemBytes), then the
     // activation element by element from g (global) and u (shared, this thread's own): with the accumulators
     // dead, silu's registers fit under the 128 of two blocks per SM.
@@ -364,12 +362,22 @@ __device__ __forceinline__ void act_gemm(MoeTcParams const& p, Tile const& t, Ro
   }
 }
 
+template <bool kUp, bool kVec16>
+__device__ __forceinline__ void act_gemm(MoeTcParams const& p, Tile const& t, RowInfo const* rows_s, uint16_t* smem) {
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  auto x_row = [&](RowInfo const& ri) { return p.x + static_cast<int64_t>(ri.token) * p.dim; };
+  float acc[4][4][4];
+  uint16_t const* const w = kUp ? expert_w(p.w.w3, p.w.shared_w3, t.expert) : expert_w(p.w.w1, p.w.shared_w1, t.expert);
+  gemm_pass<kVec16>(t, rows_s, x_row, smem, w, n0, p.inter, p.dim, acc);
+  act_epilogue<kUp>(p, t, rows_s, smem, n0, acc);
+}
+
 template <bool kUp>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) uint16_t act_gemm_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   gemm_rows(p, t, rows_s);
   uint16_t const* const w = kUp ? expert_w(p.w.w3, p.w.shared_w3, t.expert) : expert_w(p.w.w1, p.w.shared_w1, t.expert);
   if (p.dim % 8 == 0 && aligned16(w)) act_gemm<kUp, true>(p, t, rows_s, act_gemm_smem);
@@ -392,11 +400,62 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_down_gemm_kernel(Mo
   extern __shared__ __align__(16) uint16_t down_gemm_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   gemm_rows(p, t, rows_s);
   uint16_t const* const w2 = expert_w(p.w.w2, p.w.shared_w2, t.expert);
   if (p.inter % 8 == 0 && aligned16(w2)) down_gemm<true>(p, t, rows_s, down_gemm_smem, w2);
   else down_gemm<false>(p, t, rows_s, down_gemm_smem, w2);
+}
+
+// ---- kGemm on block-scaled routed experts (MoeTcParams::routed_scaled): grid (⌈N/128⌉, max_routed_tiles), 8 warps;
+// the codes decoded per K slab inside the tile (linear_tc_quant_gemm.cuh). Routed tiles only (the shared expert's run
+// the bf16 kernels above in launches of their own). ----
+
+/// gemm_pass on block-scaled W: the x rows of the tile gathered as gemm_pass gathers them (16-byte rows).
+template <DType kFmt, class XRow>
+__device__ __forceinline__ void gemm_pass_q(Tile const& t, RowInfo const* rows_s, XRow const& x_row, unsigned char* smem,
+                                            QuantW const& w, int64_t n0, int64_t n, int64_t k, float (&acc)[4][4][4]) {
+  int const tid = static_cast<int>(threadIdx.x);
+  uint16_t const* xrow[kGemmXRowsPerThread];
+  bool xok[kGemmXRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kGemmXRowsPerThread; ++i) {
+    int const r = (tid >> 2) + 64 * i;
+    xok[i] = r < t.count;
+    xrow[i] = x_row(rows_s[xok[i] ? r : 0]);
+  }
+  gemm_block_tile_q<kFmt>(smem, xrow, xok, w, n0, n, k, acc);
+}
+
+template <DType kFmt, bool kUp>
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_q_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char act_gemm_q_smem[];
+  __shared__ RowInfo rows_s[kGemmTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;  // block-uniform
+  gemm_rows(p, t, rows_s);
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  QuantW const w = kUp ? routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim) : routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim);
+  float acc[4][4][4];
+  gemm_pass_q<kFmt>(t, rows_s, [&](RowInfo const& ri) { return p.x + static_cast<int64_t>(ri.token) * p.dim; },
+                    act_gemm_q_smem, w, n0, p.inter, p.dim, acc);
+  act_epilogue<kUp>(p, t, rows_s, reinterpret_cast<uint16_t*>(act_gemm_q_smem), n0, acc);
+}
+
+template <DType kFmt>
+__global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_down_gemm_q_kernel(MoeTcParams const p) {
+  extern __shared__ __align__(16) unsigned char down_gemm_q_smem[];
+  __shared__ RowInfo rows_s[kGemmTileRows];
+  Tile t;
+  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  gemm_rows(p, t, rows_s);
+  int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  float acc[4][4][4];
+  gemm_pass_q<kFmt>(t, rows_s, [&](RowInfo const& ri) { return p.act + static_cast<int64_t>(ri.slot) * p.inter; },
+                    down_gemm_q_smem, routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter), n0, p.dim, p.inter, acc);
+  gemm_for_each(acc, t.count, tile_cols(n0, p.dim), [&](int row, int lc, float y) {
+    p.ybuf[static_cast<int64_t>(rows_s[row].slot) * p.dim + n0 + lc] = device::round_md(y, true);
+  });
 }
 
 /// Routed tile slots then the shared expert's token tiles.
@@ -579,6 +638,62 @@ Status launch_gemm(MoeTcParams const& p, cudaStream_t st) {
   TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
   moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
   return launch_status("moe_tc_down_gemm_kernel");
+}
+
+namespace {
+template <DType kFmt>
+Status launch_gemm_q(MoeTcParams const& p, cudaStream_t st) {
+  constexpr auto kGate = moe_tc_act_gemm_q_kernel<kFmt, false>;
+  constexpr auto kUp = moe_tc_act_gemm_q_kernel<kFmt, true>;
+  constexpr auto kDown = moe_tc_down_gemm_q_kernel<kFmt>;
+  constexpr size_t kSmem = gemm_q_smem_bytes<kFmt>();
+  TESSERA_TRY(cuda_status(allow_smem<kGate>(kSmem), "moe_tc gate gemm (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kUp>(kSmem), "moe_tc act gemm (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDown>(kSmem), "moe_tc down gemm (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<false>>(kGemmSmemBytes), "moe_tc gate gemm: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<true>>(kGemmSmemBytes), "moe_tc act gemm: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_gemm_kernel>(kGemmSmemBytes), "moe_tc down gemm: shared memory attribute"));
+  int64_t const gr = p.max_routed_tiles, gs = p.shared ? ceil_div(p.rows, p.tile_rows) : 0;
+  int64_t const ga = ceil_div(p.inter, kGemmBN), gd = ceil_div(p.dim, kGemmBN);
+  TESSERA_TRY(check_grid(ga, std::max(gr, gs), "moe_tc act gemm"));
+  TESSERA_TRY(check_grid(gd, std::max(gr, gs), "moe_tc down gemm"));
+  MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
+  ps.tile0 = p.max_routed_tiles;
+  unsigned const threads = kGemmWarps * 32;
+  // Gate before up for every tile (up reads the g its tile's gate launch stored), then down.
+  if (gr > 0) {
+    kGate<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_act_gemm_q_kernel<gate>"));
+  }
+  if (gs > 0) {
+    moe_tc_act_gemm_kernel<false><<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<gate>"));
+  }
+  if (gr > 0) {
+    kUp<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_act_gemm_q_kernel<up>"));
+  }
+  if (gs > 0) {
+    moe_tc_act_gemm_kernel<true><<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
+  }
+  if (gr > 0) {
+    kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    TESSERA_TRY(launch_status("moe_tc_down_gemm_q_kernel"));
+  }
+  if (gs > 0) {
+    moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    TESSERA_TRY(launch_status("moe_tc_down_gemm_kernel"));
+  }
+  return {};
+}
+}  // namespace
+
+Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st) {
+  if (p.tile_rows != kGemmTileRows) return invalid_argument("moe_tc gemm: tiles of 128 assignments expected");
+  if (p.routed_scaled == DType::kF8E4m3) return launch_gemm_q<DType::kF8E4m3>(p, st);
+  if (p.routed_scaled == DType::kF4E2m1x2) return launch_gemm_q<DType::kF4E2m1x2>(p, st);
+  return invalid_argument("moe_tc gemm (block-scaled): routed experts not block-scaled");
 }
 
 Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group, cudaStream_t st) {

@@ -15,7 +15,9 @@ def load(path):
     for r in rows[hi + 1:]:
         if len(r) <= max(ki, ni, ai):
             continue
-        name = r[ki].split('(')[0].split('<')[0].strip()
+        # 'void ns::<unnamed>::kernel<…>(params)' → 'ns::kernel'
+        name = r[ki].replace('(anonymous namespace)::', '').replace('<unnamed>::', '').replace('void ', '', 1)
+        name = name.split('(')[0].split('<')[0].strip()
         n = float(r[ni])
         t = float(r[ai].replace(',', '')) * n  # ns
         a = agg.setdefault(name, [0.0, 0.0])

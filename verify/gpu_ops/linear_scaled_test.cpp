@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Block-scaled weights (FP8 e4m3 with 32×32-block ue8m0 scales, FP4 e2m1 with per-row-per-32 scales) on the GPU:
-///  * the fused skinny tile (ops::linear_tc_cuda with LinearTcArgs::w_format) on each path (ring, warp-specialised,
-///    direct where it fits) against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
+///  * the fused tiles (ops::linear_tc_cuda with LinearTcArgs::w_format): the skinny tile on each path (ring,
+///    warp-specialised, direct where it fits) and the GEMM tile (M ≥ 64) against ref::dot_tc over the decoded weights ops::scaled_weight, bit for bit (fp32 accumulators and →bf16
 ///    outputs), on random codes over every byte value but NaN, scales around 2^0 and over 2^-127 … 2^63,
 ///    M = 1..16 and 17 (two row groups), N off the 8- and 32-row blocks, K from 32 to kTcQuantMaxK, strided codes;
 ///  * calls the fused tile does not take are refused (not_supported), never run wrong; a format without a
 ///    verified fused tile (ops::tc_quant_format_fused) is refused there and takes ops::Linear's decode-to-bf16 path;
 ///  * one-hot x rows show which decoded weight every K position meets (a diagnosis of the tile's layout);
-///  * ops::Linear<kCuda> with block-scaled weights (fused decode rows, the decode-to-bf16 path for M ≥ 64, md fp32,
-///    the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit;
+///  * ops::Linear<kCuda> with block-scaled weights (decode and prefill rows on the fused tiles, the decode-to-bf16
+///    path for md fp32, the grouped output projection's 8 groups) against Linear<kCpu>, bit for bit;
 ///  * Linear<kCuda>::run_shared_x (several projections of one x in one launch) against each call on the CPU.
 #include <boost/test/unit_test.hpp>
 
@@ -128,7 +128,10 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
     }
   g_outputs += m * w.n;
   std::printf("%-40s %s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(),
-              path == ops::TcQuantPath::kDirect ? "direct" : path == ops::TcQuantPath::kWarpSpec ? "wspec " : "ring  ",
+              ops::tc_tile_for(d) == ops::TcTile::kGemm ? "gemm  "
+              : path == ops::TcQuantPath::kDirect       ? "direct"
+              : path == ops::TcQuantPath::kWarpSpec     ? "wspec "
+                                                        : "ring  ",
               static_cast<long long>(m),
               static_cast<long long>(w.n), static_cast<long long>(w.k), static_cast<long long>(w.ldq),
               static_cast<long long>(bad));
@@ -174,6 +177,30 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
       }
     }
   std::printf("fused block-scaled tile: %lld outputs compared\n", static_cast<long long>(g_outputs));
+}
+
+// The GEMM tile (M ≥ kTcGemmMinRows: codes decoded per 32-wide K slab inside the 128 × 128 block tile) against
+// ref::dot_tc: N off the 128-column tiles and the 32-row scale blocks, one to 160 K slabs, M off the 128-row tiles,
+// scales near 1 and over the whole range (±inf products included), padded code rows; a real Flash shape.
+BOOST_AUTO_TEST_CASE(gemm_tile_matches_dot_tc) {
+  int64_t const shapes[][3] = {{40, 32, 0}, {136, 96, 16}, {264, 544, 0}, {33, 1280, 32}, {130, 5120, 0}};
+  int64_t const ms[] = {64, 130, 257};
+  uint64_t seed = 9100;
+  for (DType fmt : fused_formats())
+    for (bool extreme : {false, true})
+      for (auto const& sh : shapes) {
+        ScaledW const w = make_scaled(fmt, sh[0], sh[1], sh[2], extreme, seed++);
+        for (int64_t m : ms) {
+          char const* const what = fmt == DType::kF8E4m3 ? (extreme ? "fp8 gemm all-scales" : "fp8 gemm scales~1")
+                                                         : (extreme ? "fp4 gemm all-scales" : "fp4 gemm scales~1");
+          BOOST_TEST_INFO(what << " M " << m << " N " << w.n << " K " << w.k);
+          BOOST_TEST(check_fused(w, m, seed++, what) == 0);
+        }
+      }
+  for (DType fmt : fused_formats()) {
+    ScaledW const w = make_scaled(fmt, 2304, 5120, 0, false, seed++);
+    BOOST_TEST(check_fused(w, 200, seed++, fmt == DType::kF8E4m3 ? "fp8 gemm real" : "fp4 gemm real") == 0);
+  }
 }
 
 // Which decoded weight each K position meets: x rows one-hot at k = base + r, so y[r][o] = W[o][k] exactly (one
@@ -292,7 +319,7 @@ BOOST_AUTO_TEST_CASE(fused_tile_refuses_what_it_does_not_take) {
     return;
   }
   BOOST_TEST(run({1, 16, 64}, w.ldq).ok());
-  BOOST_TEST((run({64, 16, 64}, w.ldq).code() == StatusCode::kNotSupported));  // GEMM-sized: not the skinny tile
+  BOOST_TEST(run({64, 16, 64}, w.ldq).ok());  // GEMM-sized: the block-scaled GEMM tile
   BOOST_TEST((run({1, 16, 48}, w.ldq).code() == StatusCode::kNotSupported));   // k % 32 != 0
   BOOST_TEST((run({1, 8, 64}, 72).code() == StatusCode::kNotSupported));       // code rows not 16-byte strided
   BOOST_TEST((run({1, 16, 64, ops::TcMma::kK8x2}, w.ldq).code() == StatusCode::kNotSupported));

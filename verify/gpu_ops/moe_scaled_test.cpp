@@ -3,8 +3,8 @@
 /// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales, refused where
 /// ops::tc_quant_format_fused does not allow it; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
 /// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 48, 64 (experts with one or several tiles of
-/// 8 assignments, a pruned slot), kAuto, kSkinny and kGemm (experts decoded to bf16 first; also in groups of one
-/// expert); a token alone and the first two rows as their own batch give their bits in the full batch; calls the
+/// 8 assignments, a pruned slot), kAuto, kSkinny and kGemm (codes decoded in the tiles; and the experts decoded to
+/// bf16 first, in groups of one expert and of all); a token alone and the first two rows as their own batch give their bits in the full batch; calls the
 /// path does not take are refused.
 #include <boost/test/unit_test.hpp>
 
@@ -206,14 +206,16 @@ void check(Problem const& p) {
     BOOST_TEST_INFO(fmt << " rows " << p.rows << " dim " << p.dim << " inter " << p.inter);
     BOOST_TEST(diff == 0);
   }
-  // kGemm decoding one expert per group (every group boundary, the shared expert with the first group).
-  {
+  // kGemm decoding the experts to bf16 first: one expert per group (every group boundary, the shared expert with
+  // the first group) and all in one group. (Without decode groups kGemm decodes the codes in its tiles, above.)
+  for (int64_t group : {int64_t{1}, p.experts}) {
     std::vector<float> grouped;
-    Status const s = p.gpu(0, p.rows, MoeTcPath::kGemm, &grouped, ops::TcQuantPath::kAuto, 1);
+    Status const s = p.gpu(0, p.rows, MoeTcPath::kGemm, &grouped, ops::TcQuantPath::kAuto, group);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
-    int64_t const diff = count_bit_diffs(grouped, cpu, "moe block-scaled gemm, groups of one expert, vs cpu");
-    std::printf("moe %s routed rows=%lld gemm, groups of 1 expert: %lld/%zu outputs differ from the CPU\n", fmt,
-                static_cast<long long>(p.rows), static_cast<long long>(diff), grouped.size());
+    int64_t const diff = count_bit_diffs(grouped, cpu, "moe block-scaled gemm, experts decoded first, vs cpu");
+    std::printf("moe %s routed rows=%lld gemm, decoded first in groups of %lld: %lld/%zu outputs differ from the CPU\n",
+                fmt, static_cast<long long>(p.rows), static_cast<long long>(group), static_cast<long long>(diff),
+                grouped.size());
     BOOST_TEST(diff == 0);
   }
   // The ring path (codes through shared memory) on the same call: the direct path's bits, which kAuto took where

@@ -92,7 +92,7 @@ struct LinearTcArgs {
   bool y_round_bf16 = false;  // y holds →bf16(accumulator) widened to fp32 (ops::Linear's bf16-output rows)
   /// Block-scaled W instead of w (ops::is_block_scaled; the weight value is ops::scaled_weight, so the result is
   /// that of w holding those bf16 values): kF8E4m3 codes [n, k] with 32×32-block scales [⌈n/32⌉, ⌈k/32⌉], or
-  /// kF4E2m1x2 codes [n, k/2] with per-row-per-32 scales [n, ⌈k/32⌉]. Skinny tile only, see tc_quant_ok.
+  /// kF4E2m1x2 codes [n, k/2] with per-row-per-32 scales [n, ⌈k/32⌉]. m16n8k16 only, see tc_quant_ok.
   DType w_format = DType::kBf16;
   uint8_t const* w_q = nullptr;      // row stride ldw_q bytes
   uint8_t const* w_scale = nullptr;  // row stride ldw_scale bytes
@@ -102,8 +102,9 @@ struct LinearTcArgs {
 /// The largest k a block-scaled call takes (its scales are held in shared memory for the whole K walk).
 inline constexpr int64_t kTcQuantMaxK = 16384;
 
-/// true when a block-scaled call can run fused (codes decoded to bf16 in shared memory): the skinny tile with
-/// m16n8k16, k % 32 == 0 and ≤ kTcQuantMaxK, 16-byte aligned codes with ldw_q % 16 == 0, 16-byte x staging.
+/// true when a block-scaled call can run fused (codes decoded to bf16 inside the tile: the skinny tiles of
+/// linear_tc_quant*.cuh below kTcGemmMinRows, the GEMM tile of linear_tc_quant_gemm.cuh from there on): m16n8k16,
+/// k % 32 == 0 and ≤ kTcQuantMaxK, 16-byte aligned codes with ldw_q % 16 == 0, 16-byte x staging.
 /// ops::Linear<kCuda> dequantises to bf16 scratch and runs the bf16 path otherwise.
 /// Whether the fused tile runs `w_format`: FP4 and FP8, each asserted bit for bit against ref::dot_tc on the H200
 /// (verify_gpu_linear_scaled, verify_gpu_moe_scaled). A format enters this list only after those suites pass on
@@ -114,8 +115,7 @@ bool tc_quant_format_fused(DType w_format);
 
 inline bool tc_quant_weight_ok(LinearTcDesc const& d, DType w_format, uint8_t const* w_q, int64_t ldw_q) {
   if (!tc_quant_format_fused(w_format)) return false;
-  bool const tile_ok = d.tile == TcTile::kSkinny || (d.tile == TcTile::kAuto && d.m < kTcGemmMinRows);
-  return (w_format == DType::kF8E4m3 || w_format == DType::kF4E2m1x2) && tile_ok && d.mma == TcMma::kK16 &&
+  return (w_format == DType::kF8E4m3 || w_format == DType::kF4E2m1x2) && d.mma == TcMma::kK16 &&
          d.k % 32 == 0 && d.k <= kTcQuantMaxK && ldw_q % 16 == 0 && (reinterpret_cast<uintptr_t>(w_q) & 15u) == 0;
 }
 inline bool tc_quant_ok(LinearTcDesc const& d, LinearTcArgs const& a) {

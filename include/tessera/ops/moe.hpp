@@ -62,17 +62,15 @@ struct MoeRouteArgs {
 ///              per 8 output columns, W streamed once per tile (decode);
 ///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
 ///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
-/// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny decodes their codes inside the tile;
-/// kGemm first decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory and runs
-/// the bf16 block tiles on them. Same values either way.
+/// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny and kGemm decode their codes inside the
+/// tiles (kGemm per 32-wide K slab of its 128-column block tile); with decode_group_experts > 0, kGemm instead
+/// decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory first and runs the bf16
+/// block tiles on them. Same values either way.
 /// PRECONDITION of kSkinny / kGemm (and of kAuto): every x value is bf16-representable (the model's MoE input
 /// is →bf16 in bf16 mode; the activations are →bf16 by construction). x is rounded to bf16 on the device; a value
 /// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
 inline constexpr int64_t kMoeTcGemmMinPerExpert = 32;
-/// kGemm with block-scaled routed experts: bf16 bytes of decoded experts held at once (2 GiB: 30 experts of the
-/// Flash shape, 3 · 5120 · 2304 · 2 B each).
-inline constexpr int64_t kMoeDecodeGroupBytes = int64_t{2} << 30;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
@@ -87,8 +85,9 @@ struct MoeExpertsDesc {
   /// or kGemm path, dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values are those
   /// of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
   DType routed_scaled = DType::kF32;
-  /// kGemm with block-scaled routed experts: experts decoded to bf16 per group of launches (0: as many as fit
-  /// kMoeDecodeGroupBytes, at least one). A group's tiles run after its decode; groups run in expert order.
+  /// kGemm with block-scaled routed experts: 0 (default) decodes the codes inside the GEMM tiles; n > 0 decodes
+  /// the experts to bf16 first, n at a time (3·dim·inter·2 bytes each), each group's tiles after its decode, groups
+  /// in expert order (the cross-check of the in-tile decode; it writes and re-reads 2 bytes per weight).
   int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
   /// from 2 rows on; one row kDirect when its x row fits, else kRing (TESSERA_MOE_WS=0 / 1 forces the one-warp
