@@ -2,8 +2,11 @@
 /// CUDA backend of the indexer family (include/tessera/ops/indexer.hpp, spec/deepseek-v41.md §2.5.4),
 /// the arithmetic and selections of ref/indexer_ref.hpp:
 ///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot one sequential
-///                    FMA chain, fma_step), −inf for j ≥ (pos_s + 1) // r. One thread per (row, entry); the block's
-///                    query row and weights sit in shared memory. Bit-equal to the CPU backend.
+///                    FMA chain, fma_step), −inf for j ≥ (pos_s + 1) // r. Bit-equal to the CPU backend. Two
+///                    kernels with the same per-output operations: below kScoreTileMinRows rows (decode) one thread
+///                    per (row, entry) with the block's query row and weights in shared memory; from there on
+///                    (prefill) a 32-row × 64-entry block tile, the tile's keys staged once and each head's 32
+///                    query rows in turn, every thread holding 4 × 4 chains (index_score_tile_kernel).
 ///   CandidateBlocks  block maxima of Bc entries (the block (vis − 1) // Bc forced to +inf), the
 ///                    min(topk_blocks, #blocks) best blocks > −inf kept (topk_select.cuh), entry mask.
 ///   IndexTopK        scores outside the mask set to −inf (in place, as the CPU backend does), the K best
@@ -67,6 +70,118 @@ __global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScorePara
     acc = device::dot_step(acc, __fmul_rn(r, p.scale), ws[h]);
   }
   srow[j] = acc;
+}
+
+// ---- IndexScore, block tile: 32 rows × 64 entries, 128 threads, each thread rows tr + 8·i (i < 4) and entries
+// tk + 16·jj (jj < 4) of the tile (tr = tid / 16, tk = tid % 16). Shared memory: the tile's keys [64][di + 4], one
+// head's query rows [32][di + 4] (a 16-byte pad per row: the 8 threads of an LDS.128 phase read 8 consecutive key
+// rows, 16-byte units 33·t mod 8 apart, conflict-free), the rows' weights [32][heads]. Per head, output (r, j) runs
+// its own FMA chain over d in order from +0 (fma_dot_row's), then its score takes relu·scale·w (dot_step) in head
+// order: the one-thread kernel's operations, so the same bits. Requires di % 4 == 0 and 16-byte aligned q and keys.
+constexpr int kTileRows = 32, kTileEntries = 64, kTileThreads = 128;
+constexpr int64_t kScoreTileMinRows = 8;
+
+inline size_t score_tile_smem_bytes(int64_t heads, int64_t di) {
+  return static_cast<size_t>((kTileRows + kTileEntries) * (di + 4) + kTileRows * heads) * sizeof(float);
+}
+
+/// grid (⌈entries/64⌉, ⌈rows/32⌉), block kTileThreads, dynamic smem score_tile_smem_bytes.
+__global__ void __launch_bounds__(kTileThreads) index_score_tile_kernel(ScoreParams const p) {
+  extern __shared__ __align__(16) float tile_sm[];
+  int64_t const ld = p.di + 4;
+  float* const ks = tile_sm;                       // [64][ld]
+  float* const qs = ks + kTileEntries * ld;        // [32][ld]
+  float* const ws = qs + kTileRows * ld;           // [32][heads]
+  int const tid = static_cast<int>(threadIdx.x), tr = tid / 16, tk = tid % 16;
+  int64_t const j0 = static_cast<int64_t>(blockIdx.x) * kTileEntries, r0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  int const nr = static_cast<int>(p.rows - r0 < kTileRows ? p.rows - r0 : kTileRows);
+  int64_t vis[4];
+  int64_t vis_max = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int const r = tr + 8 * i;
+    vis[i] = r < nr ? (p.positions[r0 + r] + 1) / p.ratio : 0;
+  }
+  for (int r = 0; r < nr; ++r) {  // block-uniform: the tile's furthest visible entry
+    int64_t const v = (p.positions[r0 + r] + 1) / p.ratio;
+    vis_max = v > vis_max ? v : vis_max;
+  }
+  auto store = [&](float const (&sc)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int const r = tr + 8 * i;
+      if (r >= nr) continue;
+      float* const srow = p.scores + (r0 + r) * p.entries;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        int64_t const j = j0 + tk + 16 * jj;
+        if (j < p.entries) srow[j] = j < vis[i] ? sc[i][jj] : -INFINITY;
+      }
+    }
+  };
+  float score[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) score[i][jj] = 0.f;
+  if (j0 >= vis_max) {  // the whole tile is in the future of every row
+    store(score);
+    return;
+  }
+  int const q4 = static_cast<int>(p.di / 4);
+  for (int e = tid; e < kTileEntries * q4; e += kTileThreads) {  // keys: rows past the entries as +0
+    int const jr = e / q4, c = e % q4;
+    float4 const v = j0 + jr < p.entries ? *reinterpret_cast<float4 const*>(p.keys + (j0 + jr) * p.di + 4 * c)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(ks + jr * ld + 4 * c) = v;
+  }
+  for (int64_t e = tid; e < kTileRows * p.heads; e += kTileThreads) {
+    int64_t const r = e / p.heads, h = e % p.heads;
+    ws[e] = r < nr ? p.weights[(r0 + r) * p.heads + h] : 0.f;
+  }
+  for (int64_t h = 0; h < p.heads; ++h) {
+    __syncthreads();  // the previous head's rows are consumed (and, at h = 0, the keys and weights are in place)
+    for (int e = tid; e < kTileRows * q4; e += kTileThreads) {
+      int const r = e / q4, c = e % q4;
+      float4 const v = r < nr ? *reinterpret_cast<float4 const*>(p.q + (r0 + r) * p.heads * p.di + h * p.di + 4 * c)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(qs + r * ld + 4 * c) = v;
+    }
+    __syncthreads();
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) acc[i][jj] = 0.f;
+    for (int c = 0; c < q4; ++c) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qv[i] = *reinterpret_cast<float4 const*>(qs + (tr + 8 * i) * ld + 4 * c);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) kv[jj] = *reinterpret_cast<float4 const*>(ks + (tk + 16 * jj) * ld + 4 * c);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          float a = acc[i][jj];
+          a = device::fma_step(a, qv[i].x, kv[jj].x);
+          a = device::fma_step(a, qv[i].y, kv[jj].y);
+          a = device::fma_step(a, qv[i].z, kv[jj].z);
+          acc[i][jj] = device::fma_step(a, qv[i].w, kv[jj].w);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float const wv = ws[(tr + 8 * i) * p.heads + h];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        float const d = acc[i][jj];
+        float const r = d > 0.f ? d : 0.f;
+        score[i][jj] = device::dot_step(score[i][jj], __fmul_rn(r, p.scale), wv);
+      }
+    }
+  }
+  store(score);
 }
 
 struct CandParams {
@@ -207,6 +322,16 @@ Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs c
   p.tiles = (d.entries + k::kScoreThreads - 1) / k::kScoreThreads;
   p.scale = d.scale;
   p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
+  size_t const tile_smem = k::score_tile_smem_bytes(d.heads, d.head_dim);
+  if (d.rows >= k::kScoreTileMinRows && p.vec4 && reinterpret_cast<uintptr_t>(a.q.data) % 16 == 0 &&
+      tile_smem <= device::smem_optin_bytes(ctx)) {
+    TESSERA_TRY(device::allow_dynamic_smem(k::index_score_tile_kernel, tile_smem, ctx, "index_score tile (CUDA)"));
+    int64_t const gx = (d.entries + k::kTileEntries - 1) / k::kTileEntries, gy = (d.rows + k::kTileRows - 1) / k::kTileRows;
+    TESSERA_CHECK(gx < (int64_t{1} << 31) && gy <= 65535, "index_score (CUDA): rows·entries exceeds the grid");
+    k::index_score_tile_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), k::kTileThreads, tile_smem,
+                                 ctx.stream>>>(p);
+    return device::launch_status("index_score tile (CUDA) kernel");
+  }
   size_t const smem = static_cast<size_t>(d.heads * d.head_dim + d.heads) * sizeof(float);
   TESSERA_TRY(device::allow_dynamic_smem(k::index_score_kernel, smem, ctx, "index_score (CUDA)"));
   int64_t const blocks = d.rows * p.tiles;

@@ -2,7 +2,8 @@
 /// The indexer family on CUDA against the CPU backend (ref/indexer_ref.hpp), all bit for bit:
 ///   * IndexScore: seeded random queries, weights and keys, ratios 1, 2, 4, rows with nothing visible,
 ///     a Reindex source (its own queries and weights against another source's keys), scalar and vector
-///     loads; −inf where invisible;
+///     loads, the one-thread-per-entry kernel (decode rows) and the 32 × 64 block-tile kernel (prefill rows);
+///     −inf where invisible;
 ///   * IndexTopK: random scores, with and without a candidate mask (scores rewritten in place), K below,
 ///     at and above the number of finite scores; quantised scores with many exact ties at the cutoff
 ///     (lower index wins, cutoff_tie reported), long rows (multi-pass radix select);
@@ -167,13 +168,20 @@ BOOST_AUTO_TEST_CASE(index_score_bitwise) {
                           {9, 40, 4, 32, 30, 1},     // ratio 1: the query's own entry is visible
                           {1, 517, 8, 64, 130, 4},   // decode over several tiles
                           {20, 100, 64, 128, 300, 4},  // the released Hi, di
-                          {5, 33, 3, 30, 40, 2}};    // di not a multiple of 4 (scalar loads)
+                          {5, 33, 3, 30, 40, 2},     // di not a multiple of 4 (scalar loads)
+                          // From kScoreTileMinRows rows on the block-tile kernel: rows and entries off its 32 × 64
+                          // tile, tiles wholly in the future, partly visible tiles.
+                          {70, 0, 64, 128, 200, 4},
+                          {40, 300, 8, 64, 130, 1},
+                          {33, 2000, 64, 128, 520, 4},
+                          {8, 7, 2, 4, 70, 1}};
   for (Shape const& s : shapes) {
     ScoreCase c = score_case(seed + static_cast<uint64_t>(s.di * 7 + s.entries), s.rows, s.p0, s.heads, s.di,
                              s.entries, s.ratio);
     std::vector<float> cpu = score_cpu(c), gpu = score_gpu(c);
     BOOST_TEST(bit_mismatches(cpu, gpu) == 0);
-    // Row invariance: the last row alone gives the same bits.
+    // Row invariance: the last row alone gives the same bits (alone it takes the one-thread-per-entry kernel, so
+    // from kScoreTileMinRows rows on this also holds the two kernels to each other).
     ScoreCase one = c;
     int64_t const r = c.d.rows - 1, w = c.d.heads * c.d.head_dim;
     one.d.rows = 1;
