@@ -17,7 +17,8 @@
 #   prefill: bench_model prefill at PREFILL (default 1024,8192) on fp8 1- and 3-layer checkpoints per build, then the
 #            ncu kernel time of one PREFILL_PROFILE-token prefill (default 1024) of MODEL (default flash3e32).
 #   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
-#            verify golden --device cuda (fp32, bf16), and tc_bench --quant per block-scaled path (ring, ws, direct).
+#            verify golden --device cuda (GOLDEN, default "fp32 bf16"), and tc_bench --quant per block-scaled path
+#            (PATHS, default "ring ws direct"; PATHS="" skips it).
 # FP8_ONLY=1: bench runs the fp8 context-128 set only (profile: no exl3 checkpoint either).
 # PREBUILT=file.tar.xz: binaries built elsewhere (scripts/device/pack_prebuilt.sh), at their paths under the build
 # directory (bench_model_base: the base build's bench_model); nothing is built here and check runs the suites present.
@@ -69,7 +70,7 @@ if [ "$mode" = check ]; then
     echo "verify golden $v --device cuda rc=$?: $(grep -E '^golden:' $R/golden_$v.log)"
   done
   # The block-scaled skinny tile per path on the release's decode shapes (M = 1, 4, 16).
-  for path in ${PATHS:-ring ws direct}; do
+  for path in ${PATHS-ring ws direct}; do  # PATHS="": none
     timeout 150 $B/bench/linear/tc_bench --quant --quick --iters 20 --quant-path $path > $R/tc_quant_$path.md 2>&1
     echo "tc_bench --quant --quant-path $path rc=$?"; grep -E '^\| (w|head)' $R/tc_quant_$path.md
   done
@@ -140,7 +141,8 @@ if [ "$mode" = prefill ]; then  # prefill tok/s at PREFILL lengths, then ncu ker
       --batches "" > $R/prefill_$b.jsonl 2> $R/prefill_$b.err
     echo "[$b] prefill rc=$? ${SECONDS}s"; grep -E '"prefill' $R/prefill_$b.jsonl; tail -2 $R/prefill_$b.err
   done
-  # Two timed prefills of PREFILL_PROFILE tokens minus the warm-up-only run, over 2.
+  # Two timed prefills of PREFILL_PROFILE tokens minus the warm-up-only run, over 2 (PREFILL_PROFILE=0: none).
+  [ "${PREFILL_PROFILE:-1024}" = 0 ] && exit 0
   for L in "" ${PREFILL_PROFILE:-1024}; do
     timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
       $(bm cur) --device cuda --dtype bf16 --model $S/${MODEL:-flash3e32} --batches "" --prefill "$L" \
