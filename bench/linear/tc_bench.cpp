@@ -23,7 +23,10 @@
 ///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
 ///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
 ///            block-scaled launch equals the bf16 launch on the decoded weights (ops::scaled_weight) bit for bit.
-/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|ws|auto]
+///   quant-gemm  the GEMM tile on block-scaled weights (codes decoded per K slab in the tile; linear_tc_quant_gemm.cuh),
+///            FP8 and FP4, M = 512, 2048, 8192, beside the bf16 tile on the decoded weights and cuBLAS bf16 in the same
+///            run: time and TFLOP/s. check: the block-scaled outputs equal the bf16 tile's bit for bit.
+/// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant|--quant-gemm] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|ws|auto]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -251,7 +254,7 @@ Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16
 }
 
 struct Options {
-  bool quick = false, decode = true, prefill = true, moe = true, slabs = false, quant = false;
+  bool quick = false, decode = true, prefill = true, moe = true, slabs = false, quant = false, quant_gemm = false;
   std::string shape;
   int64_t batch = 0;
   int iters = 20;
@@ -268,6 +271,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--moe") { o.decode = false; o.prefill = false; }
     else if (a == "--slabs") { o.decode = false; o.prefill = false; o.moe = false; o.slabs = true; }
     else if (a == "--quant") { o.decode = false; o.prefill = false; o.moe = false; o.quant = true; }
+    else if (a == "--quant-gemm") { o.decode = false; o.prefill = false; o.moe = false; o.quant_gemm = true; }
     else if (a == "--quant-path") {
       std::string const v = next();
       g_quant_path = v == "ring"     ? ops::TcQuantPath::kRing
@@ -640,6 +644,65 @@ int main(int argc, char** argv) {
         std::printf("| %s | %lld | ok | %d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name,
                     static_cast<long long>(m), c.cublas_differ, c.samples, us, tf, 100.0 * tf * 1e12 / kPeakBf16, cu,
                     ctf, 100.0 * ctf * 1e12 / kPeakBf16, 100.0 * cu / us);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (opt.quant_gemm) {
+    std::printf("\n### GEMM tile on block-scaled weights (prefill) vs the bf16 tile on the decoded weights and cuBLAS bf16, "
+                "median of %d\n\n", iters);
+    std::printf("TFLOP/s = 2·M·N·K / time. check: every output of the block-scaled launch equals the bf16 tile's on the "
+                "decoded weights (ops::scaled_weight) bit for bit; that tile equals ref::dot_tc (the prefill table).\n\n");
+    std::printf("| shape | M | bf16 tile us | TFLOP/s | fp8 us | TFLOP/s | fp4 us | TFLOP/s | cuBLAS bf16 us | TFLOP/s | "
+                "fp4 vs cuBLAS | check |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (auto const& sh : shapes) {
+      if (!selected(sh)) continue;
+      int64_t const kb = (sh.k + 31) / 32, mmax = opt.quick ? 2048 : 8192;
+      std::mt19937_64 g(static_cast<uint64_t>(sh.n * 37 + sh.k));
+      std::vector<uint8_t> q8(static_cast<size_t>(sh.n * sh.k)), q4(static_cast<size_t>(sh.n * sh.k / 2));
+      for (auto& b : q8) { b = static_cast<uint8_t>(g()); if ((b & 0x7F) == 0x7F) b &= 0xFE; }
+      for (auto& b : q4) b = static_cast<uint8_t>(g());
+      std::vector<uint8_t> s8(static_cast<size_t>((sh.n + 31) / 32 * kb)), s4(static_cast<size_t>(sh.n * kb));
+      for (auto& b : s8) b = static_cast<uint8_t>(123 + g() % 8);
+      for (auto& b : s4) b = static_cast<uint8_t>(123 + g() % 8);
+      auto decoded = [&](DType fmt) {
+        std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
+        bool const fp4 = fmt == DType::kF4E2m1x2;
+        for (int64_t o = 0; o < sh.n; ++o)
+          for (int64_t i = 0; i < sh.k; ++i)
+            w[static_cast<size_t>(o * sh.k + i)] = bf16_bits_from_float(
+                ops::scaled_weight(fmt, fp4 ? q4.data() : q8.data(), fp4 ? sh.k / 2 : sh.k, fp4 ? s4.data() : s8.data(), kb, o, i));
+        return w;
+      };
+      auto const w8 = decoded(DType::kF8E4m3), w4 = decoded(DType::kF4E2m1x2);
+      Dev<uint8_t> dq8(q8.size()), dq4(q4.size()), ds8(s8.size()), ds4(s4.size());
+      dq8.upload(q8), dq4.upload(q4), ds8.upload(s8), ds4.upload(s4);
+      Dev<uint16_t> dw(w8.size());
+      auto const hx = random_bf16(static_cast<size_t>(mmax * sh.k), 17 + sh.k);
+      Dev<uint16_t> dx(hx.size()), y16(static_cast<size_t>(mmax * sh.n)), yq(static_cast<size_t>(mmax * sh.n)),
+          yc(static_cast<size_t>(mmax * sh.n));
+      dx.upload(hx);
+      for (int64_t m : {512, 2048, 8192}) {
+        if (m > mmax || (opt.batch && m != opt.batch)) continue;
+        bool ok = true;
+        for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2}) {  // fused vs the bf16 tile on the decoded weights
+          bool const fp4 = fmt == DType::kF4E2m1x2;
+          dw.upload(fp4 ? w4 : w8);
+          ok = ok && run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n).ok();
+          ok = ok && run_q(fmt, fp4 ? dq4.p : dq8.p, fp4 ? ds4.p : ds8.p, dx.p, yq.p, m, sh.k, sh.n).ok();
+          CK(cudaDeviceSynchronize());
+          ok = ok && y16.get(static_cast<size_t>(m * sh.n)) == yq.get(static_cast<size_t>(m * sh.n));
+        }
+        if (!ok) ++failures;
+        double const flop = 2.0 * static_cast<double>(m) * static_cast<double>(sh.k) * static_cast<double>(sh.n);
+        auto tf = [&](double us) { return flop / (us * 1e-6) / 1e12; };
+        double const us16 = timer.median_us([&] { (void)run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n); }, iters);
+        double const us8 = timer.median_us([&] { (void)run_q(DType::kF8E4m3, dq8.p, ds8.p, dx.p, yq.p, m, sh.k, sh.n); }, iters);
+        double const us4 = timer.median_us([&] { (void)run_q(DType::kF4E2m1x2, dq4.p, ds4.p, dx.p, yq.p, m, sh.k, sh.n); }, iters);
+        double const cu = timer.median_us([&] { cublas.gemm(dw.p, dx.p, yc.p, m, sh.k, sh.n); }, iters);
+        std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s |\n", sh.name,
+                    static_cast<long long>(m), us16, tf(us16), us8, tf(us8), us4, tf(us4), cu, tf(cu), 100.0 * cu / us4,
+                    ok ? "ok" : "FAIL");
         std::fflush(stdout);
       }
     }
