@@ -207,6 +207,38 @@ Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, 
   return ops::linear_tc_cuda(d, a, ctx);
 }
 
+/// Random block-scaled codes of one shape for both formats (e4m3 NaN codes replaced, scales 2^-4 … 2^3) and their
+/// decoded bf16 weights (ops::scaled_weight), the reference the block-scaled launches are checked against.
+struct ScaledCodes {
+  std::vector<uint8_t> q8, q4, s8, s4;
+  std::vector<uint16_t> w8, w4;
+};
+ScaledCodes scaled_codes(Shape const& sh, uint64_t seed) {
+  ScaledCodes c;
+  int64_t const kb = (sh.k + 31) / 32;
+  std::mt19937_64 g(seed);
+  c.q8.resize(static_cast<size_t>(sh.n * sh.k));
+  c.q4.resize(static_cast<size_t>(sh.n * sh.k / 2));
+  for (auto& b : c.q8) { b = static_cast<uint8_t>(g()); if ((b & 0x7F) == 0x7F) b &= 0xFE; }
+  for (auto& b : c.q4) b = static_cast<uint8_t>(g());
+  c.s8.resize(static_cast<size_t>((sh.n + 31) / 32 * kb));
+  c.s4.resize(static_cast<size_t>(sh.n * kb));
+  for (auto& b : c.s8) b = static_cast<uint8_t>(123 + g() % 8);
+  for (auto& b : c.s4) b = static_cast<uint8_t>(123 + g() % 8);
+  auto decoded = [&](DType fmt) {
+    std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
+    bool const fp4 = fmt == DType::kF4E2m1x2;
+    for (int64_t o = 0; o < sh.n; ++o)
+      for (int64_t i = 0; i < sh.k; ++i)
+        w[static_cast<size_t>(o * sh.k + i)] = bf16_bits_from_float(ops::scaled_weight(
+            fmt, fp4 ? c.q4.data() : c.q8.data(), fp4 ? sh.k / 2 : sh.k, fp4 ? c.s4.data() : c.s8.data(), kb, o, i));
+    return w;
+  };
+  c.w8 = decoded(DType::kF8E4m3);
+  c.w4 = decoded(DType::kF4E2m1x2);
+  return c;
+}
+
 struct Check {
   bool ok = true;
   std::string why;
@@ -545,15 +577,8 @@ int main(int argc, char** argv) {
     if (!opt.quick) qshapes.push_back({5120, 129280, "head 5120x129280"});
     for (auto const& sh : qshapes) {
       if (!selected(sh)) continue;
-      int64_t const kb = (sh.k + 31) / 32;
-      // Codes: random bytes (e4m3 NaN codes replaced), scales 2^-4 … 2^3; the decoded bf16 W for the reference run.
-      std::mt19937_64 g(static_cast<uint64_t>(sh.n * 31 + sh.k));
-      std::vector<uint8_t> q8(static_cast<size_t>(sh.n * sh.k)), q4(static_cast<size_t>(sh.n * sh.k / 2));
-      for (auto& b : q8) { b = static_cast<uint8_t>(g()); if ((b & 0x7F) == 0x7F) b &= 0xFE; }
-      for (auto& b : q4) b = static_cast<uint8_t>(g());
-      std::vector<uint8_t> s8(static_cast<size_t>((sh.n + 31) / 32 * kb)), s4(static_cast<size_t>(sh.n * kb));
-      for (auto& b : s8) b = static_cast<uint8_t>(123 + g() % 8);
-      for (auto& b : s4) b = static_cast<uint8_t>(123 + g() % 8);
+      ScaledCodes const codes = scaled_codes(sh, static_cast<uint64_t>(sh.n * 31 + sh.k));
+      auto const& [q8, q4, s8, s4, w8, w4] = codes;
       double const wb16 = 2.0 * static_cast<double>(sh.n * sh.k);
       int const copies = stream_copies(wb16 / 4);
       std::vector<Dev<uint16_t>> dw16;
@@ -565,16 +590,6 @@ int main(int argc, char** argv) {
         ds4.emplace_back(s4.size()); ds4.back().upload(s4);
         if (c < stream_copies(wb16)) dw16.emplace_back(static_cast<size_t>(sh.n * sh.k));
       }
-      auto decoded = [&](DType fmt) {
-        std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
-        bool const fp4 = fmt == DType::kF4E2m1x2;
-        for (int64_t o = 0; o < sh.n; ++o)
-          for (int64_t i = 0; i < sh.k; ++i)
-            w[static_cast<size_t>(o * sh.k + i)] = bf16_bits_from_float(
-                ops::scaled_weight(fmt, fp4 ? q4.data() : q8.data(), fp4 ? sh.k / 2 : sh.k, fp4 ? s4.data() : s8.data(), kb, o, i));
-        return w;
-      };
-      auto const w8 = decoded(DType::kF8E4m3), w4 = decoded(DType::kF4E2m1x2);
       for (auto& d : dw16) d.upload(w8);
       for (int64_t m : {1, 4, 16}) {
         if (opt.batch && m != opt.batch) continue;
@@ -657,24 +672,9 @@ int main(int argc, char** argv) {
                 "fp4 vs cuBLAS | check |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto const& sh : shapes) {
       if (!selected(sh)) continue;
-      int64_t const kb = (sh.k + 31) / 32, mmax = opt.quick ? 2048 : 8192;
-      std::mt19937_64 g(static_cast<uint64_t>(sh.n * 37 + sh.k));
-      std::vector<uint8_t> q8(static_cast<size_t>(sh.n * sh.k)), q4(static_cast<size_t>(sh.n * sh.k / 2));
-      for (auto& b : q8) { b = static_cast<uint8_t>(g()); if ((b & 0x7F) == 0x7F) b &= 0xFE; }
-      for (auto& b : q4) b = static_cast<uint8_t>(g());
-      std::vector<uint8_t> s8(static_cast<size_t>((sh.n + 31) / 32 * kb)), s4(static_cast<size_t>(sh.n * kb));
-      for (auto& b : s8) b = static_cast<uint8_t>(123 + g() % 8);
-      for (auto& b : s4) b = static_cast<uint8_t>(123 + g() % 8);
-      auto decoded = [&](DType fmt) {
-        std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
-        bool const fp4 = fmt == DType::kF4E2m1x2;
-        for (int64_t o = 0; o < sh.n; ++o)
-          for (int64_t i = 0; i < sh.k; ++i)
-            w[static_cast<size_t>(o * sh.k + i)] = bf16_bits_from_float(
-                ops::scaled_weight(fmt, fp4 ? q4.data() : q8.data(), fp4 ? sh.k / 2 : sh.k, fp4 ? s4.data() : s8.data(), kb, o, i));
-        return w;
-      };
-      auto const w8 = decoded(DType::kF8E4m3), w4 = decoded(DType::kF4E2m1x2);
+      int64_t const mmax = opt.quick ? 2048 : 8192;
+      ScaledCodes const codes = scaled_codes(sh, static_cast<uint64_t>(sh.n * 37 + sh.k));
+      auto const& [q8, q4, s8, s4, w8, w4] = codes;
       Dev<uint8_t> dq8(q8.size()), dq4(q4.size()), ds8(s8.size()), ds4(s4.size());
       dq8.upload(q8), dq4.upload(q4), ds8.upload(s8), ds4.upload(s4);
       Dev<uint16_t> dw(w8.size());
