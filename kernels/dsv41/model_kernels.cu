@@ -10,6 +10,8 @@
 ///                   rows j ≤ r with pos0 + j > p − W, then the selected compressed entries e < T in
 ///                   ascending entry order (compact pools: the row's own selection slots and their gather table). Exactly the lists the CPU model builds, in the same order; in bf16
 ///                   also each key's logit-row column and each row's sink column (key_column / sink_column).
+///   key_lists_batched  the same lists for several sequences in one launch, each row at a fixed slot r·row_cap
+///                   (one block per row; no scan).
 ///   copy_rows       dst_i[c] = src_i[c] for a table of row copies (the batched pass's ring commits and
 ///                   its gather of logit rows): one block per row.
 #include <cuda_runtime.h>
@@ -128,6 +130,65 @@ __global__ void key_cols_kernel(KeyListParams p) {
   if (threadIdx.x == 0) p.sink_cols[r] = sink_column(p, r);
 }
 
+/// build_key_lists_batched: the sequences' KeyListParams by value; block b lists row b − first[i] of sequence i
+/// (first[i] ≤ b < first[i + 1]) at its slot r·row_cap: the lengths, ids, gather slots and columns key_counts /
+/// key_fill / key_cols give, without the scan.
+struct KeyListBatch {
+  KeyListParams seq[kKeyListBatch];
+  int64_t first[kKeyListBatch + 1];
+  int n;
+};
+static_assert(sizeof(KeyListBatch) <= 4000, "kernel parameters stay under 4 KiB");
+
+__global__ void __launch_bounds__(128) key_lists_batched_kernel(KeyListBatch const b) {
+  __shared__ int64_t warp_count[4];
+  int i = 0;
+  while (i + 1 < b.n && static_cast<int64_t>(blockIdx.x) >= b.first[i + 1]) ++i;  // block-uniform
+  KeyListParams const& p = b.seq[i];
+  int64_t const r = static_cast<int64_t>(blockIdx.x) - b.first[i];
+  int const t = static_cast<int>(threadIdx.x), lane = t & 31;
+  int64_t i0, j0;
+  key_list_ranges(p, r, i0, j0);
+  int64_t const nw = p.n_old - i0, nc = r - j0 + 1;
+  int32_t* const out = p.key_ids + r * p.row_cap;
+  for (int64_t k = t; k < nw; k += blockDim.x) out[k] = static_cast<int32_t>(p.id_base + i0 + k);
+  for (int64_t k = t; k < nc; k += blockDim.x) out[nw + k] = static_cast<int32_t>(p.id_base + p.n_old + j0 + k);
+  int64_t c = 0;  // valid selections among this thread's (integer sum: exact in any order)
+  if (p.selected) {
+    int32_t const* sel = p.selected + r * p.top_k;
+    for (int64_t k = t; k < p.top_k; k += blockDim.x) c += (sel[k] >= 0 && sel[k] < p.entries) ? 1 : 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xFFFFFFFFu, c, o);
+  if (lane == 0) warp_count[t >> 5] = c;
+  __syncthreads();
+  int64_t const count = warp_count[0] + warp_count[1] + warp_count[2] + warp_count[3];
+  if (p.selected) {
+    int32_t const* sel = p.selected + r * p.top_k;
+    for (int64_t k = t; k < p.top_k; k += blockDim.x) {
+      if (p.gather && k >= count) p.gather[r * p.top_k + k] = -1;  // ranks of valid ids are < count
+      int32_t const e = sel[k];
+      if (e < 0 || e >= p.entries) continue;
+      int64_t rank = 0;  // selections are distinct: the rank among valid ids is the sorted slot
+      for (int64_t j = 0; j < p.top_k; ++j) rank += (sel[j] >= 0 && sel[j] < p.entries && sel[j] < e) ? 1 : 0;
+      if (p.gather) {
+        p.gather[r * p.top_k + rank] = e;
+        out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + r * p.top_k + rank);
+      } else {
+        out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + e);
+      }
+    }
+  }
+  int64_t const len = nw + nc + count;
+  if (t == 0) {
+    p.row_begin[r] = p.slot_base + r * p.row_cap;
+    p.row_end[r] = p.slot_base + r * p.row_cap + len;
+  }
+  if (!p.key_cols) return;
+  __syncthreads();  // the block's ids and gather slots are written (global memory, visible within the block)
+  for (int64_t k = t; k < len; k += blockDim.x) p.key_cols[r * p.row_cap + k] = key_column(p, r, out[k] - p.id_base);
+  if (t == 0) p.sink_cols[r] = sink_column(p, r);
+}
+
 __global__ void copy_rows_kernel(RowCopy const* table, int64_t cols) {
   RowCopy const c = table[blockIdx.x];
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) c.dst[i] = c.src[i];
@@ -165,6 +226,21 @@ Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
   if (!p.key_cols) return {};
   key_cols_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
   return status_of(cudaGetLastError(), "key_cols");
+}
+
+Status launch_build_key_lists_batched(CUstream_st* stream, KeyListParams const* seqs, int n) {
+  if (n < 1 || n > kKeyListBatch) return Status(StatusCode::kInternal, "build_key_lists_batched: 1 to 16 sequences a launch");
+  KeyListBatch b{};
+  b.n = n;
+  b.first[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    b.seq[i] = seqs[i];
+    b.first[i + 1] = b.first[i] + seqs[i].rows;
+  }
+  if (b.first[n] == 0) return {};
+  if (b.first[n] > 0x7FFFFFFF) return invalid_argument("build_key_lists_batched: more than 2^31 − 1 rows");
+  key_lists_batched_kernel<<<static_cast<unsigned>(b.first[n]), 128, 0, stream>>>(b);
+  return status_of(cudaGetLastError(), "key_lists_batched");
 }
 
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols) {

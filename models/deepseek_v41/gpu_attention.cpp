@@ -245,6 +245,9 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   int64_t* row_end = tmp_.get<int64_t>(N);
   int32_t* key_cols = md == DType::kBf16 ? tmp_.get<int32_t>(slots) : nullptr;  // the golden engine's logit-row
   int32_t* sink_cols = md == DType::kBf16 ? tmp_.get<int32_t>(N) : nullptr;     // layout (attention_block.cpp)
+  // Each sequence's pool [old window rows | chunk rows | all T entries unpacked], then every sequence's key lists in
+  // one batched build (row r of a sequence at its slot r·row_cap), then the compact pools' gathered entries.
+  std::vector<gpu::KeyListParams> kps(b_.seqs.size());
   for (size_t i = 0; i < b_.seqs.size(); ++i) {
     SeqRun& sq = b_.seqs[i];
     SeqKeys const& k = sk[i];
@@ -254,7 +257,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, seq_pool);
     copy(seq_pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
     if (k.use_ckv && !k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, nullptr, k.T, seq_pool + (n_old + S) * hd);
-    gpu::KeyListParams kp;
+    gpu::KeyListParams& kp = kps[i];
     kp.rows = S;
     kp.pos0 = sq.pos0;
     kp.n_old = n_old;
@@ -263,8 +266,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     kp.selected = k.use_ckv ? sq.sel : nullptr;
     kp.top_k = K;
     kp.entries = k.T;
-    kp.offsets = tmp_.get<int64_t>(S + 1);
-    kp.counts = tmp_.get<int64_t>(S);
+    kp.row_cap = W + (k.use_ckv ? K : 0);  // cap = S·row_cap slots from slot0
     kp.key_ids = key_ids + k.slot0;
     if (key_cols) {
       kp.key_cols = key_cols + k.slot0;
@@ -276,8 +278,13 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     kp.slot_base = k.slot0;
     kp.row_begin = row_begin + sq.row0;
     kp.row_end = row_end + sq.row0;
-    throw_if_error(gpu::build_key_lists(s_, kp));
-    if (k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, kp.gather, S * K, seq_pool + (n_old + S) * hd);
+  }
+  throw_if_error(gpu::build_key_lists_batched(s_, kps));
+  for (size_t i = 0; i < b_.seqs.size(); ++i) {
+    SeqKeys const& k = sk[i];
+    if (!k.compact) continue;
+    int64_t const S = b_.seqs[i].S;
+    unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, kps[i].gather, S * K, pool + (k.pool0 + k.n_old + S) * hd);
   }
   ops::AttentionArgs aa{dcv2(q, N, H * hd), dcv2(pool, pool_rows, hd), TensorView<int64_t const, 1>(row_begin, {N}, kDev),
                         TensorView<int32_t const, 1>(key_ids, {slots}, kDev), dcv1(w.attn_sink), dv2(o, N, H * hd), F2(),

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -256,7 +257,16 @@ struct KeyListParams {
   int64_t slot_base = 0;
   int64_t* row_begin = nullptr;
   int64_t* row_end = nullptr;
+  // build_key_lists_batched: row r's list (and its key_cols) at slots r·row_cap .. of key_ids (no scan; the lists
+  // have gaps), row_begin[r] = slot_base + r·row_cap and row_end[r] = row_begin[r] + its length (both required);
+  // offsets and counts are not used. row_cap ≥ window + top_k (a row lists at most W window keys and top_k
+  // selections).
+  int64_t row_cap = 0;
 };
+
+/// Sequences per build_key_lists_batched launch: their KeyListParams travel by value in the kernel's parameters
+/// (16 × 176 B, under the 4 KiB limit).
+inline constexpr int kKeyListBatch = 16;
 
 /// The routing of one MoE call grouped for Exl3GroupedGemm and moe_combine (moe_group). Slot s = r·K + i holds
 /// token r's i-th routed expert ids[s] with weight weights[s]; a slot is kept when 0 ≤ ids[s] < E (−1: pruned),
@@ -314,6 +324,8 @@ Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const
                             int64_t D, float* X, float* pre);
 Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s);
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
+/// 1 ≤ n ≤ kKeyListBatch sequences' lists (row_cap layout), one block per row of all of them.
+Status launch_build_key_lists_batched(CUstream_st* stream, KeyListParams const* seqs, int n);
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols);
 
 // EXL3 glue (kernels/dsv41/exl3_glue.cu; host twins in gpu_exl3.cpp).
@@ -348,6 +360,9 @@ Status embed_streams(Mem const& m, float const* emb, int32_t const* tokens, int6
                      float* pre);
 Status scale_inplace(Mem const& m, float* x, int64_t count, float s);
 Status build_key_lists(Mem const& m, KeyListParams const& p);
+/// Several sequences' key lists (KeyListParams::row_cap layout: the same list per row as build_key_lists, at a
+/// fixed slot per row) in ⌈n / kKeyListBatch⌉ launches instead of 3–4 per sequence.
+Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs);
 /// Row copies described by `table` ([count] RowCopy in the backend's memory) in one launch.
 Status copy_rows(Mem const& m, RowCopy const* table, int64_t count, int64_t cols);
 

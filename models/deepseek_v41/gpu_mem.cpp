@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "models/deepseek_v41/gpu_internal.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
@@ -276,6 +278,42 @@ Status scale_inplace(Mem const& m, float* x, int64_t count, float s) {
   return {};
 }
 
+namespace {
+/// Row r's list (pool ids + id_base) at out, its key columns at cols (bf16: p.key_cols set) and, compact pools, its
+/// gather slots: the host twin of key_fill / key_cols. Returns the list's length.
+int64_t host_list_row(KeyListParams const& p, int64_t r, int32_t* out, int32_t* cols) {
+  int64_t i0, j0;
+  key_list_ranges(p, r, i0, j0);
+  int64_t k = 0;
+  for (int64_t i = i0; i < p.n_old; ++i) out[k++] = static_cast<int32_t>(i);
+  for (int64_t j = j0; j <= r; ++j) out[k++] = static_cast<int32_t>(p.n_old + j);
+  if (p.selected) {
+    std::vector<int32_t> sel;
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      int32_t const e = p.selected[r * p.top_k + i];
+      if (e >= 0 && e < p.entries) sel.push_back(e);
+    }
+    std::sort(sel.begin(), sel.end());
+    if (p.gather) {
+      int32_t* g = p.gather + r * p.top_k;
+      std::fill(g, g + p.top_k, -1);
+      for (size_t i = 0; i < sel.size(); ++i) {
+        g[i] = sel[i];
+        out[k++] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + static_cast<int64_t>(i));
+      }
+    } else {
+      for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
+    }
+  }
+  if (p.key_cols) {
+    for (int64_t i = 0; i < k; ++i) cols[i] = key_column(p, r, out[i]);
+    p.sink_cols[r] = sink_column(p, r);
+  }
+  for (int64_t i = 0; i < k; ++i) out[i] = static_cast<int32_t>(out[i] + p.id_base);
+  return k;
+}
+}  // namespace
+
 Status build_key_lists(Mem const& m, KeyListParams const& p) {
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
@@ -287,40 +325,35 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
   int64_t acc = 0;
   p.offsets[0] = 0;
   for (int64_t r = 0; r < p.rows; ++r) {
-    int64_t i0, j0;
-    key_list_ranges(p, r, i0, j0);
-    int32_t* out = p.key_ids + acc;
-    int64_t k = 0;
-    for (int64_t i = i0; i < p.n_old; ++i) out[k++] = static_cast<int32_t>(i);
-    for (int64_t j = j0; j <= r; ++j) out[k++] = static_cast<int32_t>(p.n_old + j);
-    if (p.selected) {
-      std::vector<int32_t> sel;
-      for (int64_t i = 0; i < p.top_k; ++i) {
-        int32_t const e = p.selected[r * p.top_k + i];
-        if (e >= 0 && e < p.entries) sel.push_back(e);
-      }
-      std::sort(sel.begin(), sel.end());
-      if (p.gather) {
-        int32_t* g = p.gather + r * p.top_k;
-        std::fill(g, g + p.top_k, -1);
-        for (size_t i = 0; i < sel.size(); ++i) {
-          g[i] = sel[i];
-          out[k++] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + static_cast<int64_t>(i));
-        }
-      } else {
-        for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
-      }
-    }
-    if (p.key_cols) {
-      for (int64_t i = 0; i < k; ++i) p.key_cols[acc + i] = key_column(p, r, out[i]);
-      p.sink_cols[r] = sink_column(p, r);
-    }
-    for (int64_t i = 0; i < k; ++i) out[i] = static_cast<int32_t>(out[i] + p.id_base);
+    int64_t const k = host_list_row(p, r, p.key_ids + acc, p.key_cols ? p.key_cols + acc : nullptr);
     if (p.row_begin) p.row_begin[r] = p.slot_base + acc;
     acc += k;
     p.offsets[r + 1] = acc;
     if (p.row_end) p.row_end[r] = p.slot_base + acc;
   }
+  return {};
+}
+
+Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs) {
+  for (KeyListParams const& p : seqs)
+    if (p.row_cap < p.window + (p.selected ? p.top_k : 0) || !p.row_begin || !p.row_end)
+      return Status(StatusCode::kInternal, "build_key_lists_batched: row_cap < window + top_k, or no row_begin / row_end");
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    for (size_t i = 0; i < seqs.size(); i += kKeyListBatch)
+      TESSERA_TRY(launch_build_key_lists_batched(m.stream, seqs.data() + i,
+                                                 static_cast<int>(std::min<size_t>(kKeyListBatch, seqs.size() - i))));
+    return {};
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (KeyListParams const& p : seqs)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      int64_t const k = host_list_row(p, r, p.key_ids + r * p.row_cap, p.key_cols ? p.key_cols + r * p.row_cap : nullptr);
+      p.row_begin[r] = p.slot_base + r * p.row_cap;
+      p.row_end[r] = p.row_begin[r] + k;
+    }
   return {};
 }
 

@@ -5,7 +5,8 @@
 /// ascending entry order (all entries in the pool, or each row's own selection slots with its gather table);
 /// the bf16 logit-row columns and sink columns. Up to 2,600 rows per call (the CUDA scan runs over chunks of
 /// 1,024 rows), selections with −1 padding, ids ≥ T and rows without any; and one sequence's lists at pass-wide
-/// bases (KeyListParams::id_base, slot_base, row_begin / row_end).
+/// bases (KeyListParams::id_base, slot_base, row_begin / row_end); and build_key_lists_batched, many sequences'
+/// lists in one call at fixed slots per row (KeyListParams::row_cap).
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -210,6 +211,106 @@ BOOST_AUTO_TEST_CASE(bases_shift_ids_and_ranges) {
       BOOST_TEST(got.begin == begin, what);
       BOOST_TEST(got.end == end, what);
     }
+  mem.close();
+}
+
+// Many sequences' lists in one build_key_lists_batched call (three launches of up to kKeyListBatch on CUDA): each
+// row's list at slot slot_base + r·row_cap, ids shifted by id_base, the columns, sinks and gather slots of the
+// plain construction, row_end − row_begin its length; the slots between lists are left alone.
+BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
+  using Copy = gpu::Mem::Copy;
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  std::vector<Case> cases;
+  for (int i = 0; i < 2 * gpu::kKeyListBatch + 3; ++i) {  // decode rows mostly, a few chunks; some without selections
+    int64_t const rows = i % 5 == 4 ? 37 : 1, n_old = (i * 29) % 128;
+    cases.push_back(make_case(rows, 3000 + 11 * i, n_old, 128, 24, 40 + 13 * i, i % 3 == 1, static_cast<uint32_t>(900 + i)));
+    if (i % 6 == 5) cases.back().selected.clear();
+  }
+  std::vector<void*> blocks;
+  auto put = [&](void const* host, size_t bytes) {
+    void* d = mem.alloc(std::max<size_t>(bytes, 8)).value_or_throw();
+    blocks.push_back(d);
+    if (host) throw_if_error(mem.copy(d, host, bytes, Copy::kHostToDev));
+    return d;
+  };
+  int64_t total_rows = 0, total_slots = 0, id_base = 0;
+  std::vector<gpu::KeyListParams> ps;
+  std::vector<int64_t> row0s;
+  for (Case const& c : cases) {
+    gpu::KeyListParams p;
+    p.rows = c.rows;
+    p.pos0 = c.pos0;
+    p.n_old = c.n_old;
+    p.wpos0 = c.pos0 - c.n_old;
+    p.window = c.window;
+    p.selected = c.selected.empty() ? nullptr : static_cast<int32_t const*>(put(c.selected.data(), c.selected.size() * 4));
+    p.top_k = c.top_k;
+    p.entries = c.entries;
+    p.row_cap = c.window + (p.selected ? c.top_k : 0);
+    p.src_ratio = c.src_ratio;
+    p.id_base = id_base;
+    p.slot_base = total_slots;
+    if (c.compact && p.selected) p.gather = static_cast<int32_t*>(put(nullptr, static_cast<size_t>(c.rows * c.top_k) * 4));
+    ps.push_back(p);
+    row0s.push_back(total_rows);
+    total_rows += c.rows;
+    total_slots += c.rows * p.row_cap;
+    id_base += c.n_old + c.rows + (p.selected ? (c.compact ? c.rows * c.top_k : c.entries) : 0);
+  }
+  std::vector<int32_t> const fill(static_cast<size_t>(total_slots), -9);
+  auto* ids = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
+  auto* cols = static_cast<int32_t*>(put(fill.data(), fill.size() * 4));
+  auto* sinks = static_cast<int32_t*>(put(nullptr, static_cast<size_t>(total_rows) * 4));
+  auto* begin = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(total_rows) * 8));
+  auto* end = static_cast<int64_t*>(put(nullptr, static_cast<size_t>(total_rows) * 8));
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].key_ids = ids + ps[i].slot_base;
+    ps[i].key_cols = cols + ps[i].slot_base;
+    ps[i].sink_cols = sinks + row0s[i];
+    ps[i].row_begin = begin + row0s[i];
+    ps[i].row_end = end + row0s[i];
+  }
+  throw_if_error(gpu::build_key_lists_batched(mem, ps));
+  std::vector<int32_t> h_ids(fill.size()), h_cols(fill.size()), h_sinks(static_cast<size_t>(total_rows));
+  std::vector<int64_t> h_begin(static_cast<size_t>(total_rows)), h_end(static_cast<size_t>(total_rows));
+  throw_if_error(mem.copy(h_ids.data(), ids, h_ids.size() * 4, Copy::kDevToHost));
+  throw_if_error(mem.copy(h_cols.data(), cols, h_cols.size() * 4, Copy::kDevToHost));
+  throw_if_error(mem.copy(h_sinks.data(), sinks, h_sinks.size() * 4, Copy::kDevToHost));
+  throw_if_error(mem.copy(h_begin.data(), begin, h_begin.size() * 8, Copy::kDevToHost));
+  throw_if_error(mem.copy(h_end.data(), end, h_end.size() * 8, Copy::kDevToHost));
+  throw_if_error(mem.sync());
+  int64_t bad = 0, untouched_ok = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Case c = cases[i];
+    bool const has_sel = !c.selected.empty();
+    if (!has_sel) c.selected.assign(static_cast<size_t>(c.rows * c.top_k), -1), c.compact = false;
+    Lists const want = plain(c);
+    gpu::KeyListParams const& p = ps[i];
+    std::vector<int32_t> gather;
+    if (p.gather) {
+      gather.resize(static_cast<size_t>(c.rows * c.top_k));
+      throw_if_error(mem.copy(gather.data(), p.gather, gather.size() * 4, Copy::kDevToHost));
+      throw_if_error(mem.sync());
+      bad += gather != want.gather;
+    }
+    for (int64_t r = 0; r < c.rows; ++r) {
+      int64_t const b = h_begin[static_cast<size_t>(row0s[i] + r)], e = h_end[static_cast<size_t>(row0s[i] + r)];
+      int64_t const w0 = want.offsets[static_cast<size_t>(r)], w1 = want.offsets[static_cast<size_t>(r) + 1];
+      bad += b != p.slot_base + r * p.row_cap || e - b != w1 - w0;
+      for (int64_t k = 0; k < std::min(e - b, w1 - w0); ++k) {
+        bad += h_ids[static_cast<size_t>(b + k)] != want.ids[static_cast<size_t>(w0 + k)] + p.id_base;
+        bad += h_cols[static_cast<size_t>(b + k)] != want.cols[static_cast<size_t>(w0 + k)];
+      }
+      bad += h_sinks[static_cast<size_t>(row0s[i] + r)] != want.sinks[static_cast<size_t>(r)];
+      if (e < b + p.row_cap) untouched_ok += h_ids[static_cast<size_t>(e)] == -9;  // past the list: not written
+    }
+  }
+  BOOST_TEST(bad == 0);
+  BOOST_TEST(untouched_ok > 0);
+  for (void* blk : blocks) mem.free(blk);
   mem.close();
 }
 
