@@ -5,8 +5,8 @@
 ///     1. mhc_rms_kernel (block per row): r = rsqrt(mean(x²)+eps) in ref::lane_sum's order → rinv[row].
 ///     2. mhc_mix_partial_kernel (block per (chunk group, row tile)): every chunk sum of ref::dot,
 ///        S[row, c, o] = FMA chain from +0 over k ∈ [32c, 32c+32) of fmul_rn(x_k, r)·fn[o, k] in k order.
-///     3. mhc_mix_finish_kernel (block per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
-///        (ref::dot's total), then thread 0 runs the sigmoids, the softmax and the Sinkhorn iterations in the
+///     3. mhc_mix_finish_kernel (warp per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
+///        (ref::dot's total), then the warp runs the sigmoids, the softmax and the Sinkhorn iterations in the
 ///        reference's exact order (mix_epilogue: one column normalisation, then (iters−1)× row + column; the
 ///        softmax denominator in warp-softmax lanes, the row sums in lane_sum's order, the column sums
 ///        sequentially). exp in the model dtype's arithmetic (device::exp_md: expf for bf16, fmath::exp_rn
@@ -182,8 +182,6 @@ __global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParam
 }
 
 // ---- 3. chunk order, then the reference's scalar tail ------------------------------------------------------
-constexpr int kFinThreads = 512;
-constexpr int kFinTile = 8192;  // floats of S per shared-memory tile (32 KB): ⌊8192 / nm⌋ chunks of a row
 
 /// pre, post and comb of one row from its mix outputs m [(2+n)n], by one thread: ref::mhc_mix_row's tail
 /// operation for operation.
@@ -303,37 +301,43 @@ __device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float cons
   if (lane < kNN) p.comb[row * kNN + lane] = c;
 }
 
-/// Thread o < nm forms ref::dot's total m_o = S[0, o] (taken as is, not +0 + S[0, o]), then
-/// m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, from coalesced shared-memory tiles of the row's S.
-__global__ void __launch_bounds__(kFinThreads) mhc_mix_finish_kernel(MhcMixParams const p) {
-  __shared__ float ts[kFinTile];
-  __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
-  int64_t const row = blockIdx.x, chunks = p.chunks;
-  int const nm = static_cast<int>((2 + p.n) * p.n), t = static_cast<int>(threadIdx.x);
-  float const* s = p.part + row * chunks * nm;
-  int64_t const tile = kFinTile / nm;
-  float total = 0.f;
-  for (int64_t c0 = 0; c0 < chunks; c0 += tile) {
-    int const nc = static_cast<int>(chunks - c0 < tile ? chunks - c0 : tile);
-    __syncthreads();  // the previous tile is consumed
-    stage<kFinTile / kFinThreads>(nc * nm, [src = s + c0 * nm](int e) { return __ldg(src + e); },
-                                  [](int e, float v) { ts[e] = v; });
-    __syncthreads();
-    if (t < nm) {
-#pragma unroll 8
-      for (int c = 0; c < nc; ++c) total = c0 + c == 0 ? ts[t] : __fadd_rn(total, ts[c * nm + t]);
+/// One warp per row, kFinRows rows per block: lane o (and o + 32, o + 64 for nm > 32) forms ref::dot's total
+/// m_o = S[0, o] (taken as is, not +0 + S[0, o]), then m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, loading
+/// kFinAhead chunks ahead of the additions (a warp's 24 lanes read 96 contiguous bytes per chunk); then the warp runs
+/// the row's epilogue. Rows are independent, so a block holds kFinRows of them and a prefill's rows fill the SMs
+/// instead of one 512-thread block per row.
+constexpr int kFinRows = 8;
+constexpr int kFinAhead = 32;
+
+__global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixParams const p) {
+  __shared__ float m_rows[kFinRows][(2 + kMaxStreams) * kMaxStreams];
+  int const warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  int64_t const row = static_cast<int64_t>(blockIdx.x) * kFinRows + warp, chunks = p.chunks;
+  if (row >= p.rows) return;  // warp-uniform; no block barrier follows
+  int const nm = static_cast<int>((2 + p.n) * p.n);
+  float* const m = m_rows[warp];
+  float const* const s = p.part + row * chunks * nm;
+  for (int o = lane; o < nm; o += 32) {
+    float total = __ldg(s + o);
+    int64_t c = 1;
+    for (; c + kFinAhead <= chunks; c += kFinAhead) {
+      float v[kFinAhead];
+#pragma unroll
+      for (int j = 0; j < kFinAhead; ++j) v[j] = __ldg(s + (c + j) * nm + o);
+#pragma unroll
+      for (int j = 0; j < kFinAhead; ++j) total = __fadd_rn(total, v[j]);
     }
+    for (; c < chunks; ++c) total = __fadd_rn(total, __ldg(s + c * nm + o));
+    m[o] = total;
   }
-  if (t < nm) m[t] = total;
-  __syncthreads();
-  if (t >= 32) return;
+  __syncwarp();
   switch (p.n) {  // the released checkpoint has n = 4
     case 1: mix_epilogue_warp<1>(p, row, m); return;
     case 2: mix_epilogue_warp<2>(p, row, m); return;
     case 3: mix_epilogue_warp<3>(p, row, m); return;
     case 4: mix_epilogue_warp<4>(p, row, m); return;
     case 5: mix_epilogue_warp<5>(p, row, m); return;
-    default: if (t == 0) mix_epilogue(p, row, m);
+    default: if (lane == 0) mix_epilogue(p, row, m);
   }
 }
 
@@ -445,7 +449,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
       default: mhc_mix_partial_kernel<kMaxRowTile><<<grid, part_threads, 0, ws.stream>>>(q); break;
     }
     TESSERA_TRY(launch_status("mhc_mix_partial_kernel"));
-    mhc_mix_finish_kernel<<<static_cast<unsigned>(q.rows), kFinThreads, 0, ws.stream>>>(q);
+    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
     TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
   }
   return {};
