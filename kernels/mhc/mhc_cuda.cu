@@ -181,11 +181,83 @@ __global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParam
     if (r < nr) out[r * chunks * nm] = acc[r];  // unrolled: acc stays in registers
 }
 
+// ---- 2'. chunk sums for many rows (prefill): a block tile of 64 rows × 4 chunks (128 k) at n = 4 (nm = 24), 128
+// threads. Warp w owns chunk w of the four; lane (g, h) = (lane / 2, lane % 2) owns rows g + 16·i (i < 4) and outputs
+// o = 12·h + j (j < 12): 48 chains, each ref::dot's FMA chain from +0 over the chunk's 32 k in order (k four at a
+// time from float4 shared-memory reads). Shared memory: f_s[64][132] = fmul_rn(x, r) and w_s[24][132] (a 16-byte
+// pad per row: a warp's f reads hit 16 consecutive rows, 33 16-byte units apart, conflict-free; its w reads two
+// addresses). Per 32 k a thread reads 16 float4 values for 192 FMAs, where the row-tile kernel above reads one
+// value per FMA and restages the chunk group's fn for every 8 rows. Same chains, so the same bits. Requires n = 4,
+// n·D % 128 == 0 and 16-byte aligned x and fn rows.
+constexpr int kRowsTileRows = 64, kRowsTileChunks = 4, kRowsTileNm = 24, kRowsTileLd = kRowsTileChunks * 32 + 4;
+constexpr int64_t kRowsTileMinRows = 32;
+
+__global__ void __launch_bounds__(128) mhc_mix_partial_rows_kernel(MhcMixParams const p) {
+  __shared__ __align__(16) float f_s[kRowsTileRows * kRowsTileLd];
+  __shared__ __align__(16) float w_s[kRowsTileNm * kRowsTileLd];
+  int64_t const nd = p.n * p.d, groups = p.chunks / kRowsTileChunks;
+  int64_t const g = blockIdx.x % groups, r0 = blockIdx.x / groups * kRowsTileRows;
+  int64_t const k0 = g * kRowsTileChunks * 32;
+  int const nr = static_cast<int>(p.rows - r0 < kRowsTileRows ? p.rows - r0 : kRowsTileRows);
+  int const tid = static_cast<int>(threadIdx.x);
+  constexpr int kQ = kRowsTileChunks * 32 / 4;  // float4 per staged row
+  for (int e = tid; e < kRowsTileRows * kQ; e += 128) {
+    int const r = e / kQ, c = e % kQ;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < nr) {
+      v = __ldg(reinterpret_cast<float4 const*>(p.x + (r0 + r) * nd + k0) + c);
+      float const ri = __ldg(p.rinv + r0 + r);
+      v = make_float4(__fmul_rn(v.x, ri), __fmul_rn(v.y, ri), __fmul_rn(v.z, ri), __fmul_rn(v.w, ri));  // rms_norm_row's f_k
+    }
+    *reinterpret_cast<float4*>(f_s + r * kRowsTileLd + 4 * c) = v;
+  }
+  for (int e = tid; e < kRowsTileNm * kQ; e += 128) {
+    int const o = e / kQ, c = e % kQ;
+    *reinterpret_cast<float4*>(w_s + o * kRowsTileLd + 4 * c) = __ldg(reinterpret_cast<float4 const*>(p.fn + o * nd + k0) + c);
+  }
+  __syncthreads();
+  int const cc = tid >> 5, lane = tid & 31, gr = lane >> 1, h = lane & 1;
+  float acc[4][12];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 12; ++j) acc[i][j] = 0.f;  // each chunk from +0 (kDotCarry false)
+#pragma unroll 2
+  for (int q = 0; q < 8; ++q) {  // k = 32·cc + 4q .. + 3
+    int const kk = cc * 32 + 4 * q;
+    float4 fv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fv[i] = *reinterpret_cast<float4 const*>(f_s + (gr + 16 * i) * kRowsTileLd + kk);
+#pragma unroll
+    for (int j = 0; j < 12; ++j) {
+      float4 const wv = *reinterpret_cast<float4 const*>(w_s + (12 * h + j) * kRowsTileLd + kk);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float a = acc[i][j];
+        a = __fmaf_rn(fv[i].x, wv.x, a);  // std::fma(f_k, fn_ok, acc), k in order
+        a = __fmaf_rn(fv[i].y, wv.y, a);
+        a = __fmaf_rn(fv[i].z, wv.z, a);
+        acc[i][j] = __fmaf_rn(fv[i].w, wv.w, a);
+      }
+    }
+  }
+  int64_t const c = g * kRowsTileChunks + cc;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int const r = gr + 16 * i;
+    if (r >= nr) continue;
+    float* const out = p.part + ((r0 + r) * p.chunks + c) * kRowsTileNm + 12 * h;
+#pragma unroll
+    for (int j = 0; j < 12; ++j) out[j] = acc[i][j];
+  }
+}
+
 // ---- 3. chunk order, then the reference's scalar tail ------------------------------------------------------
 
 /// pre, post and comb of one row from its mix outputs m [(2+n)n], by one thread: ref::mhc_mix_row's tail
-/// operation for operation.
-__device__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m) {
+/// operation for operation (n > 5 only). Not inlined: beside the warp epilogues it made the finish kernel spill
+/// (68 bytes, ptxas, sm_90a).
+__device__ __noinline__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m) {
   int64_t const n = p.n;
   float const* base = p.base;
   float* pre = p.pre + row * n;
@@ -307,7 +379,7 @@ __device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float cons
 /// the row's epilogue. Rows are independent, so a block holds kFinRows of them and a prefill's rows fill the SMs
 /// instead of one 512-thread block per row.
 constexpr int kFinRows = 8;
-constexpr int kFinAhead = 32;
+constexpr int kFinAhead = 16;
 
 __global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixParams const p) {
   __shared__ float m_rows[kFinRows][(2 + kMaxStreams) * kMaxStreams];
@@ -317,6 +389,7 @@ __global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixPar
   int const nm = static_cast<int>((2 + p.n) * p.n);
   float* const m = m_rows[warp];
   float const* const s = p.part + row * chunks * nm;
+#pragma unroll 1
   for (int o = lane; o < nm; o += 32) {
     float total = __ldg(s + o);
     int64_t c = 1;
@@ -435,12 +508,24 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   int const rt = slab <= 1 ? 1 : slab <= 2 ? 2 : slab <= 4 ? 4 : kMaxRowTile;
   if (groups * ceil_div(slab, rt) > 0x7fffffff) return invalid_argument("mhc_mix: n·D too large for one grid");
   unsigned const part_threads = static_cast<unsigned>(ceil_div(nm * p.group_chunks, 32) * 32);
+  // Many rows (prefill): the 64-row block tile where its layout applies; the same chunk sums either way.
+  bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
+                         reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
+                         a.x.stride[0] == nd;
   for (int64_t r0 = 0; r0 < d.rows; r0 += slab) {
     MhcMixParams q = p;
     q.rows = std::min(slab, d.rows - r0);
     q.x += r0 * nd; q.pre += r0 * n; q.post += r0 * n; q.comb += r0 * n * n;
     mhc_rms_kernel<<<static_cast<unsigned>(q.rows), kRmsThreads, 0, ws.stream>>>(q);
     TESSERA_TRY(launch_status("mhc_rms_kernel"));
+    if (rows_tile) {
+      unsigned const gr = static_cast<unsigned>(p.chunks / kRowsTileChunks * ceil_div(q.rows, kRowsTileRows));
+      mhc_mix_partial_rows_kernel<<<gr, 128, 0, ws.stream>>>(q);
+      TESSERA_TRY(launch_status("mhc_mix_partial_rows_kernel"));
+      mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+      TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
+      continue;
+    }
     unsigned const grid = static_cast<unsigned>(groups * ceil_div(q.rows, rt));
     switch (rt) {
       case 1: mhc_mix_partial_kernel<1><<<grid, part_threads, 0, ws.stream>>>(q); break;
