@@ -5,8 +5,8 @@
 ///     1. mhc_rms_kernel (block per row): r = rsqrt(mean(x²)+eps) in ref::lane_sum's order → rinv[row].
 ///     2. mhc_mix_partial_kernel (block per (chunk group, row tile)): every chunk sum of ref::dot,
 ///        S[row, c, o] = FMA chain from +0 over k ∈ [32c, 32c+32) of fmul_rn(x_k, r)·fn[o, k] in k order.
-///     3. mhc_mix_finish_kernel (block per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
-///        (ref::dot's total), then thread 0 runs the sigmoids, the softmax and the Sinkhorn iterations in the
+///     3. mhc_mix_finish_kernel (warp per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
+///        (ref::dot's total), then the warp runs the sigmoids, the softmax and the Sinkhorn iterations in the
 ///        reference's exact order (mix_epilogue: one column normalisation, then (iters−1)× row + column; the
 ///        softmax denominator in warp-softmax lanes, the row sums in lane_sum's order, the column sums
 ///        sequentially). exp in the model dtype's arithmetic (device::exp_md: expf for bf16, fmath::exp_rn
@@ -181,13 +181,83 @@ __global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParam
     if (r < nr) out[r * chunks * nm] = acc[r];  // unrolled: acc stays in registers
 }
 
+// ---- 2'. chunk sums for many rows (prefill): a block tile of 64 rows × 4 chunks (128 k) at n = 4 (nm = 24), 128
+// threads. Warp w owns chunk w of the four; lane (g, h) = (lane / 2, lane % 2) owns rows g + 16·i (i < 4) and outputs
+// o = 12·h + j (j < 12): 48 chains, each ref::dot's FMA chain from +0 over the chunk's 32 k in order (k four at a
+// time from float4 shared-memory reads). Shared memory: f_s[64][132] = fmul_rn(x, r) and w_s[24][132] (a 16-byte
+// pad per row: a warp's f reads hit 16 consecutive rows, 33 16-byte units apart, conflict-free; its w reads two
+// addresses). Per 32 k a thread reads 16 float4 values for 192 FMAs, where the row-tile kernel above reads one
+// value per FMA and restages the chunk group's fn for every 8 rows. Same chains, so the same bits. Requires n = 4,
+// n·D % 128 == 0 and 16-byte aligned x and fn rows.
+constexpr int kRowsTileRows = 64, kRowsTileChunks = 4, kRowsTileNm = 24, kRowsTileLd = kRowsTileChunks * 32 + 4;
+constexpr int64_t kRowsTileMinRows = 32;
+
+__global__ void __launch_bounds__(128) mhc_mix_partial_rows_kernel(MhcMixParams const p) {
+  __shared__ __align__(16) float f_s[kRowsTileRows * kRowsTileLd];
+  __shared__ __align__(16) float w_s[kRowsTileNm * kRowsTileLd];
+  int64_t const nd = p.n * p.d, groups = p.chunks / kRowsTileChunks;
+  int64_t const g = blockIdx.x % groups, r0 = blockIdx.x / groups * kRowsTileRows;
+  int64_t const k0 = g * kRowsTileChunks * 32;
+  int const nr = static_cast<int>(p.rows - r0 < kRowsTileRows ? p.rows - r0 : kRowsTileRows);
+  int const tid = static_cast<int>(threadIdx.x);
+  constexpr int kQ = kRowsTileChunks * 32 / 4;  // float4 per staged row
+  for (int e = tid; e < kRowsTileRows * kQ; e += 128) {
+    int const r = e / kQ, c = e % kQ;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < nr) {
+      v = __ldg(reinterpret_cast<float4 const*>(p.x + (r0 + r) * nd + k0) + c);
+      float const ri = __ldg(p.rinv + r0 + r);
+      v = make_float4(__fmul_rn(v.x, ri), __fmul_rn(v.y, ri), __fmul_rn(v.z, ri), __fmul_rn(v.w, ri));  // rms_norm_row's f_k
+    }
+    *reinterpret_cast<float4*>(f_s + r * kRowsTileLd + 4 * c) = v;
+  }
+  for (int e = tid; e < kRowsTileNm * kQ; e += 128) {
+    int const o = e / kQ, c = e % kQ;
+    *reinterpret_cast<float4*>(w_s + o * kRowsTileLd + 4 * c) = __ldg(reinterpret_cast<float4 const*>(p.fn + o * nd + k0) + c);
+  }
+  __syncthreads();
+  int const cc = tid >> 5, lane = tid & 31, gr = lane >> 1, h = lane & 1;
+  float acc[4][12];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 12; ++j) acc[i][j] = 0.f;  // each chunk from +0 (kDotCarry false)
+#pragma unroll 2
+  for (int q = 0; q < 8; ++q) {  // k = 32·cc + 4q .. + 3
+    int const kk = cc * 32 + 4 * q;
+    float4 fv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fv[i] = *reinterpret_cast<float4 const*>(f_s + (gr + 16 * i) * kRowsTileLd + kk);
+#pragma unroll
+    for (int j = 0; j < 12; ++j) {
+      float4 const wv = *reinterpret_cast<float4 const*>(w_s + (12 * h + j) * kRowsTileLd + kk);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float a = acc[i][j];
+        a = __fmaf_rn(fv[i].x, wv.x, a);  // std::fma(f_k, fn_ok, acc), k in order
+        a = __fmaf_rn(fv[i].y, wv.y, a);
+        a = __fmaf_rn(fv[i].z, wv.z, a);
+        acc[i][j] = __fmaf_rn(fv[i].w, wv.w, a);
+      }
+    }
+  }
+  int64_t const c = g * kRowsTileChunks + cc;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int const r = gr + 16 * i;
+    if (r >= nr) continue;
+    float* const out = p.part + ((r0 + r) * p.chunks + c) * kRowsTileNm + 12 * h;
+#pragma unroll
+    for (int j = 0; j < 12; ++j) out[j] = acc[i][j];
+  }
+}
+
 // ---- 3. chunk order, then the reference's scalar tail ------------------------------------------------------
-constexpr int kFinThreads = 512;
-constexpr int kFinTile = 8192;  // floats of S per shared-memory tile (32 KB): ⌊8192 / nm⌋ chunks of a row
 
 /// pre, post and comb of one row from its mix outputs m [(2+n)n], by one thread: ref::mhc_mix_row's tail
-/// operation for operation.
-__device__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m) {
+/// operation for operation (n > 5 only). Not inlined: beside the warp epilogues it made the finish kernel spill
+/// (68 bytes, ptxas, sm_90a).
+__device__ __noinline__ void mix_epilogue(MhcMixParams const& p, int64_t row, float const* m) {
   int64_t const n = p.n;
   float const* base = p.base;
   float* pre = p.pre + row * n;
@@ -303,37 +373,44 @@ __device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float cons
   if (lane < kNN) p.comb[row * kNN + lane] = c;
 }
 
-/// Thread o < nm forms ref::dot's total m_o = S[0, o] (taken as is, not +0 + S[0, o]), then
-/// m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, from coalesced shared-memory tiles of the row's S.
-__global__ void __launch_bounds__(kFinThreads) mhc_mix_finish_kernel(MhcMixParams const p) {
-  __shared__ float ts[kFinTile];
-  __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
-  int64_t const row = blockIdx.x, chunks = p.chunks;
-  int const nm = static_cast<int>((2 + p.n) * p.n), t = static_cast<int>(threadIdx.x);
-  float const* s = p.part + row * chunks * nm;
-  int64_t const tile = kFinTile / nm;
-  float total = 0.f;
-  for (int64_t c0 = 0; c0 < chunks; c0 += tile) {
-    int const nc = static_cast<int>(chunks - c0 < tile ? chunks - c0 : tile);
-    __syncthreads();  // the previous tile is consumed
-    stage<kFinTile / kFinThreads>(nc * nm, [src = s + c0 * nm](int e) { return __ldg(src + e); },
-                                  [](int e, float v) { ts[e] = v; });
-    __syncthreads();
-    if (t < nm) {
-#pragma unroll 8
-      for (int c = 0; c < nc; ++c) total = c0 + c == 0 ? ts[t] : __fadd_rn(total, ts[c * nm + t]);
+/// One warp per row, kFinRows rows per block: lane o (and o + 32, o + 64 for nm > 32) forms ref::dot's total
+/// m_o = S[0, o] (taken as is, not +0 + S[0, o]), then m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, loading
+/// kFinAhead chunks ahead of the additions (a warp's 24 lanes read 96 contiguous bytes per chunk); then the warp runs
+/// the row's epilogue. Rows are independent, so a block holds kFinRows of them and a prefill's rows fill the SMs
+/// instead of one 512-thread block per row.
+constexpr int kFinRows = 8;
+constexpr int kFinAhead = 16;
+
+__global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixParams const p) {
+  __shared__ float m_rows[kFinRows][(2 + kMaxStreams) * kMaxStreams];
+  int const warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  int64_t const row = static_cast<int64_t>(blockIdx.x) * kFinRows + warp, chunks = p.chunks;
+  if (row >= p.rows) return;  // warp-uniform; no block barrier follows
+  int const nm = static_cast<int>((2 + p.n) * p.n);
+  float* const m = m_rows[warp];
+  float const* const s = p.part + row * chunks * nm;
+#pragma unroll 1
+  for (int o = lane; o < nm; o += 32) {
+    float total = __ldg(s + o);
+    int64_t c = 1;
+    for (; c + kFinAhead <= chunks; c += kFinAhead) {
+      float v[kFinAhead];
+#pragma unroll
+      for (int j = 0; j < kFinAhead; ++j) v[j] = __ldg(s + (c + j) * nm + o);
+#pragma unroll
+      for (int j = 0; j < kFinAhead; ++j) total = __fadd_rn(total, v[j]);
     }
+    for (; c < chunks; ++c) total = __fadd_rn(total, __ldg(s + c * nm + o));
+    m[o] = total;
   }
-  if (t < nm) m[t] = total;
-  __syncthreads();
-  if (t >= 32) return;
+  __syncwarp();
   switch (p.n) {  // the released checkpoint has n = 4
     case 1: mix_epilogue_warp<1>(p, row, m); return;
     case 2: mix_epilogue_warp<2>(p, row, m); return;
     case 3: mix_epilogue_warp<3>(p, row, m); return;
     case 4: mix_epilogue_warp<4>(p, row, m); return;
     case 5: mix_epilogue_warp<5>(p, row, m); return;
-    default: if (t == 0) mix_epilogue(p, row, m);
+    default: if (lane == 0) mix_epilogue(p, row, m);
   }
 }
 
@@ -431,12 +508,24 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   int const rt = slab <= 1 ? 1 : slab <= 2 ? 2 : slab <= 4 ? 4 : kMaxRowTile;
   if (groups * ceil_div(slab, rt) > 0x7fffffff) return invalid_argument("mhc_mix: n·D too large for one grid");
   unsigned const part_threads = static_cast<unsigned>(ceil_div(nm * p.group_chunks, 32) * 32);
+  // Many rows (prefill): the 64-row block tile where its layout applies; the same chunk sums either way.
+  bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
+                         reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
+                         a.x.stride[0] == nd;
   for (int64_t r0 = 0; r0 < d.rows; r0 += slab) {
     MhcMixParams q = p;
     q.rows = std::min(slab, d.rows - r0);
     q.x += r0 * nd; q.pre += r0 * n; q.post += r0 * n; q.comb += r0 * n * n;
     mhc_rms_kernel<<<static_cast<unsigned>(q.rows), kRmsThreads, 0, ws.stream>>>(q);
     TESSERA_TRY(launch_status("mhc_rms_kernel"));
+    if (rows_tile) {
+      unsigned const gr = static_cast<unsigned>(p.chunks / kRowsTileChunks * ceil_div(q.rows, kRowsTileRows));
+      mhc_mix_partial_rows_kernel<<<gr, 128, 0, ws.stream>>>(q);
+      TESSERA_TRY(launch_status("mhc_mix_partial_rows_kernel"));
+      mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+      TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
+      continue;
+    }
     unsigned const grid = static_cast<unsigned>(groups * ceil_div(q.rows, rt));
     switch (rt) {
       case 1: mhc_mix_partial_kernel<1><<<grid, part_threads, 0, ws.stream>>>(q); break;
@@ -445,7 +534,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
       default: mhc_mix_partial_kernel<kMaxRowTile><<<grid, part_threads, 0, ws.stream>>>(q); break;
     }
     TESSERA_TRY(launch_status("mhc_mix_partial_kernel"));
-    mhc_mix_finish_kernel<<<static_cast<unsigned>(q.rows), kFinThreads, 0, ws.stream>>>(q);
+    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
     TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
   }
   return {};
