@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "tessera/core/context.hpp"
@@ -408,4 +410,19 @@ __device__ __forceinline__ float warp_rms_inv(float const* x, int64_t n, float e
   float const ss = warp_lane_sum(n, [x](int64_t i) { return __fmul_rn(x[i], x[i]); });
   return device::rsqrt_ref(__fadd_rn(__fmul_rn(ss, __fdiv_rn(1.f, static_cast<float>(n))), eps));
 }
+
+/// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KiB default) once per device (< 64).
+template <auto kKernel>
+cudaError_t allow_smem(size_t bytes) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  uint64_t const bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_acq_rel);
+  return e;
+}
+
 }  // namespace tessera::kernels

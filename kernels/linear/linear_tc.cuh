@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/common/cuda_util.cuh"
 #include "tessera/core/dtype.hpp"
 #include "tessera/ops/linear_tc.hpp"
 
@@ -91,19 +92,7 @@ inline constexpr size_t skinny_smem_bytes(int64_t m) {
   return skinny_tile_smem_bytes(1, kSkinnyStages, m < kSkinnyRows ? m : kSkinnyRows);
 }
 
-/// Opts kKernel into `bytes` of dynamic shared memory (above the 48 KiB default) once per device (< 64).
-template <auto kKernel>
-cudaError_t allow_smem(size_t bytes) {
-  static std::atomic<uint64_t> done{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  uint64_t const bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_acq_rel);
-  return e;
-}
+using kernels::allow_smem;  // kernels/common/cuda_util.cuh
 
 __device__ __forceinline__ uint32_t smem_addr(void const* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -5,7 +5,8 @@
 ///     1. mhc_rms_kernel (block per row): r = rsqrt(mean(x²)+eps) in ref::lane_sum's order → rinv[row].
 ///     2. mhc_mix_partial_kernel (block per (chunk group, row tile)): every chunk sum of ref::dot,
 ///        S[row, c, o] = FMA chain from +0 over k ∈ [32c, 32c+32) of fmul_rn(x_k, r)·fn[o, k] in k order.
-///     3. mhc_mix_finish_kernel (warp per row): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
+///     3. mhc_mix_finish_staged_kernel (block per row, the row's chunk sums staged in shared memory; or
+///        mhc_mix_finish_kernel, warp per row, when they do not fit): m_o = S[row, 0, o] + S[row, 1, o] + … in chunk order
 ///        (ref::dot's total), then the warp runs the sigmoids, the softmax and the Sinkhorn iterations in the
 ///        reference's exact order (mix_epilogue: one column normalisation, then (iters−1)× row + column; the
 ///        softmax denominator in warp-softmax lanes, the row sums in lane_sum's order, the column sums
@@ -373,6 +374,20 @@ __device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float cons
   if (lane < kNN) p.comb[row * kNN + lane] = c;
 }
 
+/// mix_epilogue_warp for the row's n (mix_epilogue by lane 0 beyond n = 5); m in shared memory. Not inlined: inside
+/// the staged finish kernel beside its load loops it spilled (76 bytes, ptxas, sm_90a).
+__device__ __noinline__ void mix_epilogue_any(MhcMixParams const& p, int64_t row, float const* m) {
+  int const lane = static_cast<int>(threadIdx.x & 31);
+  switch (p.n) {  // the released checkpoint has n = 4
+    case 1: mix_epilogue_warp<1>(p, row, m); return;
+    case 2: mix_epilogue_warp<2>(p, row, m); return;
+    case 3: mix_epilogue_warp<3>(p, row, m); return;
+    case 4: mix_epilogue_warp<4>(p, row, m); return;
+    case 5: mix_epilogue_warp<5>(p, row, m); return;
+    default: if (lane == 0) mix_epilogue(p, row, m);
+  }
+}
+
 /// One warp per row, kFinRows rows per block: lane o (and o + 32, o + 64 for nm > 32) forms ref::dot's total
 /// m_o = S[0, o] (taken as is, not +0 + S[0, o]), then m_o ← m_o + S[c, o] for c = 1, 2, … in chunk order, loading
 /// kFinAhead chunks ahead of the additions (a warp's 24 lanes read 96 contiguous bytes per chunk); then the warp runs
@@ -404,14 +419,56 @@ __global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixPar
     m[o] = total;
   }
   __syncwarp();
-  switch (p.n) {  // the released checkpoint has n = 4
-    case 1: mix_epilogue_warp<1>(p, row, m); return;
-    case 2: mix_epilogue_warp<2>(p, row, m); return;
-    case 3: mix_epilogue_warp<3>(p, row, m); return;
-    case 4: mix_epilogue_warp<4>(p, row, m); return;
-    case 5: mix_epilogue_warp<5>(p, row, m); return;
-    default: if (lane == 0) mix_epilogue(p, row, m);
+  mix_epilogue_any(p, row, m);
+}
+
+/// One row per block when the row's chunk sums fit shared memory (chunks · nm · 4 B ≤ kStagedMaxBytes; 61,440 B at the
+/// released n = 4, D = 5120): the block's threads copy S[row, ·, ·] (contiguous) into shared memory with all their loads
+/// issued before the first store (one L2 round trip, where the warp-per-row kernel waits chunks / kFinAhead = 40 of
+/// them: ~32 µs a row on the H100), then thread o < nm forms m_o = S[0, o] + S[1, o] + … in chunk order from shared
+/// memory and warp 0 runs the epilogue. The same additions in the same order as mhc_mix_finish_kernel.
+constexpr int kStagedThreads = 256;
+constexpr int kStagedLoads = 16;  // 16-byte loads in flight per thread: 64 KB per block
+constexpr size_t kStagedMaxBytes = size_t{96} << 10;
+
+__global__ void __launch_bounds__(kStagedThreads) mhc_mix_finish_staged_kernel(MhcMixParams const p) {
+  extern __shared__ __align__(16) float s_part[];
+  __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
+  int64_t const row = blockIdx.x, chunks = p.chunks;
+  int const nm = static_cast<int>((2 + p.n) * p.n), t = static_cast<int>(threadIdx.x);
+  int64_t const total = chunks * nm;
+  float const* const src = p.part + row * total;
+  if (total % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    int64_t const n4 = total / 4;
+    for (int64_t e0 = t; e0 < n4; e0 += kStagedLoads * kStagedThreads) {
+      float4 v[kStagedLoads];
+#pragma unroll
+      for (int j = 0; j < kStagedLoads; ++j)
+        if (e0 + j * kStagedThreads < n4) v[j] = __ldg(reinterpret_cast<float4 const*>(src) + e0 + j * kStagedThreads);
+#pragma unroll
+      for (int j = 0; j < kStagedLoads; ++j)
+        if (e0 + j * kStagedThreads < n4) reinterpret_cast<float4*>(s_part)[e0 + j * kStagedThreads] = v[j];
+    }
+  } else {
+    for (int64_t e0 = t; e0 < total; e0 += 4 * kStagedLoads * kStagedThreads) {
+      float v[4 * kStagedLoads];
+#pragma unroll
+      for (int j = 0; j < 4 * kStagedLoads; ++j)
+        if (e0 + j * kStagedThreads < total) v[j] = __ldg(src + e0 + j * kStagedThreads);
+#pragma unroll
+      for (int j = 0; j < 4 * kStagedLoads; ++j)
+        if (e0 + j * kStagedThreads < total) s_part[e0 + j * kStagedThreads] = v[j];
+    }
   }
+  __syncthreads();
+  for (int o = t; o < nm; o += kStagedThreads) {
+    float acc = s_part[o];
+#pragma unroll 16
+    for (int64_t c = 1; c < chunks; ++c) acc = __fadd_rn(acc, s_part[c * nm + o]);
+    m[o] = acc;
+  }
+  __syncthreads();
+  if (t < 32) mix_epilogue_any(p, row, m);
 }
 
 struct MhcCollapseParams {
@@ -512,6 +569,18 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
                          reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
                          a.x.stride[0] == nd;
+  // Chunk order and epilogue: a row per block from shared memory where its chunk sums fit, else a warp per row.
+  bool const staged = part_row <= kStagedMaxBytes;
+  if (staged)
+    TESSERA_TRY(cuda_status(allow_smem<mhc_mix_finish_staged_kernel>(kStagedMaxBytes), "mhc_mix: shared memory attribute"));
+  auto finish = [&](MhcMixParams const& q) -> Status {
+    if (staged) {
+      mhc_mix_finish_staged_kernel<<<static_cast<unsigned>(q.rows), kStagedThreads, part_row, ws.stream>>>(q);
+      return launch_status("mhc_mix_finish_staged_kernel");
+    }
+    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+    return launch_status("mhc_mix_finish_kernel");
+  };
   for (int64_t r0 = 0; r0 < d.rows; r0 += slab) {
     MhcMixParams q = p;
     q.rows = std::min(slab, d.rows - r0);
@@ -522,8 +591,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
       unsigned const gr = static_cast<unsigned>(p.chunks / kRowsTileChunks * ceil_div(q.rows, kRowsTileRows));
       mhc_mix_partial_rows_kernel<<<gr, 128, 0, ws.stream>>>(q);
       TESSERA_TRY(launch_status("mhc_mix_partial_rows_kernel"));
-      mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
-      TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
+      TESSERA_TRY(finish(q));
       continue;
     }
     unsigned const grid = static_cast<unsigned>(groups * ceil_div(q.rows, rt));
@@ -534,8 +602,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
       default: mhc_mix_partial_kernel<kMaxRowTile><<<grid, part_threads, 0, ws.stream>>>(q); break;
     }
     TESSERA_TRY(launch_status("mhc_mix_partial_kernel"));
-    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
-    TESSERA_TRY(launch_status("mhc_mix_finish_kernel"));
+    TESSERA_TRY(finish(q));
   }
   return {};
 }
