@@ -308,16 +308,18 @@ __device__ __noinline__ void mix_epilogue(MhcMixParams const& p, int64_t row, fl
 }
 
 /// device::lane_sum_seq(kN, v) and device::WarpSoftmaxSum over columns 0..kN−1, for kN ≤ 32 (vec = 1: lane t
-/// holds +0 + v_t for t < kN and +0 beyond; then the halving tree), with compile-time indices so the 32 lanes
-/// live in registers (the sequential versions keep them in local memory).
+/// holds +0 + v_t for t < kN and +0 beyond; then the halving tree over 32 lanes). The tree's levels h ≥ P (P the
+/// power of two ≥ kN) only add +0 to lanes t < P, and +0 + v_t is never −0, so (+0 + v_t) + 0 = +0 + v_t: they are
+/// skipped, and the sum is the tree over P lanes, bit for bit. Compile-time indices keep the lanes in registers.
 template <int kN>
 __device__ __forceinline__ float lane_tree_sum(float const (&v)[kN]) {
   static_assert(kN >= 1 && kN <= 32, "one value per lane");
-  float lane[32];
+  constexpr int kP = kN <= 1 ? 1 : kN <= 2 ? 2 : kN <= 4 ? 4 : kN <= 8 ? 8 : kN <= 16 ? 16 : 32;
+  float lane[kP];
 #pragma unroll
-  for (int t = 0; t < 32; ++t) lane[t] = t < kN ? __fadd_rn(0.f, v[t < kN ? t : 0]) : 0.f;
+  for (int t = 0; t < kP; ++t) lane[t] = t < kN ? __fadd_rn(0.f, v[t < kN ? t : 0]) : 0.f;
 #pragma unroll
-  for (int h = 16; h > 0; h /= 2)
+  for (int h = kP / 2; h > 0; h /= 2)
 #pragma unroll
     for (int t = 0; t < h; ++t) lane[t] = __fadd_rn(lane[t], lane[t + h]);
   return lane[0];
@@ -374,9 +376,8 @@ __device__ void mix_epilogue_warp(MhcMixParams const& p, int64_t row, float cons
   if (lane < kNN) p.comb[row * kNN + lane] = c;
 }
 
-/// mix_epilogue_warp for the row's n (mix_epilogue by lane 0 beyond n = 5); m in shared memory. Not inlined: inside
-/// the staged finish kernel beside its load loops it spilled (76 bytes, ptxas, sm_90a).
-__device__ __noinline__ void mix_epilogue_any(MhcMixParams const& p, int64_t row, float const* m) {
+/// mix_epilogue_warp for the row's n (mix_epilogue by lane 0 beyond n = 5); m in shared memory.
+__device__ __forceinline__ void mix_epilogue_any(MhcMixParams const& p, int64_t row, float const* m) {
   int const lane = static_cast<int>(threadIdx.x & 31);
   switch (p.n) {  // the released checkpoint has n = 4
     case 1: mix_epilogue_warp<1>(p, row, m); return;

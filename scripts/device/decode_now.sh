@@ -13,7 +13,7 @@
 #            counted from runs of 1 and 2 steps).
 #   source:  ncu --set full with source import of the last decode step's first launch matching each of KERNELS
 #            (space-separated regexes), then its SASS view with per-instruction stall samples as CSV
-#            (src_<kernel>.csv, the report src_<kernel>.ncu-rep beside it). SAMPLING: ncu's --sampling-interval
+#            (src_<kernel>.csv, the report src_<kernel>.ncu-rep beside it). SAMPLING: ncu's --warp-sampling-interval
 #            (default 0: every 2^5 cycles; the default "auto" gave 28 samples for a 30 µs kernel).
 #   prefill: bench_model prefill at PREFILL (default 1024,8192) on fp8 1- and 3-layer checkpoints per build, then the
 #            ncu kernel time of one PREFILL_PROFILE-token prefill (default 1024) of MODEL (default flash3e32).
@@ -128,7 +128,7 @@ if [ "$mode" = source ]; then  # SASS lines of a decode step's first launch matc
     # With a kernel filter ncu counts matching launches only: skip those before the last step.
     m1=$(grep '"gpu__time_duration.sum"' $R/launches_1.csv | grep -cE "$k"); m2=$(grep '"gpu__time_duration.sum"' $R/launches_2.csv | grep -cE "$k")
     skip=$((2 * m1 - m2)); [ $((m2 - m1)) -gt 0 ] && [ $skip -ge 0 ] || { echo "source $k: no launch per step"; continue; }
-    timeout 200 ncu --clock-control none --set full --import-source yes --sampling-interval ${SAMPLING:-0} \
+    timeout 200 ncu --clock-control none --set full --import-source yes --warp-sampling-interval ${SAMPLING:-0} \
       -k "regex:$k" --launch-skip $skip --launch-count 1 \
       -o $R/src_$k $BM --steps 1 > $R/src_$k.log 2>&1
     timeout 60 ncu --import $R/src_$k.ncu-rep --page source --print-source sass --csv > $R/src_$k.csv 2>&1
