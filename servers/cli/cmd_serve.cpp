@@ -84,7 +84,7 @@ int cmd_serve(std::vector<std::string> const& args) {
     std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
     return 2;
   }
-  // Tensor/expert parallelism: ranks as threads over the in-process communicator on the CPU backend.
+  // Tensor/expert parallelism: ranks as threads over the in-process communicator (CPU or GPU rank models).
   auto par = parse_parallel_flags(a);
   if (!par) {
     std::fprintf(stderr, "tessera serve: %s\n", par.status().message().c_str());
