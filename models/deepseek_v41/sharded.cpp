@@ -56,6 +56,7 @@ struct RankAccess {
     dist::RankPlan const& me = sh.me();
     dist::ShardingPlan const& p = sh.plan;
     Weights out = full.w_;  // shares every tensor; the rank's slices replace some below
+    out.scaled.clear();     // stored forms are of whole tensors; a rank holds its slices dense
     int64_t const hd = s.head_dim, ro = s.o_lora_rank;
     bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
     bool const allreduce = !me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce;
