@@ -4,6 +4,7 @@
 ///   to_f16        out[r, c] = →fp16(x[r·stride + c]) (RNE)
 ///   store_md      dst[r·stride + c] = →md(src[r, c])
 ///   exl3_moe_act  act[a, i] = →fp16(→md(w_a·(silu(min(g, L))·clamp(u, ±L)))), g, u = →md(G / U[a, i])
+///   moe_act       act[a, i] = →md(silu(min(g, L))·clamp(u, ±L)) in fp32 (the sharded shared expert)
 ///   moe_combine   out[t, :] = →md(Σ_{a in list(t)} →md(Y[a, :]) + →md(Ysh[t, :])), list(t) in ascending expert
 ///                 id, summed from +0 in fp32 in that order (MoeExperts' order)
 ///   moe_group     the routing grouped by expert and the combine lists (MoeGroupParams): one block of
@@ -36,8 +37,10 @@ __global__ void store_md_kernel(float const* src, int64_t cols, float* dst, int6
     dst[r * stride + c] = device::round_md(src[r * cols + c], bf16);
 }
 
+/// Out uint16_t: fp16 bits of the activation (EXL3 inputs); float: the activation itself.
+template <class Out>
 __global__ void moe_act_kernel(float const* g, float const* u, float const* w, int32_t const* row_count, int64_t inter,
-                               float limit, bool bf16, uint16_t* out) {
+                               float limit, bool bf16, Out* out) {
   int64_t const a = blockIdx.y;
   if (row_count && a >= *row_count) return;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < inter;
@@ -49,7 +52,8 @@ __global__ void moe_act_kernel(float const* g, float const* u, float const* w, i
     }
     float y = __fmul_rn(device::silu(gv, bf16), uv);
     if (w) y = __fmul_rn(w[a], y);
-    out[a * inter + i] = __half_as_ushort(__float2half_rn(device::round_md(y, bf16)));
+    if constexpr (sizeof(Out) == 2) out[a * inter + i] = __half_as_ushort(__float2half_rn(device::round_md(y, bf16)));
+    else out[a * inter + i] = device::round_md(y, bf16);
   }
 }
 
@@ -213,6 +217,14 @@ Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, 
   if (rows > 65535) return invalid_argument("exl3_moe_act: more than 65535 rows");
   moe_act_kernel<<<grid_of(rows, inter), 256, 0, stream>>>(g, u, w, row_count, inter, limit, bf16, out);
   return status_of(cudaGetLastError(), "exl3_moe_act");
+}
+
+Status launch_moe_act(CUstream_st* stream, float const* g, float const* u, int64_t rows, int64_t inter, float limit,
+                      bool bf16, float* out) {
+  if (rows == 0 || inter == 0) return {};
+  if (rows > 65535) return invalid_argument("moe_act: more than 65535 rows");
+  moe_act_kernel<<<grid_of(rows, inter), 256, 0, stream>>>(g, u, nullptr, nullptr, inter, limit, bf16, out);
+  return status_of(cudaGetLastError(), "moe_act");
 }
 
 Status launch_moe_combine(CUstream_st* stream, float const* y, int64_t const* off, int32_t const* list,

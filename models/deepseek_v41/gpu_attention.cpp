@@ -185,7 +185,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   ModelSpec const& s = m_.spec;
   gpu::GpuLayerWeights const& w = m_.w.layers[static_cast<size_t>(l)];
   DType const md = b_.md;
-  int64_t const N = b_.rows, H = s.num_heads, hd = s.head_dim, qr = s.q_lora_rank;
+  int64_t const N = b_.rows, H = query_heads(), hd = s.head_dim, qr = s.q_lora_rank;
   int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
   DevTensor const& table = ratio ? m_.w.compress_inv_freq : m_.w.main_inv_freq;
   int64_t const W = s.sliding_window, w_cap = W - 1 + m_.opts.max_rollback;
@@ -297,6 +297,10 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
 
   // Output (§2.5.6), every row: inverse RoPE with the query's table, grouped wo_a, wo_b.
   rope(o, N, H, hd, b_.d_pos, table, true);
+  if (m_.shard) {
+    shard_attention_out(l, o, out);  // the rank's heads: its groups and the plan's combine
+    return;
+  }
   int64_t const G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
   float* y = tmp_.get<float>(N * G * ro);
   lin(o, H * hd, N, w.wo_a, y, G * ro, md, 0, ro, gw, true, G);  // the G groups in one call

@@ -70,6 +70,25 @@ Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w
   return {};
 }
 
+Status moe_act(Mem const& m, float const* g, float const* u, int64_t rows, int64_t inter, float limit, bool bf16,
+               float* out) {
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    return launch_moe_act(m.stream, g, u, rows, inter, limit, bf16, out);
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  DType const md = bf16 ? DType::kBf16 : DType::kF32;
+  for (int64_t a = 0; a < rows; ++a)
+    for (int64_t i = 0; i < inter; ++i) {  // ref::moe_expert_row_accumulate's unweighted activation
+      float gv = ref::round_md(g[a * inter + i], md), uv = ref::round_md(u[a * inter + i], md);
+      if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
+      out[a * inter + i] = ref::round_md(ref::silu(gv, md) * uv, md);
+    }
+  return {};
+}
+
 Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t const* list, float const* ysh,
                    int64_t tokens, int64_t D, bool bf16, float* out) {
   if (m.backend == Backend::kCuda) {

@@ -328,17 +328,23 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
       lat_off[static_cast<size_t>(l)] = up.size();
       up.insert(up.end(), lr.pos.begin(), lr.pos.end());
     }
-    // Engram hash ids per sequence (host), then the look-back histories grow (§2.4.2).
+    // Engram hash ids per sequence (host), then the look-back histories grow (§2.4.2). Uploaded: the Cu columns
+    // whose table rows this model holds ([L_e, N, Cu]), as row ids of its table (a rank's rows start at the
+    // first held column's offset).
     int64_t const Le = engram.layers, C = engram.columns();
+    dist::Range const cols = engram_columns();
+    int64_t const Cu = cols.size();
     size_t const hash_off = up.size();
     if (Le > 0) {
-      up.resize(up.size() + static_cast<size_t>(Le * N * C));
+      up.resize(up.size() + static_cast<size_t>(Le * N * Cu));
       for (SeqRun const& sq : b.seqs) {
         std::vector<int64_t> h = hash_ids(*sq.st, sq.tokens);  // [S, L_e, C]
         for (int64_t r = 0; r < sq.S; ++r)
-          for (int64_t e = 0; e < Le; ++e)
-            std::copy(h.begin() + (r * Le + e) * C, h.begin() + (r * Le + e + 1) * C,
-                      up.begin() + static_cast<int64_t>(hash_off) + (e * N + sq.row0 + r) * C);
+          for (int64_t e = 0; e < Le; ++e) {
+            int64_t const base = Cu < C && Cu > 0 ? engram.offsets[static_cast<size_t>(e * C + cols.begin)] : 0;
+            for (int64_t j = 0; j < Cu; ++j)
+              up[hash_off + static_cast<size_t>((e * N + sq.row0 + r) * Cu + j)] = h[(r * Le + e) * C + cols.begin + j] - base;
+          }
         for (int32_t t : sq.tokens) sq.st->history_.push_back(engram.token_map[static_cast<size_t>(t)]);
       }
     }
@@ -403,9 +409,12 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         int64_t const de = s.engram_head_dim;
         float* rows = tmp.get<float>(N * C * de);
         float* kv = tmp.get<float>(N * (n + 1) * D);
-        run<ops::EngramGather>(ctx, ops::EngramGatherDesc{N, C, lw.e_table.rows, de},
-                               ops::EngramGatherArgs{TensorView<int64_t const, 2>(b.d_hash + ei * N * C, {N, C}, kDev),
-                                                     dcv2(lw.e_table), dv2(rows, N, C * de)});
+        if (shard)
+          f.shard_engram_rows(ei, lw.e_table, rows);
+        else
+          run<ops::EngramGather>(ctx, ops::EngramGatherDesc{N, C, lw.e_table.rows, de},
+                                 ops::EngramGatherArgs{TensorView<int64_t const, 2>(b.d_hash + ei * N * C, {N, C}, kDev),
+                                                       dcv2(lw.e_table), dv2(rows, N, C * de)});
         f.lin(rows, N, lw.e_wkv, kv, md);
         run<ops::EngramGate>(
             ctx, ops::EngramGateDesc{N, n, D, s.rms_eps, md},
@@ -463,7 +472,9 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           route_observer(l, std::span<int32_t const>(hid).subspan(o, c), std::span<float const>(hw).subspan(o, c));
         }
       }
-      if (lw.moe.routed_exl3) {
+      if (shard) {
+        f.shard_moe(l, xa, rw, rid, N, F);
+      } else if (lw.moe.routed_exl3) {
         f.moe_exl3(l, xa, rw, rid, N, F);
       } else {
         ops::MoeExpertsDesc ed{N, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
@@ -540,7 +551,8 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         x_head = g;
       }
       float* d_logits = keep.get<float>(NL * V);
-      f.lin(x_head, NL, w.lm_head, d_logits, md);
+      if (shard) f.shard_head(x_head, NL, d_logits);
+      else f.lin(x_head, NL, w.lm_head, d_logits, md);
       int64_t k = 0;
       for (SeqRun const& sq : b.seqs) {
         if (sq.logit_rows == 0) continue;

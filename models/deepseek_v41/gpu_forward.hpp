@@ -152,6 +152,8 @@ struct Pass {
   uint8_t* flag_arena = nullptr;
   size_t flag_used = 0, flag_cap = 0;
   std::vector<RingWrite> ring_writes;
+  /// Host sources of the tables the sharded steps upload (gpu_sharded.cpp), kept until the pass ends.
+  std::vector<std::vector<unsigned char>> uploads;
 };
 
 class Forward {
@@ -202,7 +204,35 @@ class Forward {
   /// The attention sub-block of layer l over every row of the pass (gpu_attention.cpp).
   void attention(int64_t l, float const* xa, float* out);
 
+  // The sharded steps of a rank model (gpu_sharded.cpp; Impl::shard set), at the five places where a rank's
+  // forward differs from the single-rank one. Each leaves every rank with the single-rank step's full-size
+  // result. Collectives take buffers in the backend's memory; the model's stream is synchronised before each
+  // (so the collective reads finished data) and a collective returns with its result in place (blocking), so
+  // work enqueued afterwards sees it.
+  /// Query heads this model computes: the rank's heads, or all of them.
+  int64_t query_heads() const;
+  /// Attention output of layer l from the rank's head outputs o [N, Hl·hd] (after the inverse RoPE): its wo_a
+  /// groups, wo_b slice and the plan's combine → out [N, D].
+  void shard_attention_out(int64_t l, float const* o, float* out);
+  /// Engram rows [N, C·de] of Engram layer ei: the rank's hash columns (local ids at Pass::d_hash) gathered from
+  /// its table rows, then all-gathered (a replicated Engram: every column here).
+  void shard_engram_rows(int64_t ei, DevTensor const& table, float* rows);
+  /// The MoE block of layer l (x [N, D], routing rw / rid [N, top_k]) → F [N, D]: the rank's routed experts on
+  /// the (token, slot) pairs routed to them and its shared-expert rows, combined in the single-rank order.
+  void shard_moe(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F);
+  /// Logits [rows, V] from the rank's LM-head rows (x [rows, D]).
+  void shard_head(float const* x, int64_t rows, float* logits);
+
  private:
+  /// Blocks until every op enqueued on the model's stream has run (before a collective reads its input).
+  void collective_ready();
+  /// Each rank holds local [rows, widths[rank]]; out [rows, Σ widths] with rank r's columns at Σ_{q<r} widths[q]
+  /// (all-gatherv into rank blocks, then row copies into place).
+  void gather_cols(float const* local, int64_t rows, std::vector<int64_t> const& widths, float* out);
+  /// A copy of `v` in the backend's memory (scratch of the layer), its host source kept for the pass.
+  template <class T>
+  T* upload(std::vector<T> const& v);
+
   uint8_t* flag_bytes(int64_t n);
   /// The compressor and indexer of layer l (ratio > 0): new latents, index keys, selections.
   void compress_and_index(int64_t l, float const* xa, float const* q_res);

@@ -334,6 +334,8 @@ Status launch_store_md(CUstream_st* stream, float const* src, int64_t rows, int6
                        bool bf16);
 Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
                            int32_t const* row_count, int64_t inter, float limit, bool bf16, uint16_t* out);
+Status launch_moe_act(CUstream_st* stream, float const* g, float const* u, int64_t rows, int64_t inter, float limit,
+                      bool bf16, float* out);
 Status launch_moe_combine(CUstream_st* stream, float const* y, int64_t const* off, int32_t const* list,
                           float const* ysh, int64_t tokens, int64_t D, bool bf16, float* out);
 Status launch_moe_group(CUstream_st* stream, MoeGroupParams const& p);
@@ -347,6 +349,11 @@ Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, floa
 /// backend's memory, e.g. MoeGroupParams::offsets + E; null: every row); the other rows of out are left as they were.
 Status exl3_moe_act(Mem const& m, float const* g, float const* u, float const* w, int64_t rows, int32_t const* row_count,
                     int64_t inter, float limit, bool bf16, uint16_t* out);
+/// The unweighted expert activation in fp32 (a rank's slice of the shared expert, gpu_sharded.cpp):
+/// out[a, i] = →md(silu(min(g, L))·clamp(u, ±L)) with g, u = →md(G, U [a, i]) (L ≤ 0: no clamp), as
+/// ref::moe_expert_row_accumulate's activation of the shared expert.
+Status moe_act(Mem const& m, float const* g, float const* u, int64_t rows, int64_t inter, float limit, bool bf16,
+               float* out);
 /// out[t, :] = →md(Σ_{j in [off[t], off[t+1])} →md(y[list[j], :]) + →md(ysh[t, :])) summed from +0 in this order
 /// (ysh null: no shared term).
 Status moe_combine(Mem const& m, float const* y, int64_t const* off, int32_t const* list, float const* ysh,

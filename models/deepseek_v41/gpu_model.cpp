@@ -125,7 +125,7 @@ void GpuDsv41Model::Impl::free_expert_masks() {
   expert_masks.clear();
 }
 
-Status GpuDsv41Model::Impl::upload(Weights const& h) {
+Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
   DType const lin = md == DType::kBf16 ? DType::kBf16 : DType::kF32;  // projections
   // Experts: the CPU backend's MoeExperts reads fp32 weights only (the values are the same).
   DType const ex = mem.backend == Backend::kCpu ? DType::kF32 : lin;
@@ -135,8 +135,8 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
   // The routed experts' block-scaled dtype when layer l's were loaded as stored (load_weights with
   // experts_as_stored, which leaves their ExpertWeights empty); kF32 when they were loaded dequantised.
   auto routed_scaled_dtype = [&](Weights const& hw, int64_t l, int64_t E) {
-    if (E == 0 || hw.layers[static_cast<size_t>(l)].experts.front().w1.defined()) return DType::kF32;
-    return hw.scaled.at(scaled_expert_key(l, 0, "w1")).dtype;
+    if (E == 0 || hw.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(first_expert)].w1.defined()) return DType::kF32;
+    return hw.scaled.at(scaled_expert_key(l, first_expert, "w1")).dtype;
   };
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
     // EXL3 as stored (both backends, both numerics); the grouped wo_a in its row_block-wide output slices.
@@ -178,14 +178,16 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
     // wo_a runs grouped (gpu_attention.cpp): o_groups views of o_lora_rank rows.
     TESSERA_TRY(up_proj(scaled_weight_key(static_cast<int64_t>(l), "wo_a"), s.wo_a, &d.wo_a, spec.o_lora_rank));
     gpu::GpuExperts& m = d.moe;
-    size_t const E = s.experts.size();
+    // Held experts [e0, e0 + E), at local index e − e0 in the device tables.
+    size_t const e0 = static_cast<size_t>(first_expert);
+    size_t const E = held_experts < 0 ? s.experts.size() - e0 : static_cast<size_t>(held_experts);
     m.w1.resize(E);
     m.w3.resize(E);
     m.w2.resize(E);
     std::vector<void const*> ptrs(3 * E), sptrs(3 * E);
     // Routed experts as stored (CUDA, bf16 numerics) when every one of them is recorded in one block-scaled
     // dtype and the block-scaled expert path takes the shape (ops::MoeExpertsDesc::routed_scaled); else dequantised.
-    auto rx = routed_exl3(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    auto rx = routed_exl3(h, static_cast<int64_t>(l), static_cast<int64_t>(s.experts.size()));
     if (!rx) return rx.status();
     m.routed_exl3 = *rx;
     DType const rq = m.routed_exl3 ? DType::kF32 : routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
@@ -194,7 +196,7 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
       if (m.routed_exl3) {
         int j = 0;
         for (auto [wn, dst] : {std::pair{"w1", &m.w1[e]}, {"w3", &m.w3[e]}, {"w2", &m.w2[e]}}) {
-          TESSERA_TRY(gpu::upload_exl3(mem, w, *h.exl3_of(scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e), wn)),
+          TESSERA_TRY(gpu::upload_exl3(mem, w, *h.exl3_of(scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e0 + e), wn)),
                                        1, dst));
           xptrs[(3 * j + 0) * E + e] = dst->p;
           xptrs[(3 * j + 1) * E + e] = dst->suh;
@@ -202,14 +204,14 @@ Status GpuDsv41Model::Impl::upload(Weights const& h) {
           ++j;
         }
       } else if (rq != DType::kF32) {
-        auto const key = [&](char const* wn) { return scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e), wn); };
+        auto const key = [&](char const* wn) { return scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e0 + e), wn); };
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w1")), &m.w1[e]));
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w3")), &m.w3[e]));
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w2")), &m.w2[e]));
       } else {
-        TESSERA_TRY(up(s.experts[e].w1, &m.w1[e], ex));
-        TESSERA_TRY(up(s.experts[e].w3, &m.w3[e], ex));
-        TESSERA_TRY(up(s.experts[e].w2, &m.w2[e], ex));
+        TESSERA_TRY(up(s.experts[e0 + e].w1, &m.w1[e], ex));
+        TESSERA_TRY(up(s.experts[e0 + e].w3, &m.w3[e], ex));
+        TESSERA_TRY(up(s.experts[e0 + e].w2, &m.w2[e], ex));
       }
       ptrs[e] = m.w1[e].p;
       ptrs[E + e] = m.w3[e].p;
@@ -283,30 +285,67 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   auto e = load_engram_tables(spec, src);
   if (!e) return e.status();
   I.engram = std::move(*e);
-  I.main_inv_freq = ref::rope_inv_freq_default(spec.rope_theta, spec.rope_dim);
-  I.compress_inv_freq = spec.yarn ? ref::rope_inv_freq_yarn(spec.compress_rope_theta, spec.rope_dim, spec.yarn_factor,
-                                                             spec.yarn_beta_fast, spec.yarn_beta_slow,
-                                                             spec.yarn_original_max_pos)
-                                   : ref::rope_inv_freq_default(spec.compress_rope_theta, spec.rope_dim);
-  I.mem.backend = backend;
-  TESSERA_TRY(I.mem.open(&I.ctx.device));
-  I.ctx.backend = backend;
-  I.ctx.stream = I.mem.stream;
-  I.ctx.pool = opts.pool;
-  I.pool = std::make_shared<gpu::DevicePool>(I.mem);
   I.spec = spec;  // upload reads it
-  TESSERA_TRY(I.upload(*hw));
-  I.info.name = spec.name;
-  I.info.model_type = "deepseek_v41";
-  I.info.vocab_size = spec.vocab_size;
-  I.info.max_context = spec.max_position_embeddings;
-  I.info.eos_token_ids = spec.eos_token_ids;
-  I.info.device = backend == Backend::kCuda ? "cuda" : "cpu";
-  I.info.dtype = I.md == DType::kBf16 ? "bf16" : "fp32";
-  ExpertPruning prune = std::move(opts.prune);
-  I.opts = std::move(opts);
-  TESSERA_TRY(m->set_pruning(std::move(prune)));
+  TESSERA_TRY(I.finish_create(*m, *hw, backend, std::move(opts), -1));
   return m;
+}
+
+Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create_rank(Dsv41Model const& full,
+                                                                  std::shared_ptr<RankShard const> shard,
+                                                                  ModelOptions opts, Backend backend) {
+  if (!shard || !shard->comm) return invalid_argument("create_rank: a rank shard with a communicator is required");
+  if (backend == Backend::kCuda && !cuda_model_available())
+    return not_supported("--device cuda: this build has no CUDA support or no CUDA device is visible");
+  if (opts.numerics != full.numerics())
+    return invalid_argument("create_rank: the rank's numerics must be the full model's");
+  dist::MemorySpace const want = backend == Backend::kCuda ? dist::MemorySpace::kDevice : dist::MemorySpace::kHost;
+  if (shard->comm->memory_space() != want)
+    return invalid_argument("create_rank: the " + shard->comm->name() + " communicator takes " +
+                            (want == dist::MemorySpace::kDevice ? "host" : "device") + " buffers; the " +
+                            (backend == Backend::kCuda ? "CUDA" : "CPU") + " backend's are in " +
+                            (want == dist::MemorySpace::kDevice ? "device" : "host") + " memory");
+  ModelSpec const& spec = full.spec();
+  TESSERA_TRY(check_pruning(opts.prune, spec));
+  auto hw = rank_weights(full, *shard);  // shares the replicated tensors with `full`; copies the slices
+  if (!hw) return hw.status();
+  std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
+  m->impl_ = std::make_unique<Impl>();
+  Impl& I = *m->impl_;
+  I.md = opts.numerics == Numerics::kBf16 ? DType::kBf16 : DType::kF32;
+  I.engram = full.engram();
+  I.spec = spec;
+  dist::Range const held = shard->plan.cfg.ep > 1 ? shard->me().experts : dist::Range{0, spec.n_experts};
+  I.first_expert = held.begin;
+  I.shard = std::move(shard);
+  TESSERA_TRY(I.finish_create(*m, *hw, backend, std::move(opts), held.size()));
+  I.info.device += " (rank " + std::to_string(I.shard->rank) + " of " + std::to_string(I.shard->plan.world) + ")";
+  return m;
+}
+
+Status GpuDsv41Model::Impl::finish_create(GpuDsv41Model& m, Weights const& host, Backend backend, ModelOptions o,
+                                          int64_t held_experts) {
+  main_inv_freq = ref::rope_inv_freq_default(spec.rope_theta, spec.rope_dim);
+  compress_inv_freq = spec.yarn ? ref::rope_inv_freq_yarn(spec.compress_rope_theta, spec.rope_dim, spec.yarn_factor,
+                                                           spec.yarn_beta_fast, spec.yarn_beta_slow,
+                                                           spec.yarn_original_max_pos)
+                                : ref::rope_inv_freq_default(spec.compress_rope_theta, spec.rope_dim);
+  mem.backend = backend;
+  TESSERA_TRY(mem.open(&ctx.device));
+  ctx.backend = backend;
+  ctx.stream = mem.stream;
+  ctx.pool = o.pool;
+  pool = std::make_shared<gpu::DevicePool>(mem);
+  TESSERA_TRY(upload(host, held_experts));
+  info.name = spec.name;
+  info.model_type = "deepseek_v41";
+  info.vocab_size = spec.vocab_size;
+  info.max_context = spec.max_position_embeddings;
+  info.eos_token_ids = spec.eos_token_ids;
+  info.device = backend == Backend::kCuda ? "cuda" : "cpu";
+  info.dtype = md == DType::kBf16 ? "bf16" : "fp32";
+  ExpertPruning prune = std::move(o.prune);
+  opts = std::move(o);
+  return m.set_pruning(std::move(prune));
 }
 
 Status GpuDsv41Model::set_pruning(ExpertPruning p) {

@@ -47,29 +47,21 @@ int64_t expert_of(std::string const& n) {
 
 }  // namespace
 
-/// Builds rank models with access to Dsv41Model's private members.
+/// Builds rank models and their weights with access to Dsv41Model's private members.
 struct RankAccess {
-  static Result<std::unique_ptr<Dsv41Model>> make(Dsv41Model const& full, std::shared_ptr<RankShard const> sh,
-                                                  ThreadPool* pool) {
-    if (full.shard_) return invalid_argument("make_rank_model: the model is already a rank model");
+  static Result<Weights> weights(Dsv41Model const& full, RankShard const& sh) {
+    if (full.shard_) return invalid_argument("rank weights: the model is already a rank model");
     ModelSpec const& s = full.spec_;
     TESSERA_TRY(check_exl3_weights(s, full.w_, true));
-    dist::RankPlan const& me = sh->me();
-    dist::ShardingPlan const& p = sh->plan;
-    std::unique_ptr<Dsv41Model> m(new Dsv41Model());
-    m->spec_ = s;
-    m->opts_ = full.opts_;
-    m->opts_.pool = pool;
-    m->info_ = full.info_;
-    m->engram_ = full.engram_;
-    m->main_inv_freq_ = full.main_inv_freq_;
-    m->compress_inv_freq_ = full.compress_inv_freq_;
-    m->w_ = full.w_;  // shares every tensor; the rank's slices replace some below
+    dist::RankPlan const& me = sh.me();
+    dist::ShardingPlan const& p = sh.plan;
+    Weights out = full.w_;  // shares every tensor; the rank's slices replace some below
+    out.scaled.clear();     // stored forms are of whole tensors; a rank holds its slices dense
     int64_t const hd = s.head_dim, ro = s.o_lora_rank;
     bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
     bool const allreduce = !me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce;
     for (int64_t l = 0; l < s.num_layers; ++l) {
-      LayerWeights& w = m->w_.layers[l];
+      LayerWeights& w = out.layers[l];
       if (tp) {
         w.wq_b = rows_of(w.wq_b, {me.heads.begin * hd, me.heads.end * hd});
         w.attn_sink = rows_of(w.attn_sink, me.heads);
@@ -91,12 +83,28 @@ struct RankAccess {
           rows = {full.engram_.offsets[c0], full.engram_.offsets[c1] + full.engram_.primes[c1]};
         }
         if (rows.end > w.e_table.dim(0))
-          return malformed("make_rank_model: Engram layer " + std::to_string(l) + " table has " +
+          return malformed("rank weights: Engram layer " + std::to_string(l) + " table has " +
                            std::to_string(w.e_table.dim(0)) + " rows, the hash columns need " + std::to_string(rows.end));
         w.e_table = rows_of(w.e_table, rows);
       }
     }
-    if (tp) m->w_.lm_head = rows_of(m->w_.lm_head, me.vocab);
+    if (tp) out.lm_head = rows_of(out.lm_head, me.vocab);
+    return out;
+  }
+
+  static Result<std::unique_ptr<Dsv41Model>> make(Dsv41Model const& full, std::shared_ptr<RankShard const> sh,
+                                                  ThreadPool* pool) {
+    auto w = weights(full, *sh);
+    if (!w) return w.status();
+    std::unique_ptr<Dsv41Model> m(new Dsv41Model());
+    m->spec_ = full.spec_;
+    m->opts_ = full.opts_;
+    m->opts_.pool = pool;
+    m->info_ = full.info_;
+    m->engram_ = full.engram_;
+    m->main_inv_freq_ = full.main_inv_freq_;
+    m->compress_inv_freq_ = full.compress_inv_freq_;
+    m->w_ = std::move(*w);
     m->shard_ = std::move(sh);
     return m;
   }
@@ -157,35 +165,64 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
   return RankAccess::make(full, std::move(shard), pool);
 }
 
+Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard) { return RankAccess::weights(full, shard); }
+
 size_t ShardedState::memory_bytes() const {
   size_t b = 0;
   for (auto const& r : ranks) b += r->memory_bytes();
   return b;
 }
 
-ShardedModel::~ShardedModel() = default;
+ShardedModel::~ShardedModel() {
+  // Each rank's model is released on its own device (its stream and memory belong to it).
+  for (int r = world() - 1; r >= 0; --r) {
+    (void)enter_rank(r);
+    ranks_[static_cast<size_t>(r)].reset();
+  }
+}
 
 Result<std::unique_ptr<ShardedModel>> ShardedModel::create(Dsv41Model const& full, dist::ParallelConfig cfg) {
   auto plan = dist::make_plan(model_dims(full.spec()), cfg);
   if (!plan) return plan.status();
   std::unique_ptr<ShardedModel> m(new ShardedModel());
   int const n = plan->world;
-  m->comms_ = dist::InProcessCommunicator::create(n);
   for (int r = 0; r < n; ++r) {
     m->pools_.push_back(std::make_unique<ThreadPool>(1));
     auto sh = std::make_shared<RankShard>();
     sh->plan = *plan;
     sh->rank = r;
-    sh->comm = m->comms_[r].get();
     m->shards_.push_back(sh);
-    auto rm = make_rank_model(full, sh, m->pools_.back().get());
+  }
+  m->make_group(n);
+  for (int r = 0; r < n; ++r) {
+    auto rm = make_rank_model(full, m->shards_[r], m->pools_[r].get());
     if (!rm) return rm.status();
     m->ranks_.push_back(std::move(*rm));
   }
   m->info_ = full.info();
   m->info_.device = "cpu (in-process tp=" + std::to_string(cfg.tp) + " ep=" + std::to_string(cfg.ep) + ")";
+  m->bf16_ = full.numerics() == Numerics::kBf16;
+  m->hooks_ = [](LanguageModel& lm) {
+    auto& rm = static_cast<Dsv41Model&>(lm);
+    GoldenGateHooks h;
+    h.set_boundary_ulps = [&rm](int u) { rm.set_boundary_ulps(u); };
+    h.ties = [](SequenceState const& s) { return &static_cast<Dsv41State const&>(s).ties(); };
+    h.boundaries = [](SequenceState const& s) { return &static_cast<Dsv41State const&>(s).quant_boundaries(); };
+    return h;
+  };
   return m;
 }
+
+void ShardedModel::make_group(int n) {
+  comms_ = dist::InProcessCommunicator::create(n);
+  wrapped_.clear();
+  for (int r = 0; r < n; ++r) {
+    if (wrap_comm_) wrapped_.push_back(wrap_comm_(*comms_[r], r));
+    shards_[r]->comm = wrap_comm_ ? wrapped_[r].get() : comms_[r].get();
+  }
+}
+
+GoldenGateHooks ShardedModel::gate_hooks(int r) { return hooks_(*ranks_[static_cast<size_t>(r)]); }
 
 std::unique_ptr<SequenceState> ShardedModel::new_sequence() {
   auto st = std::make_unique<ShardedState>();
@@ -214,17 +251,18 @@ Status ShardedModel::forward(std::span<SequenceStep> batch) {
       steps[r].push_back(s);
     }
   }
-  return run_ranks([&](Dsv41Model& m, int r) { return m.forward(steps[r]); });
+  return run_ranks([&](LanguageModel& m, int r) { return m.forward(steps[r]); });
 }
 
-Status ShardedModel::run_ranks(std::function<Status(Dsv41Model&, int)> const& fn) {
+Status ShardedModel::run_ranks(std::function<Status(LanguageModel&, int)> const& fn) {
   int const n = world();
   std::vector<Status> st(static_cast<size_t>(n));
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        st[r] = fn(*ranks_[r], r);
+        st[r] = enter_rank(r);
+        if (st[r].ok()) st[r] = fn(*ranks_[r], r);
       } catch (std::exception const& e) {
         st[r] = Status(StatusCode::kInternal, e.what());
       }
@@ -234,8 +272,7 @@ Status ShardedModel::run_ranks(std::function<Status(Dsv41Model&, int)> const& fn
   for (int r = 0; r < n; ++r)
     if (!st[r].ok()) {
       // The group is aborted: a fresh one for the next call (the rank models keep their shards).
-      comms_ = dist::InProcessCommunicator::create(n);
-      for (int q = 0; q < n; ++q) shards_[q]->comm = comms_[q].get();
+      make_group(n);
       return st[r];
     }
   return {};
@@ -244,8 +281,9 @@ Status ShardedModel::run_ranks(std::function<Status(Dsv41Model&, int)> const& fn
 Result<GoldenReport> run_golden_gate_sharded(ShardedModel& model, WeightSource const& golden,
                                              std::function<void(std::string const&)> const& log) {
   std::vector<GoldenReport> rep(static_cast<size_t>(model.world()));
-  TESSERA_TRY(model.run_ranks([&](Dsv41Model& m, int r) -> Status {
-    auto g = run_golden_gate(m, golden, r == 0 ? log : std::function<void(std::string const&)>{});
+  TESSERA_TRY(model.run_ranks([&](LanguageModel& m, int r) -> Status {
+    auto g = run_golden_gate(m, model.bf16(), model.gate_hooks(r), golden,
+                             r == 0 ? log : std::function<void(std::string const&)>{});
     if (!g) return g.status();
     rep[r] = std::move(*g);
     return {};
@@ -258,6 +296,7 @@ Result<std::unique_ptr<SequenceState>> ShardedModel::clone(SequenceState const& 
   if (!s) return invalid_argument("clone: the state was not created by a sharded model");
   auto out = std::make_unique<ShardedState>();
   for (int r = 0; r < world(); ++r) {
+    TESSERA_TRY(enter_rank(r));
     auto c = ranks_[r]->clone(*s->ranks[r]);
     if (!c) return c.status();
     out->ranks.push_back(std::move(*c));
@@ -268,7 +307,10 @@ Result<std::unique_ptr<SequenceState>> ShardedModel::clone(SequenceState const& 
 Status ShardedModel::truncate(SequenceState& state, int64_t length) {
   auto* s = dynamic_cast<ShardedState*>(&state);
   if (!s) return invalid_argument("truncate: the state was not created by a sharded model");
-  for (int r = 0; r < world(); ++r) TESSERA_TRY(ranks_[r]->truncate(*s->ranks[r], length));
+  for (int r = 0; r < world(); ++r) {
+    TESSERA_TRY(enter_rank(r));
+    TESSERA_TRY(ranks_[r]->truncate(*s->ranks[r], length));
+  }
   return {};
 }
 

@@ -84,7 +84,7 @@ int cmd_serve(std::vector<std::string> const& args) {
     std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
     return 2;
   }
-  // Tensor/expert parallelism: ranks as threads over the in-process communicator on the CPU backend.
+  // Tensor/expert parallelism: ranks as threads over the in-process communicator (CPU or GPU rank models).
   auto par = parse_parallel_flags(a);
   if (!par) {
     std::fprintf(stderr, "tessera serve: %s\n", par.status().message().c_str());
@@ -93,12 +93,6 @@ int cmd_serve(std::vector<std::string> const& args) {
   bool const sharded = par->tp > 1 || par->ep > 1;
   if (sharded && model_arg == "stub") {
     std::fprintf(stderr, "tessera serve: --tp/--ep need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
-    return 2;
-  }
-  if (sharded && a.get_or("device", "cpu") != "cpu") {
-    std::fprintf(stderr, "tessera serve: --tp/--ep with --device %s: multi-process NCCL serving (one process per GPU) "
-                         "needs a sharded GPU model (GPU rank models over NCCL), which is not built yet; --tp/--ep "
-                         "run in-process on --device cpu (docs/multi-gpu.md)\n", a.get_or("device", "cpu").c_str());
     return 2;
   }
   if (sharded && a.has("perturb-position")) {
@@ -152,20 +146,30 @@ int cmd_serve(std::vector<std::string> const& args) {
     c.wrap_model = [p = static_cast<int64_t>(perturb)](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
       return std::make_unique<harness::PerturbedModel>(m, harness::PerturbedModel::Fault::kPosition, p);
     };
-  if (sharded)
-    c.wrap_model = [cfg = *par](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
+  if (sharded) {
+    // The CPU model is loaded as the host weights the ranks are sliced from; with --device cuda the ranks are
+    // GPU rank models (their slices uploaded), threads on the visible GPUs.
+    bool const gpu = c.device == "cuda";
+    c.load_device = "cpu";
+    c.wrap_model = [cfg = *par, gpu, prune = c.prune](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
       auto* full = dynamic_cast<model::dsv41::Dsv41Model*>(&m);
-      auto sm = full ? model::dsv41::ShardedModel::create(*full, cfg)
-                     : Result<std::unique_ptr<model::dsv41::ShardedModel>>(invalid_argument("not a DeepSeek-V4.1 model"));
+      model::dsv41::ModelOptions o;
+      o.prune = prune;
+      auto sm = !full ? Result<std::unique_ptr<model::dsv41::ShardedModel>>(invalid_argument("not a DeepSeek-V4.1 model"))
+                : gpu ? model::dsv41::ShardedModel::create_gpu(*full, cfg, Backend::kCuda, o)
+                      : model::dsv41::ShardedModel::create(*full, cfg);
       if (!sm) {
         std::fprintf(stderr, "tessera serve: --tp %d --ep %d: %s\n", cfg.tp, cfg.ep, sm.status().message().c_str());
         std::exit(2);
       }
-      std::fprintf(stderr, "tessera serve: %d in-process ranks (threads, CPU backend), tp %d, ep %d, attention %s; "
-                           "multi-process NCCL serving needs the GPU model (docs/multi-gpu.md)\n",
-                   (*sm)->world(), cfg.tp, cfg.ep, (*sm)->plan().attention_mode().c_str());
+      std::fprintf(stderr, "tessera serve: %d in-process ranks (threads, %s), tp %d, ep %d, attention %s; "
+                           "multi-process serving (one process per GPU over NCCL) is not wired into serve "
+                           "(docs/multi-gpu.md)\n",
+                   (*sm)->world(), gpu ? "GPU rank models" : "CPU backend", cfg.tp, cfg.ep,
+                   (*sm)->plan().attention_mode().c_str());
       return std::move(*sm);
     };
+  }
   return server::serve_main(std::move(c));
 }
 

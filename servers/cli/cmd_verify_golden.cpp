@@ -5,7 +5,8 @@
 /// step, near-tie certification, derived tolerances). One line per prompt and per disagreement, then
 /// exactly one final line `golden: <exact>/<total> steps exact, <ties> near-ties, max_abs_err <x>,
 /// max_rel_err <y>, cutoff ties met <n>`. Exit 0 only if the gate passes. With --tp/--ep the model runs
-/// sharded over in-process ranks (models/deepseek_v41/sharded.hpp).
+/// sharded over in-process ranks (models/deepseek_v41/sharded.hpp): CPU rank models, or with --device cuda
+/// GPU rank models (threads on the visible GPUs, rank r on device r mod count).
 /// `--dump-taps FILE --dump-prompt N` instead runs one prefill of golden prompt N and writes every module
 /// tap of the model (named like the golden engine's module dumps: `model.layers.L.out0`, `…attn.out0`, …)
 /// to a safetensors file, to localise the first divergence against the reference engine's own dumps (CPU
@@ -50,13 +51,16 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   if (!num) throw Error(num.status());
   model::dsv41::ModelOptions o;
   o.numerics = *num;
-  auto lm = model::dsv41::load_model_on(dir, o, p.get_or("device", "cpu")).value_or_throw();
+  std::string const device = p.get_or("device", "cpu");
+  bool const sharded = par->tp > 1 || par->ep > 1;
+  // Sharded: the CPU model holds the host weights the rank models are sliced from (GPU ranks upload their slices).
+  auto lm = model::dsv41::load_model_on(dir, o, sharded ? "cpu" : device).value_or_throw();
   auto* m = dynamic_cast<model::dsv41::Dsv41Model*>(lm.get());  // null for the GPU model
   model::dsv41::CheckpointSource golden;
   std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;
   throw_if_error(golden.open(gfile));
-  std::printf("model %s (%s, %s), golden %s\n", dir.c_str(), lm->info().dtype.c_str(), lm->info().device.c_str(),
-              gfile.c_str());
+  std::printf("model %s (%s, %s), golden %s\n", dir.c_str(), lm->info().dtype.c_str(),
+              sharded ? device.c_str() : lm->info().device.c_str(), gfile.c_str());
   if (p.has("dump-taps")) {
     if (!m) throw Error(not_supported("--dump-taps: module taps exist on the CPU model only (--device cpu)"));
     std::string const pk = "prompt." + p.get_or("dump-prompt", "0");
@@ -124,12 +128,14 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   }
   auto log = [](std::string const& s) { std::printf("%s\n", s.c_str()); };
   model::dsv41::GoldenReport rep;
-  if (par->tp > 1 || par->ep > 1) {
-    // Ranks as threads over the in-process communicator (docs/multi-gpu.md).
-    if (!m) throw Error(not_supported("--tp/--ep: in-process ranks run the CPU model (--device cpu)"));
-    auto sm = model::dsv41::ShardedModel::create(*m, *par).value_or_throw();
-    std::printf("in-process ranks: %d (tp %d, ep %d); attention %s\n", sm->world(), par->tp, par->ep,
-                sm->plan().attention_mode().c_str());
+  if (sharded) {
+    // Ranks as threads over the in-process communicator (docs/multi-gpu.md): CPU rank models, or GPU rank
+    // models with --device cuda.
+    auto sm = (device == "cuda" ? model::dsv41::ShardedModel::create_gpu(*m, *par, Backend::kCuda, o)
+                                : model::dsv41::ShardedModel::create(*m, *par))
+                  .value_or_throw();
+    std::printf("in-process ranks: %d (tp %d, ep %d, %s); attention %s\n", sm->world(), par->tp, par->ep,
+                sm->info().device.c_str(), sm->plan().attention_mode().c_str());
     rep = model::dsv41::run_golden_gate_sharded(*sm, golden, log).value_or_throw();
   } else {
     model::dsv41::GoldenGateHooks hooks;

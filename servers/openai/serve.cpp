@@ -175,7 +175,7 @@ int serve_main(ServeConfig cfg) {
     // the GPU model (--device cuda).
     model::dsv41::ModelOptions mo;
     mo.prune = cfg.prune;
-    auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.device);
+    auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.load_device.empty() ? cfg.device : cfg.load_device);
     if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
     real = std::move(*m);
     stub = std::make_unique<StubBundle>();

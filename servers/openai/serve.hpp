@@ -40,7 +40,10 @@ struct ServeConfig {
   HttpOptions http;
   EngineOptions engine;
   ApiOptions api;
-  /// Test hook (verify/harness): wraps the loaded model before the engine sees it (planted faults).
+  /// Where the model is loaded when it differs from `device` (empty: `device`): "cpu" when wrap_model builds
+  /// GPU rank models from the CPU model's host weights (--tp/--ep with --device cuda).
+  std::string load_device;
+  /// Wraps the loaded model before the engine sees it: test faults (verify/harness), the sharded model.
   std::function<std::unique_ptr<model::LanguageModel>(model::LanguageModel&)> wrap_model;
 };
 

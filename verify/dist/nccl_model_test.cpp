@@ -4,8 +4,12 @@
 /// world-1 rank model. Under the launch variables with WORLD_SIZE = 2 or 4 (docs/multi-gpu.md): every
 /// process runs the golden/v41-tiny fp32 model's rank of a TP = EP = WORLD_SIZE gather plan (exact), and
 /// its logits must equal the single-rank model's bit for bit; then the all-reduce plan (TP 2 only, the
-/// tiny model has 2 o-groups) must keep every top-1 outside near-ties.
+/// tiny model has 2 o-groups) must keep every top-1 outside near-ties. The same for the GPU rank model
+/// (GpuDsv41Model::create_rank) over the NCCL communicator with device buffers: its logits must equal the
+/// single-rank GPU model's bit for bit (alone: the world-1 rank model).
 #include <boost/test/unit_test.hpp>
+
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,7 +17,9 @@
 
 #include "tessera/dist/nccl_communicator.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
+#include "verify/gpu_model/gpu_model_fixture.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -26,8 +32,8 @@ dist::NcclCommunicator& nccl_comm();  // nccl_test.cpp
 
 namespace {
 
-std::vector<float> run_schedule(Dsv41Model& m, std::vector<int32_t> const& toks) {
-  int64_t V = m.spec().vocab_size;
+std::vector<float> run_schedule(LanguageModel& m, std::vector<int32_t> const& toks) {
+  int64_t V = m.info().vocab_size;
   auto st = m.new_sequence();
   std::vector<float> all;
   size_t pos = 0;
@@ -107,6 +113,38 @@ BOOST_AUTO_TEST_CASE(rank_model_equals_single_rank) {
       BOOST_TEST((ia == argmax_first(&ar[r * V], V) || x[ia] - second <= 1e-3f), "row " << r);
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(gpu_rank_model_equals_single_rank) {
+  // Each process: its rank of a TP = EP = WORLD_SIZE gather plan as a GPU rank model on the communicator's
+  // device, collectives on device buffers through NCCL; the gather plan is exact, so its logits equal the
+  // single-rank GPU model's bit for bit.
+  dist::NcclCommunicator& c = verify::nccl_comm();
+  BOOST_TEST_REQUIRE(cudaSetDevice(c.device()) == cudaSuccess);
+  int const W = c.size();
+  Dsv41Model& one = verify::tiny_model("fp32");
+  ModelOptions o;
+  o.numerics = one.numerics();
+  auto single = verify::load_gpu_model(verify::tiny_dir("fp32"), o);
+  std::mt19937_64 gen(4243);
+  std::vector<int32_t> toks(13);
+  for (auto& t : toks) t = static_cast<int32_t>(gen() % 512);
+  auto base = run_schedule(*single, toks);
+  dist::ParallelConfig cfg;
+  cfg.tp = one.spec().num_heads % W == 0 ? W : 1;
+  cfg.ep = W;
+  cfg.attn = dist::AttnCombine::kGather;
+  auto plan = dist::make_plan(model_dims(one.spec()), cfg);
+  BOOST_TEST_REQUIRE(plan.ok(), plan.status().message());
+  BOOST_TEST_REQUIRE(plan->bit_exact());
+  auto sh = std::make_shared<RankShard>(RankShard{*plan, c.rank(), &c});
+  auto rm = GpuDsv41Model::create_rank(one, sh, o, Backend::kCuda);
+  BOOST_TEST_REQUIRE(rm.ok(), rm.status().message());
+  BOOST_TEST_MESSAGE("GPU rank " << c.rank() << " of " << W << ": tp " << cfg.tp << " ep " << cfg.ep << ", "
+                                 << (*rm)->weight_bytes() << " weight bytes (one rank: " << single->weight_bytes() << ")");
+  if (W > 1) BOOST_TEST((*rm)->weight_bytes() < single->weight_bytes());
+  auto got = run_schedule(**rm, toks);
+  BOOST_TEST(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

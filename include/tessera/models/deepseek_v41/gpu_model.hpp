@@ -42,6 +42,17 @@ class GpuDsv41Model final : public LanguageModel {
   /// the CPU op backends in host memory (how CI checks it against Dsv41Model without a GPU).
   static Result<std::unique_ptr<GpuDsv41Model>> create(ModelSpec spec, WeightSource const& src, ModelOptions opts,
                                                        Backend backend = Backend::kCuda);
+  /// Rank `shard->rank` of a tensor/expert-parallel group (sharded.hpp): uploads only that rank's weights
+  /// (rank_weights of `full`: its query heads, o-groups, wo_b slice, routed experts, shared-expert rows, LM-head
+  /// rows and Engram table rows) on the current device, dense (bf16 values in a bf16 model), and runs the
+  /// sharded steps of models/deepseek_v41/gpu_sharded.cpp over `shard->comm`, which takes buffers in this
+  /// backend's memory (device memory on kCuda, host memory on kCpu). `full` is only read here. Every rank
+  /// must run the same forwards (the collectives line up because control flow is replicated); each ends a
+  /// step with the single-rank model's full-size tensors, so the states stay replicated, and with logits
+  /// equal to the single-rank GPU model's bit for bit when the plan is exact (ShardingPlan::bit_exact).
+  /// opts.numerics must be full's; opts.dequantize_weights has no effect (rank weights are dense).
+  static Result<std::unique_ptr<GpuDsv41Model>> create_rank(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
+                                                            ModelOptions opts, Backend backend = Backend::kCuda);
   ~GpuDsv41Model() override;
 
   ModelInfo const& info() const override;

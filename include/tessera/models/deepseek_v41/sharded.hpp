@@ -5,10 +5,14 @@
 /// model_internal.hpp at the five places that differ (query heads, attention output, Engram rows, MoE,
 /// LM head). Every rank ends each step with the same full-size tensors, so states stay replicated.
 ///
-/// ShardedModel runs the ranks as threads over the in-process communicator on the CPU backend: one
-/// LanguageModel whose sequences hold one state per rank; rank 0's logits are returned. Exactness
-/// against one rank: bit-exact whenever the plan is (ShardingPlan::bit_exact); with the attention
-/// all-reduce the sums differ by rounding only (bound in docs/multi-gpu.md).
+/// The GPU model's rank models (GpuDsv41Model::create_rank, gpu_model.hpp) run the same sharded steps on the
+/// backend's memory (models/deepseek_v41/gpu_sharded.cpp).
+///
+/// ShardedModel runs the ranks as threads over the in-process communicator: CPU rank models (create), or GPU
+/// rank models on either op backend (create_gpu). One LanguageModel whose sequences hold one state per rank;
+/// rank 0's logits are returned. Exactness against one rank: bit-exact whenever the plan is
+/// (ShardingPlan::bit_exact); with the attention all-reduce the sums differ by rounding only (bound in
+/// docs/multi-gpu.md).
 #pragma once
 
 #include <functional>
@@ -19,6 +23,7 @@
 #include "tessera/dist/communicator.hpp"
 #include "tessera/dist/plan.hpp"
 #include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/model.hpp"
 
 namespace tessera::model::dsv41 {
@@ -26,7 +31,9 @@ namespace tessera::model::dsv41 {
 struct RankShard {
   dist::ShardingPlan plan;
   int rank = 0;
-  dist::Communicator* comm = nullptr;  // host-memory communicator of this rank
+  /// This rank's communicator, in the rank model's memory: host memory for the CPU model and the GPU model
+  /// on Backend::kCpu, device memory for the GPU model on Backend::kCuda.
+  dist::Communicator* comm = nullptr;
   dist::RankPlan const& me() const { return plan.ranks[static_cast<size_t>(rank)]; }
 };
 
@@ -43,6 +50,12 @@ std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const&
 Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
                                                     ThreadPool* pool);
 
+/// The weights rank `shard.rank` holds: `full`'s with the plan's slices copied (wq_b / attn_sink heads, wo_a
+/// groups, wo_b rows or columns, shared-expert rows, LM-head rows, Engram table rows of the rank's hash
+/// columns) and the routed experts outside the rank's range left empty (undefined tensors; the vector keeps
+/// n_routed_experts entries); every other tensor is shared with `full`, not copied. EXL3 weights: kNotSupported.
+Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard);
+
 class ShardedState final : public SequenceState {
  public:
   int64_t length() const override { return ranks[0]->length(); }
@@ -52,8 +65,16 @@ class ShardedState final : public SequenceState {
 
 class ShardedModel final : public LanguageModel {
  public:
-  /// Builds the plan for `full` and `cfg` and one rank model per rank (threads with one-thread pools).
+  /// Builds the plan for `full` and `cfg` and one CPU rank model per rank (threads with one-thread pools).
   static Result<std::unique_ptr<ShardedModel>> create(Dsv41Model const& full, dist::ParallelConfig cfg);
+  /// The same with GPU rank models (GpuDsv41Model::create_rank) on `backend`, their weights sliced from
+  /// `full` (which may be released afterwards). kCuda: rank r runs on CUDA device r mod the visible device
+  /// count (with one GPU every rank shares it), and its collectives stage the device buffers through host
+  /// memory to the in-process communicator (a test path; NCCL is the production one). kCpu: the ranks
+  /// compute in host memory and use the in-process communicator directly. The numerics are full's
+  /// (opts.numerics is overridden); opts.pool is set per rank (one-thread pools).
+  static Result<std::unique_ptr<ShardedModel>> create_gpu(Dsv41Model const& full, dist::ParallelConfig cfg,
+                                                          Backend backend, ModelOptions opts = {});
   ~ShardedModel() override;
 
   ModelInfo const& info() const override { return info_; }
@@ -68,21 +89,33 @@ class ShardedModel final : public LanguageModel {
   /// Runs fn(rank model, rank) on one thread per rank (fn must issue the same forwards on every rank);
   /// a failing rank aborts the group so the others return too; the group is rebuilt afterwards. Returns
   /// the first failing rank's status.
-  Status run_ranks(std::function<Status(Dsv41Model&, int)> const& fn);
+  Status run_ranks(std::function<Status(LanguageModel&, int)> const& fn);
   dist::ShardingPlan const& plan() const { return shards_[0]->plan; }
   int world() const { return static_cast<int>(ranks_.size()); }
-  Dsv41Model& rank_model(int r) { return *ranks_[static_cast<size_t>(r)]; }
+  LanguageModel& rank_model(int r) { return *ranks_[static_cast<size_t>(r)]; }
+  /// The golden gate's hooks (golden_gate.hpp) for rank model r, and whether the ranks compute in bf16.
+  GoldenGateHooks gate_hooks(int r);
+  bool bf16() const { return bf16_; }
 
  private:
   ShardedModel() = default;
+  /// A fresh in-process group; each rank's RankShard::comm points at its communicator (through the rank's
+  /// staging adapter when wrap_comm_ is set).
+  void make_group(int n);
+  /// Makes rank r's device current on the calling thread (kCuda ranks); empty = nothing to do.
+  Status enter_rank(int r) const { return enter_rank_ ? enter_rank_(r) : Status{}; }
+
   ModelInfo info_;
+  bool bf16_ = false;
   std::vector<std::unique_ptr<ThreadPool>> pools_;
   std::vector<std::unique_ptr<dist::InProcessCommunicator>> comms_;
+  std::function<std::unique_ptr<dist::Communicator>(dist::Communicator& host, int rank)> wrap_comm_;
+  std::vector<std::unique_ptr<dist::Communicator>> wrapped_;  // per rank when wrap_comm_ is set
+  std::function<Status(int)> enter_rank_;
+  std::function<GoldenGateHooks(LanguageModel&)> hooks_;
   std::vector<std::shared_ptr<RankShard>> shards_;
-  std::vector<std::unique_ptr<Dsv41Model>> ranks_;
+  std::vector<std::unique_ptr<LanguageModel>> ranks_;
 };
-
-struct GoldenReport;
 
 /// The golden gate (golden_gate.hpp) of a sharded model: every rank runs it on its rank model at once;
 /// rank 0's report (and log lines).
