@@ -128,18 +128,22 @@ constexpr int kPartPairs = 128;    // max nm·G (threads per partial block)
 constexpr int kMaxGroupChunks = 8;
 constexpr int kMaxRowTile = 8;
 
-template <int RT>
+// kSpan: the k indices of every chunk group as a compile-time constant (kFixedSpan, when every group is full: the
+// released shape), so the staging's element → (output, k) division is a multiply; 0: the group's span at run time.
+constexpr int kFixedSpan = 160;  // G = 5 chunks (nm = 24, n = 4)
+
+template <int RT, int kSpan>
 __global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParams const p) {
-  static_assert(RT >= 1 && RT <= kMaxRowTile);
+  static_assert(RT >= 1 && RT <= kMaxRowTile && kSpan % 32 == 0 && kSpan <= 32 * kMaxGroupChunks);
   __shared__ float w_s[kPartPairs * 33];
   __shared__ float f_s[kMaxRowTile * kMaxGroupChunks * 33];
   int64_t const nd = p.n * p.d, chunks = p.chunks;
-  int const nm = static_cast<int>((2 + p.n) * p.n), G = p.group_chunks;
+  int const nm = static_cast<int>((2 + p.n) * p.n), G = kSpan ? kSpan / 32 : p.group_chunks;
   int64_t const groups = (chunks + G - 1) / G;
   int64_t const g = blockIdx.x % groups, r0 = blockIdx.x / groups * RT;
   int64_t const c0 = g * G, k0 = c0 * 32;
-  int const ncg = static_cast<int>(chunks - c0 < G ? chunks - c0 : G);     // chunks in this group
-  int const span = static_cast<int>(nd - k0 < 32 * ncg ? nd - k0 : 32 * ncg);  // k indices in this group
+  int const ncg = kSpan ? G : static_cast<int>(chunks - c0 < G ? chunks - c0 : G);  // chunks in this group
+  int const span = kSpan ? kSpan : static_cast<int>(nd - k0 < 32 * ncg ? nd - k0 : 32 * ncg);  // k indices in it
   int const nr = static_cast<int>(p.rows - r0 < RT ? p.rows - r0 : RT);
   float const* fn = p.fn + k0;
   stage<32>(nm * span, [fn, nd, span](int e) { int const o = e / span; return __ldg(fn + o * nd + (e - o * span)); },
@@ -514,6 +518,17 @@ __global__ void __launch_bounds__(256) mhc_expand_kernel(MhcExpandParams const p
   p.out[row * p.n * p.d + t] = device::round_md(__fadd_rn(py, mixed), p.bf16);
 }
 
+/// The chunk-sum launch for row tile rt (1, 2, 4 or kMaxRowTile).
+template <int kSpan>
+void launch_partial(int rt, unsigned grid, unsigned threads, cudaStream_t stream, MhcMixParams const& q) {
+  switch (rt) {
+    case 1: mhc_mix_partial_kernel<1, kSpan><<<grid, threads, 0, stream>>>(q); break;
+    case 2: mhc_mix_partial_kernel<2, kSpan><<<grid, threads, 0, stream>>>(q); break;
+    case 4: mhc_mix_partial_kernel<4, kSpan><<<grid, threads, 0, stream>>>(q); break;
+    default: mhc_mix_partial_kernel<kMaxRowTile, kSpan><<<grid, threads, 0, stream>>>(q); break;
+  }
+}
+
 }  // namespace
 
 }  // namespace tessera::kernels
@@ -570,6 +585,7 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
                          reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
                          a.x.stride[0] == nd;
+  bool const fixed_span = p.group_chunks * 32 == kFixedSpan && p.chunks % p.group_chunks == 0 && nd % 32 == 0;
   // Chunk order and epilogue: a row per block from shared memory where its chunk sums fit, else a warp per row.
   bool const staged = part_row <= kStagedMaxBytes;
   if (staged)
@@ -596,12 +612,8 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
       continue;
     }
     unsigned const grid = static_cast<unsigned>(groups * ceil_div(q.rows, rt));
-    switch (rt) {
-      case 1: mhc_mix_partial_kernel<1><<<grid, part_threads, 0, ws.stream>>>(q); break;
-      case 2: mhc_mix_partial_kernel<2><<<grid, part_threads, 0, ws.stream>>>(q); break;
-      case 4: mhc_mix_partial_kernel<4><<<grid, part_threads, 0, ws.stream>>>(q); break;
-      default: mhc_mix_partial_kernel<kMaxRowTile><<<grid, part_threads, 0, ws.stream>>>(q); break;
-    }
+    if (fixed_span) launch_partial<kFixedSpan>(rt, grid, part_threads, ws.stream, q);
+    else launch_partial<0>(rt, grid, part_threads, ws.stream, q);
     TESSERA_TRY(launch_status("mhc_mix_partial_kernel"));
     TESSERA_TRY(finish(q));
   }
