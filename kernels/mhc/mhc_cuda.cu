@@ -76,26 +76,40 @@ __device__ __forceinline__ void stage(int total, Load&& load, Store&& store) {
 // first FMA, so redundant r would re-read 8 rows × 80 KB = 640 KB in each of the 128 chunk-group blocks
 // (82 MB of L2 traffic per tile against the 1.97 MB weight stream) and put the 160-step chain below in
 // front of every block's FMAs.
+// The row is staged in tiles of kTile floats, each with kTile / kRmsThreads loads in flight per thread: the whole
+// row at once (kRmsRowTile: one L2 round trip, 96 KB, n·D ≤ 24,576 — the released 20,480) or 8,192-float tiles.
 constexpr int kRmsThreads = 512;
-constexpr int kRmsTile = 8192;  // floats of x per shared-memory tile (32 KB); a multiple of 128
+constexpr int kRmsTile = 8192;       // floats per tile of the tiled form (32 KB); a multiple of 128
+constexpr int kRmsRowTile = 24576;   // floats of the whole-row form (96 KB); a multiple of 128
 
 /// ref::lane_sum of x_k² (as warp_lane_sum / device::lane_sum_seq): with vec = 4 when n·D % 128 == 0, else 1,
 /// lane l's component c is the sequential sum from +0 of x_k² over k ≡ vec·l + c (mod 32·vec), increasing k;
 /// each lane adds its components in c order, then the 32 lane values fold by halving. Here chain
 /// t = vec·l + c is thread t (< 32·vec), fed from a coalesced shared-memory tile whose start is a multiple of
 /// 128, so k mod 32·vec = (offset in tile) mod 32·vec; warp 0 then combines the chains in lane_sum's order.
+template <int kTile>
 __global__ void __launch_bounds__(kRmsThreads) mhc_rms_kernel(MhcMixParams const p) {
-  __shared__ float xs[kRmsTile];
+  static_assert(kTile % 128 == 0 && kTile % kRmsThreads == 0);
+  extern __shared__ __align__(16) float xs[];  // kTile floats
   __shared__ float chain[128];
   int64_t const row = blockIdx.x, nd = p.n * p.d;
   float const* x = p.x + row * nd;
   int const vec = nd % 128 == 0 ? 4 : 1, nchain = 32 * vec, t = static_cast<int>(threadIdx.x);
   float comp = 0.f;
-  for (int64_t k0 = 0; k0 < nd; k0 += kRmsTile) {
-    int const len = static_cast<int>(nd - k0 < kRmsTile ? nd - k0 : kRmsTile);
+  for (int64_t k0 = 0; k0 < nd; k0 += kTile) {
+    int const len = static_cast<int>(nd - k0 < kTile ? nd - k0 : kTile);
     __syncthreads();  // the previous tile is consumed
-    stage<kRmsTile / kRmsThreads>(len, [x, k0](int e) { return __ldg(x + k0 + e); },
-                                  [](int e, float v) { xs[e] = v; });
+    if (kTile == kRmsRowTile && len % 4 == 0 && (reinterpret_cast<uintptr_t>(x + k0) & 15) == 0) {
+      // 16-byte cp.async straight to shared memory, all issued before the first wait: one round trip.
+      for (int e = t; e < len / 4; e += kRmsThreads) {
+        uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(xs + 4 * e));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(x + k0 + 4 * e) : "memory");
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    } else {
+      stage<kTile / kRmsThreads>(len, [x, k0](int e) { return __ldg(x + k0 + e); },
+                                 [](int e, float v) { xs[e] = v; });
+    }
     __syncthreads();
     if (t < nchain) {
 #pragma unroll 8
@@ -585,6 +599,9 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
                          reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
                          a.x.stride[0] == nd;
+  bool const row_rms = nd <= kRmsRowTile;
+  if (row_rms)
+    TESSERA_TRY(cuda_status(allow_smem<mhc_rms_kernel<kRmsRowTile>>(kRmsRowTile * 4), "mhc_mix: shared memory attribute"));
   bool const fixed_span = p.group_chunks * 32 == kFixedSpan && p.chunks % p.group_chunks == 0 && nd % 32 == 0;
   // Chunk order and epilogue: a row per block from shared memory where its chunk sums fit, else a warp per row.
   bool const staged = part_row <= kStagedMaxBytes;
@@ -602,7 +619,8 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
     MhcMixParams q = p;
     q.rows = std::min(slab, d.rows - r0);
     q.x += r0 * nd; q.pre += r0 * n; q.post += r0 * n; q.comb += r0 * n * n;
-    mhc_rms_kernel<<<static_cast<unsigned>(q.rows), kRmsThreads, 0, ws.stream>>>(q);
+    if (row_rms) mhc_rms_kernel<kRmsRowTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsRowTile * 4, ws.stream>>>(q);
+    else mhc_rms_kernel<kRmsTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsTile * 4, ws.stream>>>(q);
     TESSERA_TRY(launch_status("mhc_rms_kernel"));
     if (rows_tile) {
       unsigned const gr = static_cast<unsigned>(p.chunks / kRowsTileChunks * ceil_div(q.rows, kRowsTileRows));
