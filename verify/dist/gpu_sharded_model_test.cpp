@@ -104,6 +104,32 @@ Pair& wide() {
   return p;
 }
 
+/// The synthetic variant with 4 experts per token: EP ranks then hold experts of one token on several ranks, and
+/// the combine's order (ascending expert id, not the router's slot order) decides the bits of a 4-term fp32 sum.
+Pair& wide_top4() {
+  static Pair p = [] {
+    Config c = tiny_config(512);
+    c.num_attention_heads = 8;
+    c.o_groups = 4;
+    c.n_routed_experts = 12;
+    c.num_experts_per_tok = 4;
+    fs::path dir = fs::temp_directory_path() / ("tessera_gpu_rank_top4_test_" + std::to_string(::getpid()));
+    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 29, *dense_format(DType::kF32)).status());
+    auto spec = spec_from_config(c).value_or_throw();
+    CheckpointSource src;
+    throw_if_error(src.open((dir / "model.safetensors").string()));
+    throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
+    Pair q;
+    q.cpu_owned = Dsv41Model::create(spec, src, {}).value_or_throw();
+    q.cpu = q.cpu_owned.get();
+    q.gpu = GpuDsv41Model::create(spec, src, {}, kBackend).value_or_throw();
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return q;
+  }();
+  return p;
+}
+
 /// Logits of a fixed schedule: prefill chunks of 7, 1 and 12 tokens (logits for every row), then 6 decode
 /// steps; all rows concatenated.
 std::vector<float> schedule_logits(LanguageModel& m, std::vector<int32_t> const& toks) {
@@ -184,6 +210,12 @@ BOOST_AUTO_TEST_CASE(wide_exact_plans_bit_for_bit) {
   for (int tp : {2, 4})
     BOOST_TEST(dist::make_plan(model_dims(p.cpu->spec()), cfg(tp, 1)).value_or_throw().ranks[0].gather_heads == false);
   check_exact_plans(p, {cfg(2, 1), cfg(4, 1), cfg(1, 2), cfg(1, 4), cfg(2, 2), cfg(4, 4)}, 82, "wide");
+}
+
+BOOST_AUTO_TEST_CASE(wide_top4_exact_plans_bit_for_bit) {
+  Pair& p = wide_top4();
+  BOOST_TEST_REQUIRE(p.cpu->spec().top_k == 4);
+  check_exact_plans(p, {cfg(1, 2), cfg(1, 4), cfg(2, 2), cfg(4, 4)}, 84, "wide top-4");
 }
 
 BOOST_AUTO_TEST_CASE(bf16_exact_plan_bit_for_bit) {
