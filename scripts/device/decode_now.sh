@@ -165,7 +165,8 @@ if [ "$mode" = detail ]; then  # stall reasons of the named kernels (KERNELS: nc
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Stall|Memory Throughput|Compute \(SM\)|Block Size|Grid Size|Dynamic Shared" $R/ncu_detail.txt | head -${LINES_MAX:-200}
   exit 0
 fi
-for spec in ${PROFILE_SPECS:-flash1e32:1 flash1e32:4 flash1x:1}; do for b in $builds; do
+default_specs="flash1e32:1 flash1e32:4 flash1x:1"; [ "${FP8_ONLY:-0}" = 1 ] && default_specs="flash1e32:1 flash1e32:4"
+for spec in ${PROFILE_SPECS:-$default_specs}; do for b in $builds; do
   set -- ${spec/:/ }; BM="$(bm $b) --device cuda --dtype bf16"
   echo "[$b] $1 b$2"
   timeout 60 $BM --model $S/$1 --prefill 16 --batches $2 --context 128 --steps 8 2>/dev/null | grep '"decode"'
