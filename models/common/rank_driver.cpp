@@ -201,6 +201,7 @@ struct DriverChannel {
   std::mutex mu;
   std::vector<uint64_t> events;  // create: id; release: id | kRelease
   bool closed = false;
+  std::function<Status()> enter;
 };
 
 namespace {
@@ -210,8 +211,12 @@ class DriverState final : public SequenceState {
   DriverState(std::shared_ptr<DriverChannel> ch, uint64_t id, std::unique_ptr<SequenceState> inner)
       : channel(std::move(ch)), id(id), inner(std::move(inner)) {}
   ~DriverState() override {
-    std::lock_guard<std::mutex> lk(channel->mu);
-    if (!channel->closed) channel->events.push_back(id | kRelease);
+    {
+      std::lock_guard<std::mutex> lk(channel->mu);
+      if (!channel->closed) channel->events.push_back(id | kRelease);
+    }
+    if (channel->enter) (void)channel->enter();
+    inner.reset();
   }
   int64_t length() const override { return inner->length(); }
   size_t memory_bytes() const override { return inner->memory_bytes(); }
@@ -228,16 +233,18 @@ Status with_context(Status const& s, char const* what) {
 
 }  // namespace
 
-RankDriver::RankDriver(LanguageModel& m, dist::Communicator& c, std::shared_ptr<void> keep)
-    : keep_alive_(std::move(keep)), model_(m), cmd_(c), info_(m.info()), channel_(std::make_shared<DriverChannel>()) {}
+RankDriver::RankDriver(LanguageModel& m, dist::Communicator& c, std::shared_ptr<void> keep, std::function<Status()> enter)
+    : keep_alive_(std::move(keep)), model_(m), cmd_(c), info_(m.info()), channel_(std::make_shared<DriverChannel>()) {
+  channel_->enter = std::move(enter);
+}
 
 Result<std::unique_ptr<RankDriver>> RankDriver::create(LanguageModel& rank_model, dist::Communicator& cmd,
-                                                       std::shared_ptr<void> keep_alive) {
+                                                       std::shared_ptr<void> keep_alive, std::function<Status()> enter) {
   if (cmd.rank() != 0) return invalid_argument("rank driver: runs on rank 0, the communicator is rank " + std::to_string(cmd.rank()));
   if (cmd.memory_space() != dist::MemorySpace::kHost)
     return invalid_argument("rank driver: the command channel must take host buffers; '" + cmd.name() +
                             "' takes device buffers (wrap it in dist::HostStagingCommunicator)");
-  return std::unique_ptr<RankDriver>(new RankDriver(rank_model, cmd, std::move(keep_alive)));
+  return std::unique_ptr<RankDriver>(new RankDriver(rank_model, cmd, std::move(keep_alive), std::move(enter)));
 }
 
 RankDriver::~RankDriver() {
@@ -289,6 +296,7 @@ std::unique_ptr<SequenceState> RankDriver::new_sequence() {
     std::lock_guard<std::mutex> ek(channel_->mu);
     channel_->events.push_back(id);
   }
+  if (channel_->enter) (void)channel_->enter();  // a failure shows at the first forward
   return std::make_unique<DriverState>(channel_, id, model_.new_sequence());
 }
 
@@ -322,6 +330,7 @@ Status RankDriver::forward(std::span<SequenceStep> batch) {
     w.put<int64_t>(st.num_logit_rows);
   }
   for (auto const& st : batch) w.put_bytes(st.tokens.data(), st.tokens.size() * sizeof(int32_t));
+  TESSERA_TRY(enter());
   TESSERA_TRY(send(kForward, w.b));
   std::vector<SequenceStep> mine(batch.begin(), batch.end());
   for (auto& st : mine) st.state = static_cast<DriverState*>(st.state)->inner.get();
@@ -343,6 +352,7 @@ Result<std::unique_ptr<SequenceState>> RankDriver::clone(SequenceState const& st
   Writer w;
   w.put<uint64_t>(src.id);
   w.put<uint64_t>(id);
+  TESSERA_TRY(enter());
   TESSERA_TRY(send(kClone, w.b));
   Status channel;
   auto c = clone_everywhere(model_, cmd_, src.inner.get(), {}, channel);
@@ -363,6 +373,7 @@ Status RankDriver::truncate(SequenceState& state, int64_t length) {
   Writer w;
   w.put<uint64_t>(d.id);
   w.put<int64_t>(length);
+  TESSERA_TRY(enter());
   TESSERA_TRY(send(kTruncate, w.b));
   Outcome o = truncate_everywhere(model_, cmd_, d.inner.get(), length, {});
   if (!o.channel.ok()) {
@@ -379,6 +390,14 @@ Status RankDriver::shutdown() {
   Status s = broken_.ok() ? send(kShutdown, {}) : broken_;
   shut_ = true;
   return s;
+}
+
+Status RankDriver::enter() const { return channel_->enter ? channel_->enter() : Status{}; }
+
+Status shutdown_followers(dist::Communicator& cmd) {
+  if (cmd.rank() != 0) return invalid_argument("shutdown_followers: runs on rank 0");
+  std::vector<uint8_t> p(sizeof(uint64_t), 0);  // no sequence events
+  return send_command(cmd, kShutdown, p);
 }
 
 Status follow(LanguageModel& m, dist::Communicator& c) {

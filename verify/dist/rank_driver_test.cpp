@@ -114,6 +114,8 @@ bool bits_equal(std::vector<float> const& x, std::vector<float> const& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
 
+Status internal_error_for_test() { return Status(StatusCode::kInternal, "follow did not return"); }
+
 std::string str(dist::ParallelConfig const& c) { return "tp " + std::to_string(c.tp) + " ep " + std::to_string(c.ep); }
 
 }  // namespace
@@ -131,6 +133,7 @@ BOOST_AUTO_TEST_CASE(driver_equals_single_rank) {
     Status s = g.stop();
     BOOST_TEST(s.ok(), str(c) << ": " << s.message());
     BOOST_TEST(g.driver->commands_sent() == 19u, str(c));
+    BOOST_TEST(g.entered >= 18, str(c));  // every forward, clone and truncate; new and released sequences
   }
 }
 
@@ -272,10 +275,16 @@ BOOST_AUTO_TEST_CASE(shutdown_ends_followers) {
     for (auto& t : g.threads) t.join();
     for (size_t r = 1; r < g.follower_status.size(); ++r) BOOST_TEST(g.follower_status[r].ok(), g.follower_status[r].message());
   }
-  // Roles are checked.
+  // Rank 0 without a driver (its start-up failed) still ends the followers; roles are checked.
   auto comms = dist::InProcessCommunicator::create(2);
+  Status fs = internal_error_for_test();
+  std::thread t([&] { fs = follow(one, *comms[1]); });
+  BOOST_TEST(shutdown_followers(*comms[0]).ok());
+  t.join();
+  BOOST_TEST(fs.ok(), fs.message());
   BOOST_TEST((RankDriver::create(one, *comms[1]).status().code() == StatusCode::kInvalidArgument));
   BOOST_TEST((follow(one, *comms[0]).code() == StatusCode::kInvalidArgument));
+  BOOST_TEST((shutdown_followers(*comms[1]).code() == StatusCode::kInvalidArgument));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -55,6 +55,7 @@ struct RankGroup {
   std::vector<Status> follower_status;
   std::vector<std::thread> threads;
   std::unique_ptr<model::RankDriver> driver;
+  std::atomic<int> entered{0};  // calls of the driver's `enter` hook
 
   RankGroup(model::dsv41::Dsv41Model const& full, dist::ParallelConfig cfg) {
     auto plan = dist::make_plan(model::dsv41::model_dims(full.spec()), cfg).value_or_throw();
@@ -69,7 +70,10 @@ struct RankGroup {
     }
     for (int r = 1; r < W; ++r)
       threads.emplace_back([this, r] { follower_status[r] = model::follow(*faulty[r], *comms[r]); });
-    driver = model::RankDriver::create(*faulty[0], *comms[0]).value_or_throw();
+    driver = model::RankDriver::create(*faulty[0], *comms[0], {}, [this] {
+               ++entered;
+               return Status{};
+             }).value_or_throw();
   }
   /// Shuts the group down; the first follower's failure, if any.
   Status stop() {

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -55,9 +56,12 @@ class RankDriver final : public LanguageModel {
   static constexpr size_t kFrameBytes = 1024;
   /// Rank 0's driver. `rank_model` is rank 0's rank model, `cmd` rank 0's command channel (host memory,
   /// rank 0). `keep_alive` is destroyed after the driver's shutdown (the rank model and communicators it
-  /// owns, when the driver is handed to code that only keeps a LanguageModel).
+  /// owns, when the driver is handed to code that only keeps a LanguageModel). `enter`, when set, runs on
+  /// the calling thread before every call reaches the rank model, and before a state's rank-model state is
+  /// released: a GPU rank model's device made current (the engine calls from its own thread).
   static Result<std::unique_ptr<RankDriver>> create(LanguageModel& rank_model, dist::Communicator& cmd,
-                                                    std::shared_ptr<void> keep_alive = {});
+                                                    std::shared_ptr<void> keep_alive = {},
+                                                    std::function<Status()> enter = {});
   /// Sends kShutdown unless shutdown() ran or the group is broken.
   ~RankDriver() override;
 
@@ -76,10 +80,11 @@ class RankDriver final : public LanguageModel {
   Status broken() const;
 
  private:
-  RankDriver(LanguageModel& m, dist::Communicator& c, std::shared_ptr<void> keep);
+  RankDriver(LanguageModel& m, dist::Communicator& c, std::shared_ptr<void> keep, std::function<Status()> enter);
   /// Sends a command (the pending events, then `op_payload`); breaks the group on failure.
   Status send(uint32_t op, std::vector<uint8_t> const& op_payload);
   Status usable(SequenceState const& s, char const* what) const;
+  Status enter() const;
 
   std::shared_ptr<void> keep_alive_;  // first member: released last
   LanguageModel& model_;
@@ -95,7 +100,12 @@ class RankDriver final : public LanguageModel {
 
 /// A follower rank's loop: receives rank 0's commands over `cmd` (host memory, rank ≥ 1) and runs them on
 /// `rank_model` (logits to scratch memory) until kShutdown (returns success) or a channel failure (returns
-/// it). A failure of the rank model's own call is reported to the group and the loop goes on.
+/// it). A failure of the rank model's own call is reported to the group and the loop goes on. Runs on the
+/// thread whose current device is the rank model's (GPU rank models).
 Status follow(LanguageModel& rank_model, dist::Communicator& cmd);
+
+/// Rank 0 without a driver (its start-up failed after the group formed): sends kShutdown so the followers'
+/// loops end instead of waiting for a command.
+Status shutdown_followers(dist::Communicator& cmd);
 
 }  // namespace tessera::model
