@@ -236,7 +236,7 @@ Status with_context(Status const& s, char const* what) {
 RankDriver::RankDriver(LanguageModel& m, dist::Communicator& c, std::shared_ptr<void> keep, std::function<Status()> enter)
     : keep_alive_(std::move(keep)), model_(m), cmd_(c), info_(m.info()), channel_(std::make_shared<DriverChannel>()) {
   channel_->enter = std::move(enter);
-  info_.device += " (rank 0 of " + std::to_string(c.size()) + ", driving the others over " + c.name() + ")";
+  info_.device += ", rank 0 of " + std::to_string(c.size()) + " driving over " + c.name();
 }
 
 Result<std::unique_ptr<RankDriver>> RankDriver::create(LanguageModel& rank_model, dist::Communicator& cmd,
@@ -303,6 +303,7 @@ std::unique_ptr<SequenceState> RankDriver::new_sequence() {
 
 Status RankDriver::forward(std::span<SequenceStep> batch) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (batch.empty()) return {};
   // Refused here, before anything is broadcast.
   std::vector<std::pair<DriverState*, int64_t>> len;  // each state's length after the batch
   for (auto const& st : batch) {

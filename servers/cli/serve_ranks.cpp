@@ -10,6 +10,7 @@
 #include "servers/cli/serve_ranks.hpp"
 
 #include <cstdio>
+#include <exception>
 
 #include "tessera/core/config.hpp"
 
@@ -141,7 +142,12 @@ int serve_ranks(server::ServeConfig c, dist::ParallelConfig cfg, dist::LaunchEnv
   }
   b->nccl = std::move(*nccl);
   b->staging = std::make_unique<dist::HostStagingCommunicator>(*b->nccl);
-  Status built = build_rank(*b, c, cfg);
+  Status built;
+  try {  // every rank must reach the start-up round, whatever happened while building
+    built = build_rank(*b, c, cfg);
+  } catch (std::exception const& e) {
+    built = Status(StatusCode::kInternal, e.what());
+  }
   if (!built.ok()) std::fprintf(stderr, "tessera serve: rank %d: %s\n", env.rank, built.message().c_str());
   if (Status s = agree_on_startup(*b->staging, built); !s.ok()) {
     if (built.ok()) std::fprintf(stderr, "tessera serve: rank %d: %s\n", env.rank, s.message().c_str());
