@@ -9,6 +9,7 @@
 #include "servers/cli/command.hpp"
 #include "servers/cli/parallel_flags.hpp"
 #include "servers/cli/prune_flags.hpp"
+#include "servers/cli/serve_ranks.hpp"
 #include "servers/openai/serve.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "verify/harness/perturbed_model.hpp"
@@ -146,6 +147,15 @@ int cmd_serve(std::vector<std::string> const& args) {
     c.wrap_model = [p = static_cast<int64_t>(perturb)](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
       return std::make_unique<harness::PerturbedModel>(m, harness::PerturbedModel::Fault::kPosition, p);
     };
+  // Under the launch variables (WORLD_SIZE > 1) every process is one rank: rank 0 serves, the others follow.
+  if (char const* ws = std::getenv("WORLD_SIZE"); ws && *ws && std::string(ws) != "1") {
+    auto env = dist::launch_env_from_environment();
+    if (!env) {
+      std::fprintf(stderr, "tessera serve: %s\n", env.status().message().c_str());
+      return 2;
+    }
+    if (env->world_size > 1) return serve_ranks(std::move(c), *par, *env);
+  }
   if (sharded) {
     // The CPU model is loaded as the host weights the ranks are sliced from; with --device cuda the ranks are
     // GPU rank models (their slices uploaded), threads on the visible GPUs.
@@ -163,7 +173,7 @@ int cmd_serve(std::vector<std::string> const& args) {
         std::exit(2);
       }
       std::fprintf(stderr, "tessera serve: %d in-process ranks (threads, %s), tp %d, ep %d, attention %s; "
-                           "multi-process serving (one process per GPU over NCCL) is not wired into serve "
+                           "one process per GPU over NCCL: launch with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT "
                            "(docs/multi-gpu.md)\n",
                    (*sm)->world(), gpu ? "GPU rank models" : "CPU backend", cfg.tp, cfg.ep,
                    (*sm)->plan().attention_mode().c_str());

@@ -162,7 +162,7 @@ int serve_main(ServeConfig cfg) {
     cfg.api.api_key_digests = std::move(*keys);
   }
   std::unique_ptr<StubBundle> stub;
-  std::unique_ptr<model::LanguageModel> real;
+  std::shared_ptr<model::LanguageModel> real;
   std::string description;
   if (cfg.model_dir.empty() || cfg.model_dir == "stub") {
     auto b = make_stub(cfg);
@@ -173,11 +173,15 @@ int serve_main(ServeConfig cfg) {
   } else {
     // A DeepSeek-V4.1 folder (config.json + weights + Engram hash data) on the CPU reference model or
     // the GPU model (--device cuda).
-    model::dsv41::ModelOptions mo;
-    mo.prune = cfg.prune;
-    auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.load_device.empty() ? cfg.device : cfg.load_device);
-    if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
-    real = std::move(*m);
+    if (cfg.model) {
+      real = cfg.model;
+    } else {
+      model::dsv41::ModelOptions mo;
+      mo.prune = cfg.prune;
+      auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.load_device.empty() ? cfg.device : cfg.load_device);
+      if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }
+      real = std::move(*m);
+    }
     stub = std::make_unique<StubBundle>();
     std::string tok_file = cfg.tokenizer_file;
     if (tok_file.empty()) {
@@ -192,7 +196,8 @@ int serve_main(ServeConfig cfg) {
     }
     if (!stub->codec) stub->codec = make_byte_codec();
     stub->chat = make_deepseek_chat_format(stub->tokenizer.get());
-    description = "DeepSeek-V4.1 from " + cfg.model_dir + (cfg.device == "cuda" ? " (GPU model)" : " (CPU reference model)") + "; tokenizer: " + stub->codec->name();
+    std::string const kind = cfg.model ? " (" + real->info().device + ")" : cfg.device == "cuda" ? " (GPU model)" : " (CPU reference model)";
+    description = "DeepSeek-V4.1 from " + cfg.model_dir + kind + "; tokenizer: " + stub->codec->name();
   }
   model::LanguageModel& lm = real ? *real : static_cast<model::LanguageModel&>(*stub->model);
   bool const decode_pruning = cfg.prune.active() && cfg.prune.scope == model::dsv41::ExpertPruning::Scope::kDecode;

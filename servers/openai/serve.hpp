@@ -43,6 +43,9 @@ struct ServeConfig {
   /// Where the model is loaded when it differs from `device` (empty: `device`): "cpu" when wrap_model builds
   /// GPU rank models from the CPU model's host weights (--tp/--ep with --device cuda).
   std::string load_device;
+  /// The model to serve, already built (multi-process serving's rank 0 serves its RankDriver): nothing is
+  /// loaded; model_dir still names the folder the tokenizer comes from.
+  std::shared_ptr<model::LanguageModel> model;
   /// Wraps the loaded model before the engine sees it: test faults (verify/harness), the sharded model.
   std::function<std::unique_ptr<model::LanguageModel>(model::LanguageModel&)> wrap_model;
 };
