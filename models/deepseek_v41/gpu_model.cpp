@@ -395,6 +395,8 @@ Status GpuDsv41Model::forward(std::span<SequenceStep> batch) {
       if (t < 0 || t >= impl_->spec.vocab_size)
         return invalid_argument("forward: token id " + std::to_string(t) + " outside the vocabulary");
   }
+  // Before any step runs: a batch refused for its length advances no state.
+  TESSERA_TRY(check_batch_positions(batch, impl_->spec.max_position_embeddings));
   // Passes: maximal runs of consecutive steps with distinct states and at most kMaxPassRows rows (one step
   // with more runs alone). A batch of distinct states within the bound is one pass: one forward over the
   // layers, and a failure leaves every state as it was; a later pass runs after the earlier ones committed.

@@ -215,6 +215,8 @@ Status Dsv41Model::forward(std::span<SequenceStep> batch) {
       if (t < 0 || t >= spec_.vocab_size)
         return invalid_argument("forward: token id " + std::to_string(t) + " outside the vocabulary");
   }
+  // Before any step runs: a batch refused for its length advances no state.
+  TESSERA_TRY(check_batch_positions(batch, spec_.max_position_embeddings));
   // Sequences run one after another: a row never shares a reduction with another sequence.
   for (auto& step : batch)
     TESSERA_TRY(forward_one(*static_cast<Dsv41State*>(step.state), step.tokens, step.num_logit_rows, step.logits));

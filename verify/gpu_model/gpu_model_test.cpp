@@ -424,6 +424,10 @@ BOOST_AUTO_TEST_CASE(repeated_state_and_refused_batch) {
   BOOST_TEST(s.message().find("max_position_embeddings") != std::string::npos);
   BOOST_TEST(ok->length() == 0);
   BOOST_TEST(full->length() == gpu.info().max_context - 2);
+  // The same state twice, the second step past the limit: refused before the first step's pass runs.
+  std::vector<SequenceStep> both = {{full.get(), {c.data(), 1}, 1, row.data()}, {full.get(), c, 1, row.data()}};
+  BOOST_TEST(!gpu.forward(both).ok());
+  BOOST_TEST(full->length() == gpu.info().max_context - 2);
   SequenceStep again{ok.get(), c, 1, got.data()};
   throw_if_error(gpu.forward({&again, 1}));
   auto fresh = gpu.new_sequence();

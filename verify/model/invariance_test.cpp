@@ -160,4 +160,32 @@ BOOST_AUTO_TEST_CASE(bad_input_errors_name_the_problem) {
   BOOST_TEST(e2.status().message().find("model.layers.7.hc_attn_fn") != std::string::npos, e2.status().message());
 }
 
+// A batch whose steps would take a state past max_position_embeddings is refused before any step runs: no
+// state of it advances, including the steps before the one that would pass the limit, and a state named twice
+// counts both steps' tokens.
+BOOST_AUTO_TEST_CASE(batch_refused_for_length_advances_no_state) {
+  auto& m = verify::tiny_model("fp32");
+  int64_t const P = m.spec().max_position_embeddings, V = m.info().vocab_size;
+  std::vector<float> lg(static_cast<size_t>(V));
+  std::vector<int32_t> head(static_cast<size_t>(P - 3)), five = {5, 6, 7, 8, 9}, two = {5, 6};
+  for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<int32_t>((7 * i + 3) % static_cast<size_t>(V));
+  auto full = m.new_sequence();
+  SequenceStep f{full.get(), head, 1, lg.data()};
+  throw_if_error(m.forward({&f, 1}));
+  auto fresh = m.new_sequence();
+  std::vector<SequenceStep> bad = {{fresh.get(), five, 1, lg.data()}, {full.get(), five, 1, lg.data()}};
+  Status const s1 = m.forward(bad);
+  BOOST_TEST(!s1.ok());
+  BOOST_TEST(s1.message().find("max_position_embeddings") != std::string::npos, s1.message());
+  BOOST_TEST(fresh->length() == 0);
+  BOOST_TEST(full->length() == P - 3);
+  std::vector<SequenceStep> twice = {{full.get(), two, 1, lg.data()}, {full.get(), two, 1, lg.data()}};
+  Status const s2 = m.forward(twice);  // 2 + 2 tokens past P − 3: refused though each step alone fits
+  BOOST_TEST(!s2.ok());
+  BOOST_TEST(full->length() == P - 3);
+  std::vector<SequenceStep> fits = {{full.get(), two, 1, lg.data()}, {full.get(), {five.data(), 1}, 1, lg.data()}};
+  throw_if_error(m.forward(fits));  // exactly P
+  BOOST_TEST(full->length() == P);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

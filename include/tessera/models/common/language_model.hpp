@@ -59,4 +59,9 @@ class LanguageModel {
   virtual size_t state_bytes_for(int64_t num_tokens) const = 0;
 };
 
+/// Whether every state of `batch` stays within `max_positions` tokens after it (a state named by several steps
+/// adds their tokens up). Models check it before running any step, so a batch refused for its length advances
+/// no state.
+Status check_batch_positions(std::span<SequenceStep const> batch, int64_t max_positions);
+
 }  // namespace tessera::model
