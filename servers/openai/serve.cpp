@@ -55,6 +55,9 @@ Status configure_drafting(EngineOptions& engine, model::LanguageModel& lm, std::
   engine.make_drafter = nullptr;
   engine.drafter_name.clear();
   if (draft == "dspark" || (draft == "auto" && dspark)) {
+    if (!dm)
+      return invalid_argument("--draft dspark: DSpark drafting runs on the single-rank CPU model (--device cpu "
+                              "without --tp/--ep); --draft lookup works on every model");
     if (!dspark) return invalid_argument("--draft dspark: the model has no DSpark weights (mtp.*)");
     engine.make_drafter = [dm](model::SequenceState& st) -> std::unique_ptr<model::Drafter> {
       auto* ds = dynamic_cast<model::dsv41::Dsv41State*>(&st);
@@ -207,7 +210,11 @@ int serve_main(ServeConfig cfg) {
                  cfg.draft.c_str());
     return 2;
   }
-  if (Status d = configure_drafting(cfg.engine, lm, decode_pruning ? "none" : cfg.draft, cfg.draft_k); !d.ok()) {
+  // Drafting is configured on the model the engine runs (a wrapped model's states are its own, so a drafter
+  // for the unwrapped model would find none of them).
+  std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
+  model::LanguageModel& served_lm = wrapped ? *wrapped : lm;
+  if (Status d = configure_drafting(cfg.engine, served_lm, decode_pruning ? "none" : cfg.draft, cfg.draft_k); !d.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", d.message().c_str());
     return 2;
   }
@@ -219,12 +226,11 @@ int serve_main(ServeConfig cfg) {
     description += buf;
   }
   if (!cfg.engine.drafter_name.empty()) description += "; drafting: " + cfg.engine.drafter_name;
-  std::unique_ptr<model::LanguageModel> wrapped = cfg.wrap_model ? cfg.wrap_model(lm) : nullptr;
   // Replies end at the tokenizer's end-of-sentence token even when config.json names no eos_token_id
   // (synthetic and golden tiny checkpoints): without it an unconstrained reply never stops early and a
   // constrained one would reach complete JSON with no token left to sample.
   cfg.engine.extra_eos_token_ids = tokenizer_eos_ids(*stub->codec);
-  Engine engine(wrapped ? *wrapped : lm, cfg.engine);
+  Engine engine(served_lm, cfg.engine);
   ServedModel served;
   served.id = !cfg.served_name.empty() ? cfg.served_name : real ? "deepseek-v4.1-" + std::string(real->info().name.empty() ? "local" : real->info().name) : lm.info().name;
   served.description = description;

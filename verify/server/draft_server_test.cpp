@@ -20,6 +20,7 @@
 #include "servers/openai/routes/deepseek_chat.hpp"
 #include "servers/openai/routes/tokenizer_codec.hpp"
 #include "servers/openai/serve.hpp"
+#include "tessera/models/deepseek_v41/sharded.hpp"
 #include "verify/draft/dspark_fixture.hpp"
 
 using namespace tessera;
@@ -318,6 +319,17 @@ BOOST_AUTO_TEST_CASE(drafted_replies_equal_serial_replies) {
   BOOST_TEST(configure_drafting(eo, verify::tiny_model("fp32"), "auto", -1).ok());
   BOOST_TEST(!eo.make_drafter);
   BOOST_TEST(!configure_drafting(eo, m, "medusa", -1).ok());
+  // The same weights as a sharded model (the model `serve --tp/--ep` runs): its states are not the CPU model's,
+  // so DSpark is refused with the reason, "auto" configures no drafter (none is advertised), lookup works.
+  auto sharded = model::dsv41::ShardedModel::create(m, {2, 2}).value_or_throw();
+  Status const ds = configure_drafting(eo, *sharded, "dspark", -1);
+  BOOST_TEST(!ds.ok());
+  BOOST_TEST(ds.message().find("single-rank CPU model") != std::string::npos, ds.message());
+  BOOST_TEST(configure_drafting(eo, *sharded, "auto", -1).ok());
+  BOOST_TEST(!eo.make_drafter);
+  BOOST_TEST(eo.drafter_name.empty());
+  BOOST_TEST(configure_drafting(eo, *sharded, "lookup", -1).ok());
+  BOOST_TEST(eo.drafter_name == "lookup");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
