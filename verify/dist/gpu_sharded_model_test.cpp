@@ -80,53 +80,40 @@ Pair& tiny(std::string const& variant) {
   return p;
 }
 
-/// The synthetic variant: 8 heads in 4 o-groups, 12 routed experts; Engram hash data from the golden.
+/// A synthetic variant: 8 heads in 4 o-groups, 12 routed experts, `top_k` experts per token; Engram hash data
+/// from the golden.
+Pair make_wide(int64_t top_k, uint64_t seed) {
+  Config c = tiny_config(512);
+  c.num_attention_heads = 8;
+  c.o_groups = 4;
+  c.n_routed_experts = 12;
+  if (top_k > 0) c.num_experts_per_tok = top_k;
+  fs::path dir = fs::temp_directory_path() /
+                 ("tessera_gpu_rank_test_" + std::to_string(::getpid()) + "_" + std::to_string(seed));
+  throw_if_error(write_synthetic_checkpoint(c, dir.string(), seed, *dense_format(DType::kF32)).status());
+  auto spec = spec_from_config(c).value_or_throw();
+  CheckpointSource src;
+  throw_if_error(src.open((dir / "model.safetensors").string()));
+  throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
+  Pair q;
+  q.cpu_owned = Dsv41Model::create(spec, src, {}).value_or_throw();
+  q.cpu = q.cpu_owned.get();
+  q.gpu = GpuDsv41Model::create(spec, src, {}, kBackend).value_or_throw();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return q;
+}
+
+/// The tiny config's experts per token (2).
 Pair& wide() {
-  static Pair p = [] {
-    Config c = tiny_config(512);
-    c.num_attention_heads = 8;
-    c.o_groups = 4;
-    c.n_routed_experts = 12;
-    fs::path dir = fs::temp_directory_path() / ("tessera_gpu_rank_test_" + std::to_string(::getpid()));
-    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 23, *dense_format(DType::kF32)).status());
-    auto spec = spec_from_config(c).value_or_throw();
-    CheckpointSource src;
-    throw_if_error(src.open((dir / "model.safetensors").string()));
-    throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
-    Pair q;
-    q.cpu_owned = Dsv41Model::create(spec, src, {}).value_or_throw();
-    q.cpu = q.cpu_owned.get();
-    q.gpu = GpuDsv41Model::create(spec, src, {}, kBackend).value_or_throw();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    return q;
-  }();
+  static Pair p = make_wide(0, 23);
   return p;
 }
 
-/// The synthetic variant with 4 experts per token: EP ranks then hold experts of one token on several ranks, and
-/// the combine's order (ascending expert id, not the router's slot order) decides the bits of a 4-term fp32 sum.
+/// 4 experts per token: EP ranks then hold experts of one token on several ranks, and the combine's order
+/// (ascending expert id, not the router's slot order) decides the bits of a 4-term fp32 sum.
 Pair& wide_top4() {
-  static Pair p = [] {
-    Config c = tiny_config(512);
-    c.num_attention_heads = 8;
-    c.o_groups = 4;
-    c.n_routed_experts = 12;
-    c.num_experts_per_tok = 4;
-    fs::path dir = fs::temp_directory_path() / ("tessera_gpu_rank_top4_test_" + std::to_string(::getpid()));
-    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 29, *dense_format(DType::kF32)).status());
-    auto spec = spec_from_config(c).value_or_throw();
-    CheckpointSource src;
-    throw_if_error(src.open((dir / "model.safetensors").string()));
-    throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
-    Pair q;
-    q.cpu_owned = Dsv41Model::create(spec, src, {}).value_or_throw();
-    q.cpu = q.cpu_owned.get();
-    q.gpu = GpuDsv41Model::create(spec, src, {}, kBackend).value_or_throw();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    return q;
-  }();
+  static Pair p = make_wide(4, 29);
   return p;
 }
 
