@@ -38,18 +38,6 @@ dist::Range GpuDsv41Model::Impl::engram_columns() const {
 
 namespace fwd {
 
-namespace {
-
-/// widths[r] = f(rank r's plan).
-template <class F>
-std::vector<int64_t> widths_of(RankShard const& sh, F range_size) {
-  std::vector<int64_t> w;
-  for (auto const& r : sh.plan.ranks) w.push_back(range_size(r));
-  return w;
-}
-
-}  // namespace
-
 int64_t Forward::query_heads() const { return m_.shard ? m_.shard->me().heads.size() : m_.spec.num_heads; }
 
 void Forward::collective_ready() { throw_if_error(s_.sync()); }

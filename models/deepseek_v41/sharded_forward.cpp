@@ -44,13 +44,6 @@ std::vector<float> gather_cols(RankShard const& sh, std::vector<float> const& lo
   return out;
 }
 
-template <class F>
-std::vector<int64_t> widths_of(RankShard const& sh, F range_size) {
-  std::vector<int64_t> w;
-  for (auto const& r : sh.plan.ranks) w.push_back(range_size(r));
-  return w;
-}
-
 }  // namespace
 
 int64_t shard_heads(RankShard const& sh) { return sh.me().heads.size(); }

@@ -37,6 +37,14 @@ struct RankShard {
   dist::RankPlan const& me() const { return plan.ranks[static_cast<size_t>(rank)]; }
 };
 
+/// widths[r] = range_size(rank r's plan): the per-rank sizes of a gather's blocks.
+template <class F>
+std::vector<int64_t> widths_of(RankShard const& sh, F range_size) {
+  std::vector<int64_t> w;
+  for (auto const& r : sh.plan.ranks) w.push_back(range_size(r));
+  return w;
+}
+
 /// The plan dimensions of a model spec.
 dist::ModelDims model_dims(ModelSpec const& spec);
 
