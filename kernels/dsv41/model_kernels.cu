@@ -194,6 +194,30 @@ __global__ void copy_rows_kernel(RowCopy const* table, int64_t cols) {
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) c.dst[i] = c.src[i];
 }
 
+struct WindowGatherBatch {
+  WindowGather seq[kWindowGatherBatch];
+  int64_t first[kWindowGatherBatch + 1];  // pool rows before sequence i
+  int n;
+  int64_t cols;
+};
+static_assert(sizeof(WindowGatherBatch) <= 4000, "kernel parameters stay under 4 KiB");
+
+/// Block b: pool row b of the batch (sequence i, row j): a ring row or a chunk row, copied as is.
+__global__ void __launch_bounds__(128) window_gather_kernel(WindowGatherBatch const b) {
+  int i = 0;
+  while (i + 1 < b.n && static_cast<int64_t>(blockIdx.x) >= b.first[i + 1]) ++i;  // block-uniform
+  WindowGather const& g = b.seq[i];
+  int64_t const j = static_cast<int64_t>(blockIdx.x) - b.first[i];
+  float const* src = j < g.n_old ? g.ring + ((g.p0 + j) % g.cap) * b.cols : g.chunk + (j - g.n_old) * b.cols;
+  float* dst = g.dst + j * b.cols;
+  if (b.cols % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    for (int64_t k = threadIdx.x; k < b.cols / 4; k += blockDim.x)
+      reinterpret_cast<float4*>(dst)[k] = reinterpret_cast<float4 const*>(src)[k];
+  } else {
+    for (int64_t k = threadIdx.x; k < b.cols; k += blockDim.x) dst[k] = src[k];
+  }
+}
+
 Status status_of(cudaError_t e, char const* what) {
   if (e == cudaSuccess) return {};
   return Status(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
@@ -241,6 +265,22 @@ Status launch_build_key_lists_batched(CUstream_st* stream, KeyListParams const* 
   if (b.first[n] > 0x7FFFFFFF) return invalid_argument("build_key_lists_batched: more than 2^31 − 1 rows");
   key_lists_batched_kernel<<<static_cast<unsigned>(b.first[n]), 128, 0, stream>>>(b);
   return status_of(cudaGetLastError(), "key_lists_batched");
+}
+
+Status launch_window_gather(CUstream_st* stream, WindowGather const* seqs, int n, int64_t cols) {
+  if (n < 1 || n > kWindowGatherBatch) return Status(StatusCode::kInternal, "window_gather: 1 to 32 sequences a launch");
+  WindowGatherBatch b{};
+  b.n = n;
+  b.cols = cols;
+  b.first[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    b.seq[i] = seqs[i];
+    b.first[i + 1] = b.first[i] + seqs[i].n_old + seqs[i].chunk_rows;
+  }
+  if (b.first[n] == 0) return {};
+  if (b.first[n] > 0x7FFFFFFF) return invalid_argument("window_gather: more than 2^31 − 1 rows");
+  window_gather_kernel<<<static_cast<unsigned>(b.first[n]), 128, 0, stream>>>(b);
+  return status_of(cudaGetLastError(), "window_gather");
 }
 
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols) {

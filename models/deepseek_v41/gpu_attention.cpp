@@ -245,17 +245,18 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   int64_t* row_end = tmp_.get<int64_t>(N);
   int32_t* key_cols = md == DType::kBf16 ? tmp_.get<int32_t>(slots) : nullptr;  // the golden engine's logit-row
   int32_t* sink_cols = md == DType::kBf16 ? tmp_.get<int32_t>(N) : nullptr;     // layout (attention_block.cpp)
-  // Each sequence's pool [old window rows | chunk rows | all T entries unpacked], then every sequence's key lists in
-  // one batched build (row r of a sequence at its slot r·row_cap), then the compact pools' gathered entries.
+  // Each sequence's pool [old window rows | chunk rows | all T entries unpacked]: the window rows of every sequence
+  // in one batched gather, then every sequence's key lists in one batched build (row r of a sequence at its slot
+  // r·row_cap), then the compact pools' gathered entries.
   std::vector<gpu::KeyListParams> kps(b_.seqs.size());
+  std::vector<gpu::WindowGather> gathers(b_.seqs.size());
   for (size_t i = 0; i < b_.seqs.size(); ++i) {
     SeqRun& sq = b_.seqs[i];
     SeqKeys const& k = sk[i];
     gpu::GpuLayerState& ls = sq.st->layers_[static_cast<size_t>(l)];
     int64_t const S = sq.S, n_old = k.n_old;
     float* const seq_pool = pool + k.pool0 * hd;
-    ring_read(s_, ls.window.as<float>(), w_cap, hd, sq.pos0 - n_old, n_old, seq_pool);
-    copy(seq_pool + n_old * hd, kv + sq.row0 * hd, static_cast<size_t>(S * hd * 4));
+    gathers[i] = {ls.window.as<float>(), w_cap, sq.pos0 - n_old, n_old, kv + sq.row0 * hd, S, seq_pool};
     if (k.use_ckv && !k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, nullptr, k.T, seq_pool + (n_old + S) * hd);
     gpu::KeyListParams& kp = kps[i];
     kp.rows = S;
@@ -279,6 +280,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     kp.row_begin = row_begin + sq.row0;
     kp.row_end = row_end + sq.row0;
   }
+  throw_if_error(gpu::window_gather(s_, gathers, hd));
   throw_if_error(gpu::build_key_lists_batched(s_, kps));
   for (size_t i = 0; i < b_.seqs.size(); ++i) {
     SeqKeys const& k = sk[i];

@@ -319,6 +319,19 @@ struct RowCopy {
   float* dst = nullptr;
 };
 
+/// One sequence's window rows for the attention key pool: pool rows [0, n_old) are the ring rows of positions
+/// p0 … p0 + n_old − 1 (ring row = position mod cap), rows [n_old, n_old + chunk_rows) the chunk's rows, `cols`
+/// floats each, written contiguously from dst.
+struct WindowGather {
+  float const* ring = nullptr;
+  int64_t cap = 0, p0 = 0, n_old = 0;
+  float const* chunk = nullptr;
+  int64_t chunk_rows = 0;
+  float* dst = nullptr;
+};
+/// Sequences per window_gather launch (their WindowGather by value in the kernel's parameters).
+inline constexpr int kWindowGatherBatch = 32;
+
 // CUDA launches (kernels/dsv41/model_kernels.cu, CUDA builds only).
 Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
                             int64_t D, float* X, float* pre);
@@ -327,6 +340,8 @@ Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p);
 /// 1 ≤ n ≤ kKeyListBatch sequences' lists (row_cap layout), one block per row of all of them.
 Status launch_build_key_lists_batched(CUstream_st* stream, KeyListParams const* seqs, int n);
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols);
+/// 1 ≤ n ≤ kWindowGatherBatch sequences' window rows, one block per pool row of all of them.
+Status launch_window_gather(CUstream_st* stream, WindowGather const* seqs, int n, int64_t cols);
 
 // EXL3 glue (kernels/dsv41/exl3_glue.cu; host twins in gpu_exl3.cpp).
 Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
@@ -372,6 +387,9 @@ Status build_key_lists(Mem const& m, KeyListParams const& p);
 Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs);
 /// Row copies described by `table` ([count] RowCopy in the backend's memory) in one launch.
 Status copy_rows(Mem const& m, RowCopy const* table, int64_t count, int64_t cols);
+/// Every sequence's window rows of a pass (WindowGather) in ⌈n / kWindowGatherBatch⌉ launches instead of up to
+/// three copies per sequence.
+Status window_gather(Mem const& m, std::span<WindowGather const> seqs, int64_t cols);
 
 /// Row r's first visible old-window row i0 and first visible chunk row j0 (shared by both twins).
 TESSERA_HOST_DEVICE inline void key_list_ranges(KeyListParams const& p, int64_t r, int64_t& i0, int64_t& j0) {

@@ -357,6 +357,29 @@ Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs
   return {};
 }
 
+Status window_gather(Mem const& m, std::span<WindowGather const> seqs, int64_t cols) {
+  for (WindowGather const& g : seqs)
+    if (g.n_old > 0 && (g.cap < g.n_old || !g.ring))
+      return Status(StatusCode::kInternal, "window_gather: a ring shorter than its rows");
+  if (m.backend == Backend::kCuda) {
+#if TESSERA_WITH_CUDA
+    for (size_t i = 0; i < seqs.size(); i += kWindowGatherBatch)
+      TESSERA_TRY(launch_window_gather(m.stream, seqs.data() + i,
+                                       static_cast<int>(std::min<size_t>(kWindowGatherBatch, seqs.size() - i)), cols));
+    return {};
+#else
+    return not_supported("Tessera was built without CUDA");
+#endif
+  }
+  for (WindowGather const& g : seqs) {
+    for (int64_t j = 0; j < g.n_old; ++j)
+      std::memcpy(g.dst + j * cols, g.ring + ((g.p0 + j) % g.cap) * cols, static_cast<size_t>(cols) * 4);
+    if (g.chunk_rows > 0)
+      std::memcpy(g.dst + g.n_old * cols, g.chunk, static_cast<size_t>(g.chunk_rows * cols) * 4);
+  }
+  return {};
+}
+
 Status copy_rows(Mem const& m, RowCopy const* table, int64_t count, int64_t cols) {
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
