@@ -168,6 +168,7 @@ fi
 default_specs="flash1e32:1 flash1e32:4 flash1x:1"; [ "${FP8_ONLY:-0}" = 1 ] && default_specs="flash1e32:1 flash1e32:4"
 for spec in ${PROFILE_SPECS:-$default_specs}; do for b in $builds; do
   set -- ${spec/:/ }; BM="$(bm $b) --device cuda --dtype bf16"
+  [ "$1" = flash3e32 ] && make_syn flash3e32 3 fp8
   echo "[$b] $1 b$2"
   timeout 60 $BM --model $S/$1 --prefill 16 --batches $2 --context 128 --steps 8 2>/dev/null | grep '"decode"'
   for st in 1 5; do
