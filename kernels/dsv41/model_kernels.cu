@@ -162,22 +162,34 @@ __global__ void __launch_bounds__(128) key_lists_batched_kernel(KeyListBatch con
   if (lane == 0) warp_count[t >> 5] = c;
   __syncthreads();
   int64_t const count = warp_count[0] + warp_count[1] + warp_count[2] + warp_count[3];
+  int64_t const part0 = p.id_base + p.n_old + p.rows;  // pool row of the compressed part
   if (p.selected) {
     int32_t const* sel = p.selected + r * p.top_k;
     for (int64_t k = t; k < p.top_k; k += blockDim.x) {
-      if (p.gather && k >= count) p.gather[r * p.top_k + k] = -1;  // ranks of valid ids are < count
+      int64_t const u = r * p.top_k + k;
+      if (p.gather && p.unpack_src) p.unpack_dst[u] = static_cast<int32_t>(part0 + u);
+      if (p.gather && k >= count) {  // ranks of valid ids are < count
+        p.gather[u] = -1;
+        if (p.unpack_src) p.unpack_src[u] = -1;
+      }
       int32_t const e = sel[k];
       if (e < 0 || e >= p.entries) continue;
       int64_t rank = 0;  // selections are distinct: the rank among valid ids is the sorted slot
       for (int64_t j = 0; j < p.top_k; ++j) rank += (sel[j] >= 0 && sel[j] < p.entries && sel[j] < e) ? 1 : 0;
       if (p.gather) {
         p.gather[r * p.top_k + rank] = e;
-        out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + r * p.top_k + rank);
+        if (p.unpack_src) p.unpack_src[r * p.top_k + rank] = static_cast<int32_t>(p.unpack_base + e);
+        out[nw + nc + rank] = static_cast<int32_t>(part0 + r * p.top_k + rank);
       } else {
-        out[nw + nc + rank] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + e);
+        out[nw + nc + rank] = static_cast<int32_t>(part0 + e);
       }
     }
   }
+  if (p.unpack_src && !p.gather && r == 0)
+    for (int64_t e = t; e < p.entries; e += blockDim.x) {
+      p.unpack_src[e] = static_cast<int32_t>(p.unpack_base + e);
+      p.unpack_dst[e] = static_cast<int32_t>(part0 + e);
+    }
   int64_t const len = nw + nc + count;
   if (t == 0) {
     p.row_begin[r] = p.slot_base + r * p.row_cap;

@@ -145,8 +145,9 @@ struct QatUnpackParams {
   uint8_t const* const* pages = nullptr;  // row e at pages[e / rows_per_page] + (e % rows_per_page)·row_bytes
   int64_t rows_per_page = 0;
   int32_t const* row_ids = nullptr; // [rows] or null (identity)
-  float* out = nullptr;             // [rows, dim]
-  int64_t rows = 0, dim = 0, src_rows = 0, row_bytes = 0;
+  int32_t const* out_rows = nullptr;  // [rows] or null (identity)
+  float* out = nullptr;             // [out_total, dim]
+  int64_t rows = 0, dim = 0, src_rows = 0, row_bytes = 0, out_total = 0;
   QatKind kind = QatKind::kFp8Block32;
   int block = 32;
   bool bf16 = false;
@@ -156,7 +157,9 @@ struct QatUnpackParams {
 __global__ void __launch_bounds__(128) qat_unpack_kernel(QatUnpackParams const p) {
   int64_t const row = blockIdx.x;
   int64_t const src = p.row_ids ? p.row_ids[row] : row;
-  float* out = p.out + row * p.dim;
+  int64_t const dst = p.out_rows ? p.out_rows[row] : row;
+  if (dst < 0 || dst >= p.out_total) return;
+  float* out = p.out + dst * p.dim;
   if (src < 0 || src >= p.src_rows) {
     for (int64_t e = threadIdx.x; e < p.dim; e += blockDim.x) out[e] = 0.f;
     return;
@@ -212,8 +215,9 @@ Status QatUnpack<Backend::kCuda>::run(QatUnpackDesc const& d, QatUnpackArgs cons
   p.pages = a.pages;
   p.rows_per_page = a.rows_per_page;
   p.row_ids = a.row_ids.data;
+  p.out_rows = a.out_rows.data;
   p.out = a.out.data;
-  p.rows = d.rows; p.dim = d.dim; p.src_rows = d.src_rows;
+  p.rows = d.rows; p.dim = d.dim; p.src_rows = d.src_rows; p.out_total = a.out.shape[0];
   p.row_bytes = qat_packed_row_bytes(d.kind, d.dim);
   p.kind = d.kind;
   p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;

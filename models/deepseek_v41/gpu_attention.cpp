@@ -245,9 +245,29 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   int64_t* row_end = tmp_.get<int64_t>(N);
   int32_t* key_cols = md == DType::kBf16 ? tmp_.get<int32_t>(slots) : nullptr;  // the golden engine's logit-row
   int32_t* sink_cols = md == DType::kBf16 ? tmp_.get<int32_t>(N) : nullptr;     // layout (attention_block.cpp)
-  // Each sequence's pool [old window rows | chunk rows | all T entries unpacked]: the window rows of every sequence
-  // in one batched gather, then every sequence's key lists in one batched build (row r of a sequence at its slot
-  // r·row_cap), then the compact pools' gathered entries.
+  // Each sequence's pool [old window rows | chunk rows | all T entries unpacked, or its rows' selections]: the window
+  // rows of every sequence in one batched gather, then every sequence's key lists in one batched build (row r of a
+  // sequence at its slot r·row_cap) with the unpack lists of their compressed parts, then one unpack of every
+  // sequence's stored entries through their page tables placed back to back.
+  bool const packed = ops::qat_packed_row_bytes(gpu::kCkvQat, hd) > 0;
+  std::vector<uint8_t const*> pages;  // every packed pool's page table, back to back
+  int64_t rows_per_page = 0, n_unpack = 0;
+  std::vector<int64_t> unpack0(b_.seqs.size(), 0), unpack_base(b_.seqs.size(), 0);
+  if (packed)
+    for (size_t i = 0; i < b_.seqs.size(); ++i) {
+      SeqKeys const& k = sk[i];
+      if (!k.use_ckv) continue;
+      gpu::PagedRows const& stored = k.src->ckv;
+      if (rows_per_page != 0 && stored.rows_per_page() != rows_per_page)
+        throw Error(Status(StatusCode::kInternal, "forward: compressed entries paged unequally across sequences"));
+      rows_per_page = stored.rows_per_page();
+      unpack_base[i] = static_cast<int64_t>(pages.size()) * rows_per_page;
+      pages.insert(pages.end(), stored.host_table().begin(), stored.host_table().end());
+      unpack0[i] = n_unpack;
+      n_unpack += k.compact ? b_.seqs[i].S * K : k.T;
+    }
+  int32_t* unpack_src = n_unpack ? tmp_.get<int32_t>(n_unpack) : nullptr;
+  int32_t* unpack_dst = n_unpack ? tmp_.get<int32_t>(n_unpack) : nullptr;
   std::vector<gpu::KeyListParams> kps(b_.seqs.size());
   std::vector<gpu::WindowGather> gathers(b_.seqs.size());
   for (size_t i = 0; i < b_.seqs.size(); ++i) {
@@ -257,7 +277,7 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     int64_t const S = sq.S, n_old = k.n_old;
     float* const seq_pool = pool + k.pool0 * hd;
     gathers[i] = {ls.window.as<float>(), w_cap, sq.pos0 - n_old, n_old, kv + sq.row0 * hd, S, seq_pool};
-    if (k.use_ckv && !k.compact) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, nullptr, k.T, seq_pool + (n_old + S) * hd);
+    if (k.use_ckv && !packed) unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, nullptr, k.T, seq_pool + (n_old + S) * hd);
     gpu::KeyListParams& kp = kps[i];
     kp.rows = S;
     kp.pos0 = sq.pos0;
@@ -275,6 +295,11 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
       kp.src_ratio = k.src ? s.compress_ratios[static_cast<size_t>(b_.ckv_src)] : 0;
     }
     if (k.compact) kp.gather = tmp_.get<int32_t>(S * K);
+    if (k.use_ckv && packed) {
+      kp.unpack_src = unpack_src + unpack0[i];
+      kp.unpack_dst = unpack_dst + unpack0[i];
+      kp.unpack_base = unpack_base[i];
+    }
     kp.id_base = k.pool0;
     kp.slot_base = k.slot0;
     kp.row_begin = row_begin + sq.row0;
@@ -282,11 +307,15 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   }
   throw_if_error(gpu::window_gather(s_, gathers, hd));
   throw_if_error(gpu::build_key_lists_batched(s_, kps));
-  for (size_t i = 0; i < b_.seqs.size(); ++i) {
-    SeqKeys const& k = sk[i];
-    if (!k.compact) continue;
-    int64_t const S = b_.seqs[i].S;
-    unpack_rows(k.src->ckv, k.T, hd, gpu::kCkvQat, kps[i].gather, S * K, pool + (k.pool0 + k.n_old + S) * hd);
+  if (n_unpack > 0) {
+    ops::QatUnpackArgs ua;
+    ua.row_ids = TensorView<int32_t const, 1>(unpack_src, {n_unpack}, kDev);
+    ua.out_rows = TensorView<int32_t const, 1>(unpack_dst, {n_unpack}, kDev);
+    ua.out = dv2(pool, pool_rows, hd);
+    ua.pages = upload(pages);
+    ua.rows_per_page = rows_per_page;
+    int64_t const src_rows = static_cast<int64_t>(pages.size()) * rows_per_page;
+    run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{n_unpack, hd, src_rows, gpu::kCkvQat, md}, ua);
   }
   ops::AttentionArgs aa{dcv2(q, N, H * hd), dcv2(pool, pool_rows, hd), TensorView<int64_t const, 1>(row_begin, {N}, kDev),
                         TensorView<int32_t const, 1>(key_ids, {slots}, kDev), dcv1(w.attn_sink), dv2(o, N, H * hd), F2(),

@@ -152,7 +152,8 @@ struct Pass {
   uint8_t* flag_arena = nullptr;
   size_t flag_used = 0, flag_cap = 0;
   std::vector<RingWrite> ring_writes;
-  /// Host sources of the tables the sharded steps upload (gpu_sharded.cpp), kept until the pass ends.
+  /// Host sources of the tables the pass uploads (Forward::upload: page tables, the sharded steps' tables), kept
+  /// until the pass ends.
   std::vector<std::vector<unsigned char>> uploads;
 };
 
@@ -244,5 +245,14 @@ class Forward {
   ExecContext& ctx_;
   gpu::Mem const& s_;
 };
+
+template <class T>
+T* Forward::upload(std::vector<T> const& v) {
+  auto const* p = reinterpret_cast<unsigned char const*>(v.data());
+  b_.uploads.emplace_back(p, p + v.size() * sizeof(T));
+  T* d = tmp_.get<T>(static_cast<int64_t>(v.size()));
+  throw_if_error(s_.copy(d, b_.uploads.back().data(), v.size() * sizeof(T), Copy::kHostToDev));
+  return d;
+}
 
 }  // namespace tessera::model::dsv41::fwd

@@ -204,6 +204,8 @@ class PagedRows {
   /// A copy of the first `rows` rows of `o` (same layout) in pages of `pool`.
   Status assign(DevicePool& pool, Mem const& mem, PagedRows const& o, int64_t rows);
   uint8_t const* const* table() const { return table_.as<uint8_t const* const>(); }
+  /// The host mirror of table(): the page addresses in order.
+  std::span<uint8_t const* const> host_table() const { return addresses_; }
   int64_t row_bytes() const { return row_bytes_; }
   int64_t rows_per_page() const { return per_page_; }
   int64_t pages() const { return static_cast<int64_t>(pages_.size()); }
@@ -262,6 +264,14 @@ struct KeyListParams {
   // offsets and counts are not used. row_cap ≥ window + top_k (a row lists at most W window keys and top_k
   // selections).
   int64_t row_cap = 0;
+  // build_key_lists_batched (null: none): the unpack list of this sequence's compressed pool part, for one
+  // QatUnpack of every sequence's parts (row ids into a table of several sequences' pages, out_rows into the
+  // pass-wide pool). Compact pools: u = r·top_k + k for every slot, unpack_src[u] = unpack_base + gather[u]
+  // (−1 for an unused slot), unpack_dst[u] = id_base + n_old + rows + u; else u = e < entries,
+  // unpack_src[u] = unpack_base + e, unpack_dst[u] = id_base + n_old + rows + e (written by row 0's block).
+  int32_t* unpack_src = nullptr;
+  int32_t* unpack_dst = nullptr;
+  int64_t unpack_base = 0;  // the sequence's first stored entry in the shared page table (page index · rows per page)
 };
 
 /// Sequences per build_key_lists_batched launch: their KeyListParams travel by value in the kernel's parameters

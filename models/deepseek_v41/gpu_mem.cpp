@@ -301,6 +301,12 @@ int64_t host_list_row(KeyListParams const& p, int64_t r, int32_t* out, int32_t* 
         g[i] = sel[i];
         out[k++] = static_cast<int32_t>(p.n_old + p.rows + r * p.top_k + static_cast<int64_t>(i));
       }
+      if (p.unpack_src)
+        for (int64_t i = 0; i < p.top_k; ++i) {
+          int64_t const u = r * p.top_k + i;
+          p.unpack_src[u] = g[i] < 0 ? -1 : static_cast<int32_t>(p.unpack_base + g[i]);
+          p.unpack_dst[u] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + u);
+        }
     } else {
       for (int32_t e : sel) out[k++] = static_cast<int32_t>(p.n_old + p.rows + e);
     }
@@ -315,6 +321,7 @@ int64_t host_list_row(KeyListParams const& p, int64_t r, int32_t* out, int32_t* 
 }  // namespace
 
 Status build_key_lists(Mem const& m, KeyListParams const& p) {
+  if (p.unpack_src) return Status(StatusCode::kInternal, "build_key_lists: unpack lists are build_key_lists_batched's");
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
     return launch_build_key_lists(m.stream, p);
@@ -335,9 +342,13 @@ Status build_key_lists(Mem const& m, KeyListParams const& p) {
 }
 
 Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs) {
-  for (KeyListParams const& p : seqs)
+  for (KeyListParams const& p : seqs) {
     if (p.row_cap < p.window + (p.selected ? p.top_k : 0) || !p.row_begin || !p.row_end)
       return Status(StatusCode::kInternal, "build_key_lists_batched: row_cap < window + top_k, or no row_begin / row_end");
+    int64_t const last = p.id_base + p.n_old + p.rows + (p.gather ? p.rows * p.top_k : p.entries);
+    if (p.unpack_src && (!p.unpack_dst || p.unpack_base + p.entries > INT32_MAX || last > INT32_MAX))
+      return Status(StatusCode::kInternal, "build_key_lists_batched: unpack list without targets, or past int32 ids");
+  }
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
     for (size_t i = 0; i < seqs.size(); i += kKeyListBatch)
@@ -348,12 +359,18 @@ Status build_key_lists_batched(Mem const& m, std::span<KeyListParams const> seqs
     return not_supported("Tessera was built without CUDA");
 #endif
   }
-  for (KeyListParams const& p : seqs)
+  for (KeyListParams const& p : seqs) {
     for (int64_t r = 0; r < p.rows; ++r) {
       int64_t const k = host_list_row(p, r, p.key_ids + r * p.row_cap, p.key_cols ? p.key_cols + r * p.row_cap : nullptr);
       p.row_begin[r] = p.slot_base + r * p.row_cap;
       p.row_end[r] = p.row_begin[r] + k;
     }
+    if (p.unpack_src && !p.gather && p.rows > 0)
+      for (int64_t e = 0; e < p.entries; ++e) {
+        p.unpack_src[e] = static_cast<int32_t>(p.unpack_base + e);
+        p.unpack_dst[e] = static_cast<int32_t>(p.id_base + p.n_old + p.rows + e);
+      }
+  }
   return {};
 }
 

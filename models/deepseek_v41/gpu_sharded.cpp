@@ -42,15 +42,6 @@ int64_t Forward::query_heads() const { return m_.shard ? m_.shard->me().heads.si
 
 void Forward::collective_ready() { throw_if_error(s_.sync()); }
 
-template <class T>
-T* Forward::upload(std::vector<T> const& v) {
-  auto const* p = reinterpret_cast<unsigned char const*>(v.data());
-  b_.uploads.emplace_back(p, p + v.size() * sizeof(T));
-  T* d = tmp_.get<T>(static_cast<int64_t>(v.size()));
-  throw_if_error(s_.copy(d, b_.uploads.back().data(), v.size() * sizeof(T), Copy::kHostToDev));
-  return d;
-}
-
 void Forward::gather_cols(float const* local, int64_t rows, std::vector<int64_t> const& widths, float* out) {
   RankShard const& sh = *m_.shard;
   int const n = static_cast<int>(widths.size());

@@ -40,7 +40,9 @@ Status QatUnpack<Backend::kCpu>::run(QatUnpackDesc const& d, QatUnpackArgs const
   detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       int64_t const src = a.row_ids.data != nullptr ? a.row_ids(r) : r;
-      float* out = &a.out(r, 0);
+      int64_t const dst = a.out_rows.data != nullptr ? a.out_rows(r) : r;
+      if (dst < 0 || dst >= a.out.shape[0]) continue;
+      float* out = &a.out(dst, 0);
       if (src < 0 || src >= d.src_rows) {
         std::fill(out, out + d.dim, 0.f);
         continue;

@@ -216,7 +216,8 @@ BOOST_AUTO_TEST_CASE(bases_shift_ids_and_ranges) {
 
 // Many sequences' lists in one build_key_lists_batched call (three launches of up to kKeyListBatch on CUDA): each
 // row's list at slot slot_base + r·row_cap, ids shifted by id_base, the columns, sinks and gather slots of the
-// plain construction, row_end − row_begin its length; the slots between lists are left alone.
+// plain construction, row_end − row_begin its length; the slots between lists are left alone; the unpack list of
+// each sequence's compressed part (its slots or entries, at its table offset, to its pool rows).
 BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
   using Copy = gpu::Mem::Copy;
   gpu::Mem mem;
@@ -254,6 +255,12 @@ BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
     p.id_base = id_base;
     p.slot_base = total_slots;
     if (c.compact && p.selected) p.gather = static_cast<int32_t*>(put(nullptr, static_cast<size_t>(c.rows * c.top_k) * 4));
+    if (p.selected) {  // the unpack list of the compressed part, its stored rows at a per-sequence table offset
+      size_t const n = static_cast<size_t>(p.gather ? c.rows * c.top_k : c.entries);
+      p.unpack_src = static_cast<int32_t*>(put(nullptr, n * 4));
+      p.unpack_dst = static_cast<int32_t*>(put(nullptr, n * 4));
+      p.unpack_base = 512 * static_cast<int64_t>(ps.size()) + 3;
+    }
     ps.push_back(p);
     row0s.push_back(total_rows);
     total_rows += c.rows;
@@ -282,7 +289,7 @@ BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
   throw_if_error(mem.copy(h_begin.data(), begin, h_begin.size() * 8, Copy::kDevToHost));
   throw_if_error(mem.copy(h_end.data(), end, h_end.size() * 8, Copy::kDevToHost));
   throw_if_error(mem.sync());
-  int64_t bad = 0, untouched_ok = 0;
+  int64_t bad = 0, untouched_ok = 0, unpack_checked = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     Case c = cases[i];
     bool const has_sel = !c.selected.empty();
@@ -295,6 +302,19 @@ BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
       throw_if_error(mem.copy(gather.data(), p.gather, gather.size() * 4, Copy::kDevToHost));
       throw_if_error(mem.sync());
       bad += gather != want.gather;
+    }
+    if (p.unpack_src) {  // compact: every slot (−1 for unused ones); else every entry, in order
+      int64_t const n = p.gather ? c.rows * c.top_k : c.entries, part0 = p.id_base + c.n_old + c.rows;
+      std::vector<int32_t> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+      throw_if_error(mem.copy(src.data(), p.unpack_src, src.size() * 4, Copy::kDevToHost));
+      throw_if_error(mem.copy(dst.data(), p.unpack_dst, dst.size() * 4, Copy::kDevToHost));
+      throw_if_error(mem.sync());
+      for (int64_t u = 0; u < n; ++u) {
+        int64_t const e = p.gather ? want.gather[static_cast<size_t>(u)] : u;
+        bad += src[static_cast<size_t>(u)] != (e < 0 ? -1 : p.unpack_base + e);
+        bad += dst[static_cast<size_t>(u)] != part0 + u;
+        ++unpack_checked;
+      }
     }
     for (int64_t r = 0; r < c.rows; ++r) {
       int64_t const b = h_begin[static_cast<size_t>(row0s[i] + r)], e = h_end[static_cast<size_t>(row0s[i] + r)];
@@ -310,6 +330,7 @@ BOOST_AUTO_TEST_CASE(batched_rows_at_fixed_slots) {
   }
   BOOST_TEST(bad == 0);
   BOOST_TEST(untouched_ok > 0);
+  BOOST_TEST(unpack_checked > 0);
   for (void* blk : blocks) mem.free(blk);
   mem.close();
 }

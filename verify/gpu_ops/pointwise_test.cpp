@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(qat_bitwise_with_boundary_flags) {
 
 BOOST_AUTO_TEST_CASE(qat_packed_rows_bitwise) {
   // The packed form written by the CUDA quantiser is byte-equal to the CPU's; QatUnpack on CUDA (contiguous,
-  // gathered with unused slots, paged) gives the quantiser's values bit for bit.
+  // gathered with unused slots, paged, scattered) gives the quantiser's values bit for bit.
   uint64_t const seed = test_seed(517);
   for (auto kind : {ops::QatKind::kFp8Block32, ops::QatKind::kFp4Block16E4m3, ops::QatKind::kFp4Block32Ue8m0})
     for (DType md : {DType::kF32, DType::kBf16})
@@ -212,6 +212,19 @@ BOOST_AUTO_TEST_CASE(qat_packed_rows_bitwise) {
         ops::QatUnpackArgs pa{{}, did.cview<1>({n}), dpg.view<2>({n, dim}), dpages.data(), per};
         run_ok<ops::QatUnpack>(ctx, ops::QatUnpackDesc{n, dim, rows, kind, md}, pa);
         BOOST_TEST(count_bit_diffs(dpg.get(), want, "paged unpack") == 0);
+        // Scattered into a wider buffer: −1 and past-the-end targets write nothing.
+        std::vector<int32_t> dst = {9, 0, -1, 4, 2, 10, 6};
+        int64_t const out_n = 10;
+        std::vector<float> want_sc(static_cast<size_t>(out_n * dim), 7.f);
+        for (int64_t i = 0; i < n; ++i)
+          if (dst[i] >= 0 && dst[i] < out_n) std::copy_n(want.begin() + i * dim, dim, want_sc.begin() + dst[i] * dim);
+        DeviceBuffer<int32_t> ddst(dst);
+        DeviceBuffer<float> dsc(std::vector<float>(static_cast<size_t>(out_n * dim), 7.f));
+        ops::QatUnpackArgs sa = pa;
+        sa.out = dsc.view<2>({out_n, dim});
+        sa.out_rows = ddst.cview<1>({n});
+        run_ok<ops::QatUnpack>(ctx, ops::QatUnpackDesc{n, dim, rows, kind, md}, sa);
+        BOOST_TEST(count_bit_diffs(dsc.get(), want_sc, "scattered unpack") == 0);
       }
 }
 

@@ -207,6 +207,23 @@ BOOST_AUTO_TEST_CASE(packed_rows_reproduce_the_quantiser) {
         BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::check(pd, pa).ok());
         BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::run(pd, pa, ctx).ok());
         BOOST_TEST(bits_equal(pgd, want));
+        // Scattered: result i to out row dst[i] of a wider buffer; −1 and past-the-end targets write nothing,
+        // untargeted rows keep their bytes.
+        std::vector<int32_t> dst = {8, 0, -1, 3, 2, 9, 5};
+        int64_t const out_n = 9;
+        dst.resize(static_cast<size_t>(n));
+        std::vector<float> sc(static_cast<size_t>(out_n * dim), 7.f), want_sc = sc;
+        for (int64_t i = 0; i < n; ++i)
+          if (dst[static_cast<size_t>(i)] >= 0 && dst[static_cast<size_t>(i)] < out_n)
+            std::copy_n(want.begin() + i * dim, dim, want_sc.begin() + dst[static_cast<size_t>(i)] * dim);
+        ops::QatUnpackArgs sa = pa;
+        sa.out = TensorView<float, 2>(sc.data(), {out_n, dim});
+        sa.out_rows = TensorView<int32_t const, 1>(dst.data(), {n});
+        BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::check(pd, sa).ok());
+        BOOST_REQUIRE(ops::QatUnpack<Backend::kCpu>::run(pd, sa, ctx).ok());
+        BOOST_TEST(bits_equal(sc, want_sc));
+        sa.out_rows = TensorView<int32_t const, 1>(dst.data(), {n - 1});  // out_rows must cover every result row
+        BOOST_TEST(!ops::QatUnpack<Backend::kCpu>::check(pd, sa).ok());
       }
     }
 }

@@ -79,13 +79,18 @@ inline std::ostream& operator<<(std::ostream& os, QatUnpackDesc const& d) {
 }
 
 /// The packed rows come contiguous (`packed`) or paged (`pages`, e.g. a sequence's decode state): row e at
-/// pages[e / rows_per_page] + (e % rows_per_page) · qat_packed_row_bytes.
+/// pages[e / rows_per_page] + (e % rows_per_page) · qat_packed_row_bytes. Several sequences' paged rows unpack in
+/// one call through one table holding their page tables back to back (a sequence whose table starts at page P
+/// has its row e at id P·rows_per_page + e) with row_ids, and out_rows scatters the results (e.g. into each
+/// sequence's part of a pass-wide key pool).
 struct QatUnpackArgs {
   TensorView<uint8_t const, 2> packed;   // [src_rows, qat_packed_row_bytes], contiguous; empty when paged
   TensorView<int32_t const, 1> row_ids;  // [rows] or empty (then src_rows == rows)
-  TensorView<float, 2> out;              // [rows, dim], contiguous
+  TensorView<float, 2> out;              // [rows, dim] (or [any, dim] with out_rows), contiguous
   uint8_t const* const* pages = nullptr; // [⌈src_rows / rows_per_page⌉] page addresses (backend memory), or null
   int64_t rows_per_page = 0;
+  /// [rows] or empty: result row i goes to out row out_rows[i]; an id outside [0, out rows) writes nothing.
+  TensorView<int32_t const, 1> out_rows;
 };
 
 template <Backend B> struct QatUnpack;
@@ -124,7 +129,13 @@ inline Status check_qat_unpack(QatUnpackDesc const& d, QatUnpackArgs const& a) {
     TESSERA_TRY(check_shape(a.packed, {d.src_rows, bytes}, "qat_unpack packed"));
     if (!a.packed.is_contiguous()) return invalid_argument("qat_unpack: packed rows must be contiguous");
   }
-  TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "qat_unpack out"));
+  if (a.out_rows.data != nullptr) {
+    TESSERA_TRY(check_shape(a.out_rows, {d.rows}, "qat_unpack out_rows"));
+    if (a.out.shape[1] != d.dim) return invalid_argument("qat_unpack: out rows of " + std::to_string(a.out.shape[1]) +
+                                                       " values, expected " + std::to_string(d.dim));
+  } else {
+    TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "qat_unpack out"));
+  }
   if (!a.out.is_contiguous()) return invalid_argument("qat_unpack: out rows must be contiguous");
   if (a.row_ids.data == nullptr) {
     if (d.rows != d.src_rows) return invalid_argument("qat_unpack: without row ids, rows must equal src_rows");
