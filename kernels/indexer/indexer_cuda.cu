@@ -3,10 +3,11 @@
 /// the arithmetic and selections of ref/indexer_ref.hpp:
 ///   IndexScore       score[s, j] = Σ_h (relu(q_{s,h}·k_j)·scale)·w[s,h] (h ascending, the dot one sequential
 ///                    FMA chain, fma_step), −inf for j ≥ (pos_s + 1) // r. Bit-equal to the CPU backend. Two
-///                    kernels with the same per-output operations: below kScoreTileMinRows rows (decode) one thread
-///                    per (row, entry) with the block's query row and weights in shared memory; from there on
-///                    (prefill) a 32-row × 64-entry block tile, the tile's keys staged once and each head's 32
-///                    query rows in turn, every thread holding 4 × 4 chains (index_score_tile_kernel).
+///                    kernels with the same per-output operations: below kScoreTileMinRows rows (decode), and for
+///                    rows of several sequences (key_base), one thread per (row, entry) with the block's query row and
+///                    weights in shared memory; from there on (prefill) a 32-row × 64-entry block tile, the tile's keys
+///                    staged once and each head's 32 query rows in turn, every thread holding 4 × 4 chains
+///                    (index_score_tile_kernel).
 ///   CandidateBlocks  block maxima of Bc entries (the block (vis − 1) // Bc forced to +inf), the
 ///                    min(topk_blocks, #blocks) best blocks > −inf kept (topk_select.cuh), entry mask.
 ///   IndexTopK        scores outside the mask set to −inf (in place, as the CPU backend does), the K best
@@ -34,6 +35,7 @@ struct ScoreParams {
   float const* q = nullptr;          // [rows, heads·di]
   float const* weights = nullptr;    // [rows, heads]
   float const* keys = nullptr;       // [entries, di]
+  int64_t const* key_base = nullptr;  // [rows] or null: row r's key j at keys row key_base[r] + j (per-row kernel)
   int64_t const* positions = nullptr;  // [rows]
   float* scores = nullptr;           // [rows, entries]
   int64_t rows = 0, heads = 0, di = 0, entries = 0, ratio = 1, tiles = 0;
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScorePara
     srow[j] = -INFINITY;
     return;
   }
-  float const* kj = p.keys + j * p.di;
+  float const* kj = p.keys + ((p.key_base ? p.key_base[row] : 0) + j) * p.di;
   float acc = 0.f;
   for (int64_t h = 0; h < p.heads; ++h) {
     float const d = device::fma_dot_row(qs + h * p.di, kj, p.di, p.vec4);
@@ -295,9 +297,10 @@ Status IndexScore<Backend::kCuda>::check(IndexScoreDesc const& d, IndexScoreArgs
   TESSERA_CHECK(d.rows >= 0 && d.heads >= 1 && d.head_dim >= 1 && d.entries >= 0, "index_score: bad sizes in desc");
   TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "index_score q"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.heads}, "index_score weights"));
-  TESSERA_TRY(check_shape(a.keys, {d.entries, d.head_dim}, "index_score keys"));
+  TESSERA_TRY(check_index_score_keys(d, a));
   TESSERA_TRY(check_shape(a.positions, {d.rows}, "index_score positions"));
   TESSERA_TRY(check_shape(a.scores, {d.rows, d.entries}, "index_score scores"));
+  if (a.key_base.data) TESSERA_TRY(device::check_on_device(a.key_base, "index_score key_base"));
   TESSERA_TRY(device::check_on_device(a.q, "index_score q"));
   TESSERA_TRY(device::check_on_device(a.weights, "index_score weights"));
   TESSERA_TRY(device::check_on_device(a.keys, "index_score keys"));
@@ -312,6 +315,7 @@ Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs c
   p.q = a.q.data;
   p.weights = a.weights.data;
   p.keys = a.keys.data;
+  p.key_base = a.key_base.data;
   p.positions = a.positions.data;
   p.scores = a.scores.data;
   p.rows = d.rows;
@@ -323,7 +327,7 @@ Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs c
   p.scale = d.scale;
   p.vec4 = d.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0;
   size_t const tile_smem = k::score_tile_smem_bytes(d.heads, d.head_dim);
-  if (d.rows >= k::kScoreTileMinRows && p.vec4 && reinterpret_cast<uintptr_t>(a.q.data) % 16 == 0 &&
+  if (!p.key_base && d.rows >= k::kScoreTileMinRows && p.vec4 && reinterpret_cast<uintptr_t>(a.q.data) % 16 == 0 &&
       tile_smem <= device::smem_optin_bytes(ctx)) {
     TESSERA_TRY(device::allow_dynamic_smem(k::index_score_tile_kernel, tile_smem, ctx, "index_score tile (CUDA)"));
     int64_t const gx = (d.entries + k::kTileEntries - 1) / k::kTileEntries, gy = (d.rows + k::kTileRows - 1) / k::kTileRows;

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The GPU model's attention sub-block over a pass (gpu_forward.hpp): attention_block.cpp (spec/deepseek-v41.md
 /// §2.5) step for step. The projections, RoPE, quantisers, index queries and the output projections run once
-/// over every row of the pass; the compressor pooling, the indexer's scores / candidate blocks / top-k
-/// against a sequence's own index keys, its key pool, key lists and attention core run per sequence on its
-/// row slice [row0, row0 + S) of the batched buffers; per-sequence scratch is returned after each sequence.
-/// The state keeps compressed-KV entries and index keys in the quantisers' packed form (gpu::ckv_entry_bytes,
-/// gpu::index_key_bytes); consumers unpack them to exactly the values the quantisers wrote.
+/// over every row of the pass. The compressor pooling runs per sequence on its row slice [row0, row0 + S) of the
+/// batched buffers; the indexer's scores / candidate blocks / top-k against each sequence's own index keys run
+/// once over every row in a decode-sized pass (index_batched) and per sequence otherwise. The key pool (every
+/// sequence's window rows in one gather, its compressed entries in one unpack), the key lists and the attention
+/// core run once for the pass. The state keeps compressed-KV entries and index keys in the quantisers' packed form
+/// (gpu::ckv_entry_bytes, gpu::index_key_bytes); consumers unpack them to exactly the values the quantisers wrote.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -17,6 +19,108 @@
 #include "tessera/ops/qat.hpp"
 
 namespace tessera::model::dsv41::fwd {
+
+namespace {
+/// A pass whose sequences all run at most this many rows (decode, draft windows) scores, selects candidate blocks
+/// and top-k for every sequence in one call each (Forward::index_batched); longer chunks run per sequence, where
+/// IndexScore takes the block tile. Either gives every row the same values.
+constexpr int64_t kIndexBatchMaxRows = 4;
+/// Whether the configuration lets one call serve every sequence's candidate restriction: no KV source after the
+/// candidate source (the released layout: it is the last KV source). After such a source, a sequence's key count
+/// may or may not still equal the one its blocks were chosen over, and the per-sequence path decides per sequence.
+bool index_batch_ok(ModelSpec const& s) {
+  for (int64_t l = std::max<int64_t>(s.candidate_source_layer + 1, 0); l < s.num_layers; ++l)
+    if (s.candidate_source_layer >= 0 && s.is_kv_source(l)) return false;
+  return true;
+}
+}  // namespace
+
+void Forward::index_batched(int64_t l, std::vector<int64_t> const& T, float const* qi, float const* wts, float scale,
+                            std::vector<int32_t> const& seq_of_row) {
+  ModelSpec const& s = m_.spec;
+  int64_t const N = b_.rows, Hi = s.index_n_heads, di = s.index_head_dim, K = s.index_topk;
+  int64_t const ratio = s.compress_ratios[static_cast<size_t>(l)];
+  size_t const nseq = b_.seqs.size();
+  int64_t const Tmax = *std::max_element(T.begin(), T.end());
+
+  // Every sequence's stored keys as the quantiser's values, back to back, once per source and key counts.
+  if (b_.keys_src != b_.idx_src || b_.keys_T != T) {
+    std::vector<int64_t> first(nseq, 0);
+    int64_t total = 0;
+    for (size_t i = 0; i < nseq; ++i) first[i] = total, total += T[i];
+    b_.keys = keep_.get<float>(total * di);
+    if (ops::qat_packed_row_bytes(gpu::kIndexKeyQat, di) > 0) {
+      std::vector<uint8_t const*> pages;  // every sequence's page table, back to back
+      std::vector<int32_t> ids;           // stored row of each unpacked key
+      ids.reserve(static_cast<size_t>(total));
+      int64_t per = 0;
+      for (size_t i = 0; i < nseq; ++i) {
+        if (T[i] == 0) continue;
+        gpu::PagedRows const& stored = b_.seqs[i].st->layers_[static_cast<size_t>(b_.idx_src)].index_k;
+        if (per != 0 && stored.rows_per_page() != per)
+          throw Error(Status(StatusCode::kInternal, "forward: index keys paged unequally across sequences"));
+        per = stored.rows_per_page();
+        int64_t const base = static_cast<int64_t>(pages.size()) * per;
+        if (base + T[i] > INT32_MAX) throw Error(Status(StatusCode::kInternal, "forward: index key ids past int32"));
+        for (int64_t e = 0; e < T[i]; ++e) ids.push_back(static_cast<int32_t>(base + e));
+        pages.insert(pages.end(), stored.host_table().begin(), stored.host_table().end());
+      }
+      ops::QatUnpackArgs ua;
+      ua.row_ids = TensorView<int32_t const, 1>(upload(ids), {total}, kDev);
+      ua.out = dv2(b_.keys, total, di);
+      ua.pages = upload(pages);
+      ua.rows_per_page = per;
+      run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{total, di, static_cast<int64_t>(pages.size()) * per, gpu::kIndexKeyQat,
+                                                   b_.md}, ua);
+    } else {
+      for (size_t i = 0; i < nseq; ++i)
+        if (T[i] > 0)
+          throw_if_error(b_.seqs[i].st->layers_[static_cast<size_t>(b_.idx_src)].index_k.read(s_, T[i], b_.keys + first[i] * di));
+    }
+    b_.keys_src = b_.idx_src;
+    b_.keys_T = T;
+    b_.keys_first = std::move(first);
+  }
+  std::vector<int64_t> key_base(static_cast<size_t>(N), 0);
+  for (int64_t r = 0; r < N; ++r) key_base[static_cast<size_t>(r)] = b_.keys_first[static_cast<size_t>(b_.row_seq[static_cast<size_t>(r)])];
+  int64_t const key_rows = b_.keys_first.back() + b_.keys_T.back();
+
+  float* scores = tmp_.get<float>(N * Tmax);
+  run<ops::IndexScore>(ctx_, ops::IndexScoreDesc{N, Hi, di, Tmax, ratio, scale},
+                       ops::IndexScoreArgs{dcv2(qi, N, Hi * di), dcv2(wts, N, Hi), dcv2(b_.keys, key_rows, di),
+                                           dpos(b_.d_pos, N), dv2(scores, N, Tmax),
+                                           TensorView<int64_t const, 1>(upload(key_base), {N}, kDev)});
+  // Candidate blocks (§2.5.4 step 7) of every row; later index sources restrict a sequence's rows to them while
+  // its key count is the one they were chosen over.
+  TensorView<uint8_t const, 2> mask;
+  if (l == s.candidate_source_layer) {
+    b_.cand = keep_.get<uint8_t>(N * Tmax);
+    b_.cand_cols = Tmax;
+    uint8_t* ties = tie_flags_rows(CutoffTie::Site::kCandidateBlocks, Stage::kCandidate, l, seq_of_row);
+    run<ops::CandidateBlocks>(
+        ctx_, ops::CandidateBlocksDesc{N, Tmax, ratio, s.candidate_block_size, s.candidate_topk_blocks},
+        ops::CandidateBlocksArgs{dcv2(scores, N, Tmax), dpos(b_.d_pos, N), TensorView<uint8_t, 2>(b_.cand, {N, Tmax}, kDev),
+                                 TensorView<uint8_t, 1>(ties, {N}, kDev)});
+    for (size_t i = 0; i < nseq; ++i)
+      if (T[i] > 0) b_.seqs[i].has_cand = true, b_.seqs[i].cand = nullptr, b_.seqs[i].cand_T = T[i];
+  } else if (s.candidate_source_layer >= 0 && s.candidate_source_layer < l && b_.cand) {
+    size_t applies = 0, keyed = 0;
+    for (size_t i = 0; i < nseq; ++i) {
+      keyed += T[i] > 0;
+      applies += T[i] > 0 && b_.seqs[i].has_cand && b_.seqs[i].cand_T == T[i];
+    }
+    // Without a KV source after the candidate source every later index source scores the key counts the blocks
+    // were chosen over (index_batch_ok), so the mask applies to every sequence with keys or to none.
+    if (applies == keyed && b_.cand_cols == Tmax) mask = TensorView<uint8_t const, 2>(b_.cand, {N, Tmax}, kDev);
+    else if (applies > 0) throw Error(Status(StatusCode::kInternal, "forward: candidate mask of some sequences only"));
+  }
+  uint8_t* ties = tie_flags_rows(CutoffTie::Site::kIndexer, Stage::kIndexer, l, seq_of_row);
+  run<ops::IndexTopK>(ctx_, ops::IndexTopKDesc{N, Tmax, K},
+                      ops::IndexTopKArgs{dv2(scores, N, Tmax), mask, TensorView<int32_t, 2>(b_.sel, {N, K}, kDev),
+                                         TensorView<uint8_t, 1>(ties, {N}, kDev)});
+  for (size_t i = 0; i < nseq; ++i)
+    if (T[i] > 0) b_.seqs[i].sel = b_.sel + b_.seqs[i].row0 * K, b_.seqs[i].has_topk = true;
+}
 
 void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res) {
   ModelSpec const& s = m_.spec;
@@ -112,12 +216,15 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
       for (int32_t& r : rs)
         if (T[static_cast<size_t>(r)] == 0) r = -1;
       quant(qi, N, Hi * di, ops::QatKind::kFp4Block32Ue8m0, QuantBoundary::Site::kIndexQuery, Stage::kIndexQuery, l,
-            std::move(rs), b_.pos);
+            rs, b_.pos);
       lin(xa, N, w.i_weights_proj, wts, md);
       float const hs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Hi)));
       throw_if_error(gpu::scale_inplace(s_, wts, N * Hi, hs));
       float const scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
-      for (size_t i = 0; i < nseq; ++i) {
+      bool const batched = nseq > 1 && index_batch_ok(s) &&
+                           std::all_of(b_.seqs.begin(), b_.seqs.end(), [](SeqRun const& q) { return q.S <= kIndexBatchMaxRows; });
+      if (batched) index_batched(l, T, qi, wts, scale, rs);
+      for (size_t i = 0; i < (batched ? 0 : nseq); ++i) {
         int64_t const Ti = T[i];
         if (Ti == 0) continue;
         SeqRun& sq = b_.seqs[i];

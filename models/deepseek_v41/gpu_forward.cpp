@@ -171,8 +171,12 @@ uint8_t* Forward::tie_flags(int64_t i, CutoffTie::Site site, Stage stage, int64_
 }
 
 uint8_t* Forward::tie_flags_all(CutoffTie::Site site, Stage stage, int64_t l) {
+  return tie_flags_rows(site, stage, l, b_.row_seq);
+}
+
+uint8_t* Forward::tie_flags_rows(CutoffTie::Site site, Stage stage, int64_t l, std::vector<int32_t> seq) {
   uint8_t* f = flag_bytes(b_.rows);
-  b_.flags.push_back({true, static_cast<uint8_t>(site), static_cast<int32_t>(l), stage, b_.row_seq, b_.pos,
+  b_.flags.push_back({true, static_cast<uint8_t>(site), static_cast<int32_t>(l), stage, std::move(seq), b_.pos,
                       static_cast<size_t>(f - b_.flag_arena)});
   return f;
 }

@@ -5,10 +5,11 @@
 /// A pass runs the steps of a batch as one forward over the layers. Their rows are concatenated in batch
 /// order (sequence i owns rows [row0_i, row0_i + S_i)); every row-wise op (embedding, Engram, mHC, norms,
 /// linears, RoPE with the per-row position vector, the quantisers, router, experts, LM head) runs once over
-/// all rows; only what reads or writes a sequence's state (compressor pooling, indexer scores / top-k /
-/// candidate blocks, key pool, key lists, attention core, the state appends) runs per sequence, on row
-/// slices of the batched buffers. Every op is row-invariant (fixed reduction order per row whatever the
-/// row count or launch shape), so each row's values equal those of the sequence run alone.
+/// all rows; what reads or writes a sequence's state runs over every sequence at once where the ops allow it (key
+/// pool gathers and unpacks, key lists, attention core; the indexer in decode-sized passes) and per sequence on
+/// row slices of the batched buffers otherwise (compressor pooling, the indexer of longer chunks, the state
+/// appends). Every op is row-invariant (fixed reduction order per row whatever the row count or launch shape), so
+/// each row's values equal those of the sequence run alone.
 ///
 /// Failure atomicity: the window and raw rings are written only at the commit, after every fallible step;
 /// the compressed-KV / index-key appends land beyond the state's entry count, which a failure restores;
@@ -148,6 +149,14 @@ struct Pass {
   std::vector<LatRows> lat;         // per layer (empty for non-KV-source layers)
   int64_t idx_src = -1, ckv_src = -1;
   int32_t* sel = nullptr;           // [rows, index_topk]
+  // Batched indexer (decode-sized passes, Forward::index_batched): every sequence's index keys of layer keys_src
+  // unpacked back to back (sequence i's keys_T[i] rows from row keys_first[i]), and the candidate mask of every
+  // row [rows, cand_cols] (sequence i's SeqRun::has_cand / cand_T say where it applies; SeqRun::cand stays null).
+  float* keys = nullptr;
+  int64_t keys_src = -1;
+  std::vector<int64_t> keys_T, keys_first;
+  uint8_t* cand = nullptr;
+  int64_t cand_cols = 0;
   std::vector<FlagRec> flags;
   uint8_t* flag_arena = nullptr;
   size_t flag_used = 0, flag_cap = 0;
@@ -200,6 +209,8 @@ class Forward {
   uint8_t* tie_flags(int64_t i, CutoffTie::Site site, Stage stage, int64_t l);
   /// Tie flags of every row of the pass.
   uint8_t* tie_flags_all(CutoffTie::Site site, Stage stage, int64_t l);
+  /// Tie flags of every row, recorded for the rows whose seq[r] ≥ 0.
+  uint8_t* tie_flags_rows(CutoffTie::Site site, Stage stage, int64_t l, std::vector<int32_t> seq);
   void copy(void* dst, void const* src, size_t bytes) { throw_if_error(s_.copy(dst, src, bytes, Copy::kDevToDev)); }
 
   /// The attention sub-block of layer l over every row of the pass (gpu_attention.cpp).
@@ -237,6 +248,10 @@ class Forward {
   uint8_t* flag_bytes(int64_t n);
   /// The compressor and indexer of layer l (ratio > 0): new latents, index keys, selections.
   void compress_and_index(int64_t l, float const* xa, float const* q_res);
+  /// The indexer's scores, candidate blocks and top-k of every row of a decode-sized pass in one call each, over
+  /// every sequence's keys T[i] (sequences without keys: rows with seq_of_row −1, nothing selected or recorded).
+  void index_batched(int64_t l, std::vector<int64_t> const& T, float const* qi, float const* wts, float scale,
+                     std::vector<int32_t> const& seq_of_row);
 
   GpuDsv41Model::Impl& m_;
   Pass& b_;

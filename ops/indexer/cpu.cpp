@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CPU backend of the indexer family: ref/indexer_ref.hpp per query row.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "ops/cpu_common.hpp"
@@ -13,16 +15,24 @@ Status IndexScore<Backend::kCpu>::check(IndexScoreDesc const& d, IndexScoreArgs 
   TESSERA_CHECK(d.ratio >= 1, "index_score ratio must be >= 1");
   TESSERA_TRY(check_shape(a.q, {d.rows, d.heads * d.head_dim}, "index_score q"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.heads}, "index_score weights"));
-  TESSERA_TRY(check_shape(a.keys, {d.entries, d.head_dim}, "index_score keys"));
+  TESSERA_TRY(check_index_score_keys(d, a));
   TESSERA_TRY(check_shape(a.positions, {d.rows}, "index_score positions"));
   return check_shape(a.scores, {d.rows, d.entries}, "index_score scores");
 }
 
 Status IndexScore<Backend::kCpu>::run(IndexScoreDesc const& d, IndexScoreArgs const& a, ExecContext& ctx) {
+  int64_t const key_rows = a.keys.shape[0];
+  for (int64_t r = 0; r < (a.key_base.data ? d.rows : 0); ++r) {
+    int64_t const vis = std::min(ref::index_visible(a.positions(r), d.ratio), d.entries);
+    if (vis > 0 && (a.key_base(r) < 0 || a.key_base(r) + vis > key_rows))
+      return invalid_argument("index_score: row " + std::to_string(r) + " reads keys past the buffer");
+  }
   detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      ref::index_score_row(&a.q(r, 0), &a.weights(r, 0), a.keys.data, d.entries, d.heads, d.head_dim,
+    for (int64_t r = b; r < e; ++r) {
+      float const* keys = a.keys.data + (a.key_base.data ? a.key_base(r) * d.head_dim : 0);
+      ref::index_score_row(&a.q(r, 0), &a.weights(r, 0), keys, d.entries, d.heads, d.head_dim,
                            ref::index_visible(a.positions(r), d.ratio), d.scale, &a.scores(r, 0));
+    }
   }, 4);
   return {};
 }

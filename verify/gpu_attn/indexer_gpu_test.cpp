@@ -3,7 +3,7 @@
 ///   * IndexScore: seeded random queries, weights and keys, ratios 1, 2, 4, rows with nothing visible,
 ///     a Reindex source (its own queries and weights against another source's keys), scalar and vector
 ///     loads, the one-thread-per-entry kernel (decode rows) and the 32 × 64 block-tile kernel (prefill rows);
-///     −inf where invisible;
+///     −inf where invisible; rows of several sequences through key_base;
 ///   * IndexTopK: random scores, with and without a candidate mask (scores rewritten in place), K below,
 ///     at and above the number of finite scores; quantised scores with many exact ties at the cutoff
 ///     (lower index wins, cutoff_tie reported), long rows (multi-pass radix select);
@@ -11,6 +11,7 @@
 ///   * a row's selection does not depend on the other rows of the launch.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -198,6 +199,58 @@ BOOST_AUTO_TEST_CASE(index_score_bitwise) {
   ScoreCase re = score_case(seed + 199, 10, 60, 4, 32, 25, 2);
   re.keys = src.keys;
   BOOST_TEST(bit_mismatches(score_cpu(re), score_gpu(re)) == 0);
+}
+
+// A decode batch of sequences in one call: 40 rows (above kScoreTileMinRows, where a call without key_base would
+// take the block tile) at the released Hi, di, each reading its own sequence's keys through key_base; CUDA equals
+// the CPU backend bit for bit, and each row equals its sequence's call alone on its first T_i columns.
+BOOST_AUTO_TEST_CASE(index_score_key_base_bitwise) {
+  uint64_t const seed = test_seed(0x15D);
+  int64_t const rows = 40, Hi = 64, di = 128, ratio = 4;
+  std::mt19937_64 g(seed);
+  std::vector<int64_t> T(static_cast<size_t>(rows)), first(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
+  int64_t key_rows = 0, Tmax = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    pos[r] = static_cast<int64_t>(g() % 900);  // some see nothing (pos < 3)
+    if (r % 9 == 4) pos[r] = 1;
+    T[r] = (pos[r] + 1) / ratio + static_cast<int64_t>(g() % 3);  // T ≥ visible (the pass's later groups)
+    first[r] = key_rows;
+    key_rows += T[r];
+    Tmax = std::max(Tmax, T[r]);
+  }
+  ScoreCase c = score_case(seed + 1, rows, 0, Hi, di, key_rows, ratio);
+  c.pos = pos;
+  c.d.entries = Tmax;
+  std::vector<float> cpu(static_cast<size_t>(rows * Tmax), 7.f);
+  ExecContext cctx;
+  Status st = ops::index_score(cctx, c.d,
+                               {TensorView<float const, 2>(c.q.data(), {rows, Hi * di}), TensorView<float const, 2>(c.w.data(), {rows, Hi}),
+                                TensorView<float const, 2>(c.keys.data(), {key_rows, di}), TensorView<int64_t const, 1>(pos.data(), {rows}),
+                                TensorView<float, 2>(cpu.data(), {rows, Tmax}), TensorView<int64_t const, 1>(first.data(), {rows})});
+  BOOST_TEST_REQUIRE(st.ok(), st.to_string());
+  DevBuf<float> q(c.q), w(c.w), k(c.keys), out(std::vector<float>(static_cast<size_t>(rows * Tmax), 7.f));
+  DevBuf<int64_t> dpos(pos), dfirst(first);
+  ExecContext ctx = cuda_ctx();
+  st = ops::run_on_backend<ops::IndexScore>(
+      ctx, c.d, ops::IndexScoreArgs{q.cview<2>({rows, Hi * di}), w.cview<2>({rows, Hi}), k.cview<2>({key_rows, di}),
+                                    dpos.cview<1>({rows}), out.view<2>({rows, Tmax}), dfirst.cview<1>({rows})});
+  BOOST_TEST_REQUIRE(st.ok(), st.to_string());
+  std::vector<float> const gpu = out.host();
+  BOOST_TEST(bit_mismatches(cpu, gpu) == 0);
+  int64_t finite = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (T[r] == 0) continue;
+    ScoreCase one = score_case(seed, 1, 0, Hi, di, T[r], ratio);
+    one.q.assign(c.q.begin() + r * Hi * di, c.q.begin() + (r + 1) * Hi * di);
+    one.w.assign(c.w.begin() + r * Hi, c.w.begin() + (r + 1) * Hi);
+    one.keys.assign(c.keys.begin() + first[r] * di, c.keys.begin() + (first[r] + T[r]) * di);
+    one.pos = {pos[r]};
+    std::vector<float> const alone = score_gpu(one);
+    BOOST_TEST(bit_mismatches(alone, std::vector<float>(gpu.begin() + r * Tmax, gpu.begin() + r * Tmax + T[r])) == 0);
+    for (int64_t j = T[r]; j < Tmax; ++j) BOOST_TEST((std::isinf(gpu[r * Tmax + j]) && gpu[r * Tmax + j] < 0));
+    for (float v : alone) finite += std::isfinite(v);
+  }
+  BOOST_TEST(finite > 1000);
 }
 
 BOOST_AUTO_TEST_CASE(index_topk_random_and_masked) {

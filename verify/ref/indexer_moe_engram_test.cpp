@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -54,6 +55,60 @@ BOOST_AUTO_TEST_CASE(scores_visibility_vs_double) {
       }
       BOOST_TEST(std::fabs(s[r * T + j] - acc) <= 1e-5 * (1 + std::fabs(acc)));
     }
+}
+
+// Rows of several sequences in one call (key_base into their keys back to back, scores as long as the longest
+// sequence's): each row's scores equal its sequence's call alone on its first T_i columns, −inf past them; a row
+// whose visible keys would leave the buffer is refused before any score is written.
+BOOST_AUTO_TEST_CASE(scores_of_several_sequences_through_key_base) {
+  int64_t const Hi = 4, di = 32, ratio = 2;
+  float const scale = 1.f / std::sqrt(32.f);
+  std::vector<int64_t> const T = {10, 3, 0, 17};           // keys per sequence (one without any)
+  std::vector<int64_t> const pos = {19, 6, 0, 33, 34};     // rows: one per sequence, two for the last
+  std::vector<int64_t> const seq = {0, 1, 2, 3, 3};
+  int64_t const rows = 5, Tmax = 17;
+  std::vector<int64_t> first(T.size(), 0);
+  for (size_t i = 1; i < T.size(); ++i) first[i] = first[i - 1] + T[i - 1];
+  int64_t const key_rows = first.back() + T.back();
+  auto q = verify::randn(rows * Hi * di, verify::test_seed(74));
+  auto w = verify::randn(rows * Hi, verify::test_seed(75));
+  auto k = verify::randn(key_rows * di, verify::test_seed(76));
+  std::vector<int64_t> base(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) base[r] = first[seq[r]];
+  std::vector<float> s(rows * Tmax, 7.f);
+  ExecContext ctx;
+  ops::IndexScoreArgs a{TensorView<float const, 2>(q.data(), {rows, Hi * di}), TensorView<float const, 2>(w.data(), {rows, Hi}),
+                        TensorView<float const, 2>(k.data(), {key_rows, di}), TensorView<int64_t const, 1>(pos.data(), {rows}),
+                        TensorView<float, 2>(s.data(), {rows, Tmax}), TensorView<int64_t const, 1>(base.data(), {rows})};
+  BOOST_REQUIRE(ops::index_score(ctx, {rows, Hi, di, Tmax, ratio, scale}, a).ok());
+  int64_t compared = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t const Ti = T[seq[r]];
+    std::vector<float> alone(static_cast<size_t>(std::max<int64_t>(Ti, 1)), 7.f);
+    if (Ti > 0)
+      BOOST_REQUIRE(ops::index_score(ctx, {1, Hi, di, Ti, ratio, scale},
+                                     {TensorView<float const, 2>(q.data() + r * Hi * di, {1, Hi * di}),
+                                      TensorView<float const, 2>(w.data() + r * Hi, {1, Hi}),
+                                      TensorView<float const, 2>(k.data() + first[seq[r]] * di, {Ti, di}),
+                                      TensorView<int64_t const, 1>(pos.data() + r, {1}),
+                                      TensorView<float, 2>(alone.data(), {1, Ti})}).ok());
+    for (int64_t j = 0; j < Tmax; ++j) {
+      float const got = s[r * Tmax + j];
+      if (j < Ti) {
+        BOOST_TEST(std::memcmp(&got, &alone[j], 4) == 0, "row " << r << " entry " << j);
+        compared += std::isfinite(got) ? 1 : 0;
+      } else {
+        BOOST_TEST((std::isinf(got) && got < 0), "row " << r << " entry " << j << " past its keys");
+      }
+    }
+  }
+  BOOST_TEST(compared > 20);
+  // Row 1 (visible 3) pointed at the last key: its keys would run past the buffer.
+  base[1] = key_rows - 1;
+  std::fill(s.begin(), s.end(), 7.f);
+  Status const st = ops::index_score(ctx, {rows, Hi, di, Tmax, ratio, scale}, a);
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(std::all_of(s.begin(), s.end(), [](float v) { return v == 7.f; }));
 }
 
 BOOST_AUTO_TEST_CASE(topk_ties_lower_index_and_empty_rows) {

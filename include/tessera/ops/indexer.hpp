@@ -27,12 +27,17 @@ inline std::ostream& operator<<(std::ostream& os, IndexScoreDesc const& d) {
             << " scale=" << d.scale << " }";
 }
 
+/// Several sequences in one call (key_base): row r scores keys key_base[r] + j for j < its visible count
+/// (pos_r + 1) // ratio, which the caller keeps within that row's sequence's keys; `entries` is then the row length
+/// of scores (the longest sequence's), and j ≥ the visible count is −inf as always. The CUDA backend runs such a
+/// call on its per-row kernel (decode-sized rows); the values are the same either way.
 struct IndexScoreArgs {
   TensorView<float const, 2> q;           // [rows, heads·head_dim] after RoPE and FP4
   TensorView<float const, 2> weights;     // [rows, heads] = f32(weights_proj(x))·Hi^(−1/2)
-  TensorView<float const, 2> keys;        // [entries, head_dim]
+  TensorView<float const, 2> keys;        // [entries, head_dim], or [any, head_dim] with key_base
   TensorView<int64_t const, 1> positions; // [rows]
   TensorView<float, 2> scores;            // [rows, entries]; −inf where invisible
+  TensorView<int64_t const, 1> key_base;  // [rows] or empty (every row: keys row 0 on)
 };
 
 struct CandidateBlocksDesc {
@@ -109,6 +114,14 @@ template <> struct IndexTopK<Backend::kCuda> {
   static Status check(IndexTopKDesc const&, IndexTopKArgs const&);
   static Status run(IndexTopKDesc const&, IndexTopKArgs const&, ExecContext&);
 };
+
+/// The keys' shape, shared by both backends: [entries, head_dim]; with key_base [any, head_dim] and key_base [rows].
+inline Status check_index_score_keys(IndexScoreDesc const& d, IndexScoreArgs const& a) {
+  if (a.key_base.data == nullptr) return check_shape(a.keys, {d.entries, d.head_dim}, "index_score keys");
+  TESSERA_TRY(check_shape(a.key_base, {d.rows}, "index_score key_base"));
+  if (!a.keys.is_contiguous()) return invalid_argument("index_score: keys read through key_base must be contiguous");
+  return check_shape(a.keys, {a.keys.shape[0], d.head_dim}, "index_score keys");
+}
 
 Status index_score(ExecContext&, IndexScoreDesc const&, IndexScoreArgs const&);
 Status candidate_blocks(ExecContext&, CandidateBlocksDesc const&, CandidateBlocksArgs const&);
