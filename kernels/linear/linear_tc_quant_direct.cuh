@@ -12,10 +12,14 @@
 /// integer sum of aligned terms), so the permutation changes nothing; the block order is unchanged.
 ///
 /// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 from a 256-entry
-/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kGroup blocks of codes are in flight while the previous kGroup are
-/// multiplied (two named register sets). Shared memory per warp: the x rows (xr × (k + 8) halves), the table, the
-/// scales of the warp's rows (as the ring path). Requires k % 32 == 0, k ≤ kTcQuantMaxK, 16-byte aligned x rows,
-/// 4-byte aligned code rows, ops::tc_quant_direct_fits(xr, k). All 32 lanes call it; everything is warp-uniform.
+/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kDirectGroup blocks of codes are in
+/// flight while the previous kDirectGroup are multiplied (two named register sets). The main loop is lean: groups of
+/// kDirectGroup whole blocks load without bounds checks at immediate offsets from one pointer per group (W rows past n
+/// read row n − 1, A rows past xr repeat row xr − 1; neither is stored), and the scales are converted once at
+/// staging (FP4: bf16 bits per W row, FP8: fp32 per warp block), so a block pair reads its scale with one shared load.
+/// Shared memory per warp: skinny_qd_smem_bytes (x rows xr × (k + 8) halves, the table, the scales). Requires
+/// k % 32 == 0, k ≤ kTcQuantMaxK, 16-byte aligned x rows, 4-byte aligned code rows, ops::tc_quant_direct_fits(xr, k).
+/// All 32 lanes call it; everything is warp-uniform.
 #pragma once
 
 #include <type_traits>
@@ -26,11 +30,20 @@ namespace tessera::kernels::tc_linear {
 
 inline constexpr int kDirectGroup = 8;  // blocks per prefetch group (two groups in flight per lane and matrix)
 
+/// Scales of one matrix as the direct tile holds them, converted once at staging: FP4 the bf16 bits of 2^(s−127)
+/// (e8m0_bf16x2's half) per W row and 32 K, rows direct_scale_stride apart; FP8 fp32 2^(s−127) per 32 K of the
+/// warp's 32-row block.
+inline constexpr int64_t direct_scale_stride(int64_t k) { return ((k / 32 + 1) / 2 | 1) * 2; }  // odd words: 8 rows, 8 banks
+template <DType kFmt>
+inline constexpr size_t direct_scale_bytes(int64_t k) {
+  return kFmt == DType::kF4E2m1x2 ? size_t(kSkinnyCols) * size_t(direct_scale_stride(k)) * 2 : size_t(k / 32) * 4;
+}
+
+/// Shared memory per warp: the x rows (16-byte aligned), the FP4 table (1 KiB), the scales of each matrix.
 template <DType kFmt>
 inline constexpr size_t skinny_qd_smem_bytes(int mats, int64_t xr, int64_t k) {
   size_t const x = (size_t(xr) * size_t(k + 8) * 2 + 15) / 16 * 16;
-  size_t const scales = size_t(mats) * kScaleRows<kFmt> * size_t(quant_scale_cols(k));
-  return x + 1024 + (scales + 15) / 16 * 16;
+  return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(k) + 15) / 16 * 16);
 }
 
 template <DType kFmt, int kMats, class XRow>
@@ -38,31 +51,40 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
                                                     int64_t k, int xr, XRow const& xrow, float (&acc)[kMats][4]) {
   using Word = std::conditional_t<kFmt == DType::kF8E4m3, uint32_t, uint16_t>;  // 4 codes
   constexpr int kG = kDirectGroup;
+  constexpr bool kFp4 = kFmt == DType::kF4E2m1x2;
   int const lane = static_cast<int>(threadIdx.x & 31);
   int const g = lane >> 2, c = lane & 3;
   int64_t const xld = k + 8;
   uint16_t* const xs = reinterpret_cast<uint16_t*>(smem);
   uint32_t* const lut = reinterpret_cast<uint32_t*>(smem + (size_t(xr) * size_t(xld) * 2 + 15) / 16 * 16);
   unsigned char* const scales = reinterpret_cast<unsigned char*>(lut + 256);
-  int64_t const scols = quant_scale_cols(k);
+  size_t const mat_scale_bytes = (direct_scale_bytes<kFmt>(k) + 15) / 16 * 16;
+  int const scols = static_cast<int>(k / 32);
   int const nblocks = static_cast<int>(k / 16);
-  int const ngroups = (nblocks + kG - 1) / kG;
+  int const ngroups = (nblocks + kG - 1) / kG, nfull = nblocks / kG;  // groups [0, nfull) hold kG blocks
 
-  Word const* wrow[kMats];
+  // W rows past n read row n − 1 (their columns are never stored), so every load of a full group is unconditional.
+  int64_t const wr = n0 + g < n ? n0 + g : n - 1;
+  Word const* wp[kMats];
 #pragma unroll
-  for (int i = 0; i < kMats; ++i)
-    wrow[i] = n0 + g < n ? reinterpret_cast<Word const*>(w[i].q + (n0 + g) * w[i].ldq) + c : nullptr;
-  auto load_group = [&](int grp, uint32_t (&buf)[kMats][kG]) {
+  for (int i = 0; i < kMats; ++i) wp[i] = reinterpret_cast<Word const*>(w[i].q + wr * w[i].ldq) + c;
+  auto load_group = [&](int grp, uint32_t (&buf)[kMats][kG], auto checked) {
 #pragma unroll
-    for (int i = 0; i < kMats; ++i)
+    for (int i = 0; i < kMats; ++i) {
+      Word const* const base = wp[i] + 4 * kG * grp;
 #pragma unroll
       for (int j = 0; j < kG; ++j) {
-        int const b = grp * kG + j;
-        buf[i][j] = wrow[i] && b < nblocks ? static_cast<uint32_t>(__ldg(wrow[i] + 4 * b)) : 0u;
+        if constexpr (decltype(checked)::value) buf[i][j] = grp * kG + j < nblocks ? static_cast<uint32_t>(__ldg(base + 4 * j)) : 0u;
+        else buf[i][j] = static_cast<uint32_t>(__ldg(base + 4 * j));
       }
+    }
   };
   uint32_t buf_a[kMats][kG], buf_b[kMats][kG];
-  load_group(0, buf_a);  // in flight while x, the table and the scales are staged
+  auto load = [&](int grp, uint32_t (&buf)[kMats][kG]) {
+    if (grp < nfull) load_group(grp, buf, std::false_type{});
+    else load_group(grp, buf, std::true_type{});
+  };
+  load(0, buf_a);  // in flight while x, the table and the scales are staged
 
   // x rows, block-permuted: the 8 values of a 16-byte chunk at k = 8t are k 16b + 8h + 0..7 (h = t % 2), i.e.
   // c' = 2h, 2h + 1; their pairs (j = 0, 1) and (j = 2, 3) land at 2c', 2c' + 8 as 4-byte words.
@@ -82,65 +104,90 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
       }
     }
   }
-  stage_quant_scales_and_table<kFmt, kMats>(scales, lut, w, n0, n, k, lane);
+  // Scales, converted once (rows past n: row n − 1's, never stored); FP4: the code table.
+#pragma unroll
+  for (int i = 0; i < kMats; ++i) {
+    unsigned char* const dst = scales + i * mat_scale_bytes;
+    if constexpr (kFp4) {
+      int const su = static_cast<int>(direct_scale_stride(k));
+      for (int e = lane; e < kSkinnyCols * scols; e += 32) {
+        int const r = e / scols, col = e % scols;
+        int64_t const row = n0 + r < n ? n0 + r : n - 1;
+        reinterpret_cast<uint16_t*>(dst)[r * su + col] =
+            static_cast<uint16_t>(e8m0_bf16x2(__ldg(w[i].s + row * w[i].lds + col)) & 0xFFFFu);
+      }
+    } else {
+      for (int col = lane; col < scols; col += 32)
+        reinterpret_cast<float*>(dst)[col] = float_from_e8m0(__ldg(w[i].s + (n0 / 32) * w[i].lds + col));
+    }
+  }
+  if constexpr (kFp4)
+    for (int b = lane; b < 256; b += 32)
+      lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
+               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
   __syncwarp();
 
 #pragma unroll
   for (int i = 0; i < kMats; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+  // A fragment rows past xr repeat row xr − 1: their accumulators are never stored (rows are independent in the mma).
   int const arow = (lane & 15) < xr ? (lane & 15) : xr - 1;
-  bool const lo_ok = g < xr, hi_ok = g + 8 < xr;
   uint32_t const xa = smem_addr(xs + arow * xld + (lane >> 4) * 8);
-  // The scale row of matrix i for this lane: FP4 its W row, FP8 the warp's 32-row block.
-  int const srow = kFmt == DType::kF4E2m1x2 ? g : 0;
-
-  // A scale covers 32 K (two blocks): it is read and converted once per block pair (kG is even and groups start
-  // on even blocks), not per block.
-  static_assert(kG % 2 == 0, "scale pairs");
-  unsigned char const* srows[kMats];
+  // This lane's scale row of matrix i: FP4 its W row's bf16 bits, FP8 the warp block's fp32 values.
+  uint16_t const* srow4[kMats];
+  float const* srow8[kMats];
 #pragma unroll
-  for (int i = 0; i < kMats; ++i) srows[i] = scales + (i * kScaleRows<kFmt> + srow) * scols;
-  auto compute_group = [&](int grp, uint32_t const (&buf)[kMats][kG]) {
-    float sc[kMats];       // FP8: 2^(s−127) in fp32
-    uint32_t sc2[kMats];   // FP4: 2^(s−127) as bf16x2
+  for (int i = 0; i < kMats; ++i) {
+    srow4[i] = reinterpret_cast<uint16_t const*>(scales + i * mat_scale_bytes) + g * direct_scale_stride(k);
+    srow8[i] = reinterpret_cast<float const*>(scales + i * mat_scale_bytes);
+  }
+
+  // A scale covers 32 K (two blocks): read once per block pair (kG is even and groups start on even blocks).
+  static_assert(kG % 2 == 0, "scale pairs");
+  auto compute_group = [&](int grp, uint32_t const (&buf)[kMats][kG], auto checked) {
+    [[maybe_unused]] float sc[kMats];       // FP8: 2^(s−127) in fp32
+    [[maybe_unused]] uint32_t sc2[kMats];   // FP4: 2^(s−127) as bf16x2
+    uint32_t const xg = xa + static_cast<uint32_t>(grp * kG) * 32u;
 #pragma unroll
     for (int j = 0; j < kG; ++j) {
       int const b = grp * kG + j;
-      if (b >= nblocks) break;
+      if constexpr (decltype(checked)::value)
+        if (b >= nblocks) break;
       if (j % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < kMats; ++i) {
-          uint8_t const sb = srows[i][b / 2];
-          if constexpr (kFmt == DType::kF8E4m3) sc[i] = float_from_e8m0(sb);
-          else sc2[i] = e8m0_bf16x2(sb);
+          if constexpr (kFp4) sc2[i] = static_cast<uint32_t>(srow4[i][b / 2]) * 0x10001u;
+          else sc[i] = srow8[i][b / 2];
         }
       }
       uint32_t a[4];
-      ldmatrix_x4(a, xa + static_cast<uint32_t>(b) * 32u);
-      if (!lo_ok) a[0] = a[2] = 0u;
-      if (!hi_ok) a[1] = a[3] = 0u;
+      ldmatrix_x4(a, xg + static_cast<uint32_t>(j) * 32u);
 #pragma unroll
       for (int i = 0; i < kMats; ++i) {
         uint32_t const word = buf[i][j];
         uint32_t b0, b1;
-        if constexpr (kFmt == DType::kF8E4m3) {
-          b0 = scaled_e4m3x2(word, sc[i]);
-          b1 = scaled_e4m3x2(word >> 16, sc[i]);
-        } else {
+        if constexpr (kFp4) {
           b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2[i]);
           b1 = scaled_e2m1x2(lut[(word >> 8) & 0xFFu], sc2[i]);
+        } else {
+          b0 = scaled_e4m3x2(word, sc[i]);
+          b1 = scaled_e4m3x2(word >> 16, sc[i]);
         }
         block_step<TcMma::kK16>(acc[i], a, b0, b1);
       }
     }
   };
+  auto compute = [&](int grp, uint32_t const (&buf)[kMats][kG]) {
+    if (grp < nfull) compute_group(grp, buf, std::false_type{});
+    else compute_group(grp, buf, std::true_type{});
+  };
   for (int grp = 0; grp < ngroups; grp += 2) {
-    if (grp + 1 < ngroups) load_group(grp + 1, buf_b);
-    compute_group(grp, buf_a);
+    if (grp + 1 < ngroups) load(grp + 1, buf_b);
+    compute(grp, buf_a);
     if (grp + 1 < ngroups) {
-      if (grp + 2 < ngroups) load_group(grp + 2, buf_a);
-      compute_group(grp + 1, buf_b);
+      if (grp + 2 < ngroups) load(grp + 2, buf_a);
+      compute(grp + 1, buf_b);
     }
   }
 }
