@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// CPU backend of the MoE family: ref/moe_ref.hpp per token (route, then its experts in ascending id and
-/// the shared expert last).
+/// the shared expert last); block-scaled routed experts widened one weight row at a time (ops::scaled_weight).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -44,22 +44,51 @@ Status MoeRoute<Backend::kCpu>::run(MoeRouteDesc const& d, MoeRouteArgs const& a
   return {};
 }
 
+namespace {
+
+/// The shape of a block-scaled [rows, cols] weight's codes and scales in `fmt` (ops::Linear's layouts).
+Status check_scaled(BlockScaledView const& v, DType fmt, int64_t rows, int64_t cols, char const* what) {
+  bool const fp4 = fmt == DType::kF4E2m1x2;
+  int64_t const kb = (cols + 31) / 32;
+  TESSERA_CHECK(!fp4 || cols % 2 == 0, std::string(what) + ": fp4 weights need an even column count");
+  TESSERA_TRY(check_shape(v.q, {rows, fp4 ? cols / 2 : cols}, what));
+  TESSERA_TRY(check_shape(v.scale, {fp4 ? rows : (rows + 31) / 32, kb}, what));
+  TESSERA_CHECK(rows == 0 || (v.q.data && v.q.stride[1] == 1 && v.scale.data && v.scale.stride[1] == 1),
+                std::string(what) + " needs unit inner strides");
+  return {};
+}
+
+}  // namespace
+
 Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs const& a) {
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.weight_dtype == DType::kF32, "moe_experts: the CPU backend takes fp32 expert weights");
-  TESSERA_CHECK(!moe_routed_scaled(d), "moe_experts: the CPU backend takes fp32 expert weights (decode block-scaled "
-                                       "experts with ops::scaled_weight first)");
+  bool const scaled = moe_routed_scaled(d);
+  TESSERA_CHECK(scaled || d.routed_scaled == DType::kF32 || d.routed_scaled == d.weight_dtype,
+                "moe_experts routed_scaled must be f8_e4m3, f4_e2m1x2 or unset");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_experts x"));
   TESSERA_TRY(check_shape(a.ids, {d.rows, d.top_k}, "moe_experts ids"));
   TESSERA_TRY(check_shape(a.weights, {d.rows, d.top_k}, "moe_experts weights"));
   TESSERA_TRY(check_shape(a.out, {d.rows, d.dim}, "moe_experts out"));
-  TESSERA_CHECK(static_cast<int64_t>(a.w1.size()) == d.experts && static_cast<int64_t>(a.w2.size()) == d.experts &&
-                    static_cast<int64_t>(a.w3.size()) == d.experts,
-                "moe_experts needs one w1/w2/w3 view per expert");
-  for (int64_t e = 0; e < d.experts; ++e) {
-    TESSERA_TRY(check_shape(a.w1[e], {d.inter, d.dim}, "moe_experts w1"));
-    TESSERA_TRY(check_shape(a.w3[e], {d.inter, d.dim}, "moe_experts w3"));
-    TESSERA_TRY(check_shape(a.w2[e], {d.dim, d.inter}, "moe_experts w2"));
+  if (scaled) {
+    TESSERA_CHECK(static_cast<int64_t>(a.w1_scaled.size()) == d.experts &&
+                      static_cast<int64_t>(a.w3_scaled.size()) == d.experts &&
+                      static_cast<int64_t>(a.w2_scaled.size()) == d.experts,
+                  "moe_experts needs one w1/w3/w2 block-scaled view per expert (routed_scaled)");
+    for (int64_t e = 0; e < d.experts; ++e) {
+      TESSERA_TRY(check_scaled(a.w1_scaled[e], d.routed_scaled, d.inter, d.dim, "moe_experts w1 (block-scaled)"));
+      TESSERA_TRY(check_scaled(a.w3_scaled[e], d.routed_scaled, d.inter, d.dim, "moe_experts w3 (block-scaled)"));
+      TESSERA_TRY(check_scaled(a.w2_scaled[e], d.routed_scaled, d.dim, d.inter, "moe_experts w2 (block-scaled)"));
+    }
+  } else {
+    TESSERA_CHECK(static_cast<int64_t>(a.w1.size()) == d.experts && static_cast<int64_t>(a.w2.size()) == d.experts &&
+                      static_cast<int64_t>(a.w3.size()) == d.experts,
+                  "moe_experts needs one w1/w2/w3 view per expert");
+    for (int64_t e = 0; e < d.experts; ++e) {
+      TESSERA_TRY(check_shape(a.w1[e], {d.inter, d.dim}, "moe_experts w1"));
+      TESSERA_TRY(check_shape(a.w3[e], {d.inter, d.dim}, "moe_experts w3"));
+      TESSERA_TRY(check_shape(a.w2[e], {d.dim, d.inter}, "moe_experts w2"));
+    }
   }
   if (d.shared_expert) {
     TESSERA_TRY(check_shape(a.shared_w1, {d.inter, d.dim}, "moe_experts shared w1"));
@@ -73,18 +102,33 @@ Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs 
 }
 
 Status MoeExperts<Backend::kCpu>::run(MoeExpertsDesc const& d, MoeExpertsArgs const& a, ExecContext& ctx) {
+  bool const scaled = moe_routed_scaled(d);
   detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
     std::vector<float> acc(static_cast<size_t>(d.dim)), scratch(static_cast<size_t>(2 * d.inter));
+    std::vector<float> wrow(static_cast<size_t>(scaled ? std::max(d.dim, d.inter) : 0));
     std::vector<std::pair<int32_t, float>> order(static_cast<size_t>(d.top_k));
+    // Row r of a block-scaled expert weight widened to its values (one row at a time, read before the next).
+    auto widen = [&](BlockScaledView const& v, int64_t r, int64_t cols) {
+      scaled_weight_row(d.routed_scaled, v.q.data, v.q.stride[0], v.scale.data, v.scale.stride[0], r, cols, wrow.data());
+      return static_cast<float const*>(wrow.data());
+    };
     for (int64_t r = b; r < e; ++r) {
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t i = 0; i < d.top_k; ++i) order[i] = {a.ids(r, i), a.weights(r, i)};
       std::sort(order.begin(), order.end(), [](auto const& x, auto const& y) { return x.first < y.first; });
       float const* x = &a.x(r, 0);
-      for (auto const& [id, w] : order)
-        if (id >= 0)  // −1 = slot dropped by pruning
+      for (auto const& [id, w] : order) {
+        if (id < 0) continue;  // −1 = slot dropped by pruning
+        if (scaled)
+          ref::moe_expert_row_accumulate_rows(
+              x, [&](int64_t i) { return widen(a.w1_scaled[id], i, d.dim); },
+              [&](int64_t i) { return widen(a.w3_scaled[id], i, d.dim); },
+              [&](int64_t o) { return widen(a.w2_scaled[id], o, d.inter); }, d.dim, d.inter, d.swiglu_limit, true, w,
+              d.md, acc.data(), scratch.data());
+        else
           ref::moe_expert_row_accumulate(x, a.w1[id].data, a.w3[id].data, a.w2[id].data, d.dim, d.inter, d.swiglu_limit,
-                                       true, w, d.md, acc.data(), scratch.data());
+                                         true, w, d.md, acc.data(), scratch.data());
+      }
       if (d.shared_expert)
         ref::moe_expert_row_accumulate(x, a.shared_w1.data, a.shared_w3.data, a.shared_w2.data, d.dim, d.inter,
                                        d.swiglu_limit, false, 0.f, d.md, acc.data(), scratch.data());

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Indexer, MoE and Engram ops against independent formulations: per-query scoring loops in double,
 /// sort-based selection (value desc, index asc) with ties and empty visible sets, block maxima with the
-/// forced newest block, a per-token router/expert loop with the clamp biting, and a direct hash.
+/// forced newest block, a per-token router/expert loop with the clamp biting, block-scaled routed experts against
+/// their decoded values, and a direct hash.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -244,6 +245,85 @@ BOOST_AUTO_TEST_CASE(route_and_experts_vs_token_loop_with_clamp) {
     for (int64_t o = 0; o < D; ++o) BOOST_TEST(std::fabs(out[r * D + o] - y[o]) <= 1e-5 * (1 + std::fabs(y[o])));
   }
   BOOST_TEST(clamp_bites > 0);
+}
+
+// Block-scaled routed experts on the CPU (MoeExpertsDesc::routed_scaled, MoeExpertsArgs::w*_scaled): bit for bit the
+// op on fp32 views of the decoded values (ops::scaled_weight), FP8 32×32 blocks and FP4 per-row-per-32 scales, in
+// fp32 and bf16 numerics, with a pruned slot; bad view shapes are refused.
+BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
+  int64_t const rows = 5, E = 4, D = 64, I = 96, K = 2;
+  for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
+    for (DType md : {DType::kF32, DType::kBf16}) {
+      bool const fp4 = fmt == DType::kF4E2m1x2;
+      // Codes and scales of one [r, c] matrix; e4m3 NaN codes avoided; scales near 2^-7 (FP8) / 2^-5 (FP4).
+      struct Q {
+        std::vector<uint8_t> q, s;
+        std::vector<float> w;
+        ops::BlockScaledView view;
+      };
+      uint64_t state = verify::test_seed(501);
+      auto next = [&] { state = state * 6364136223846793005ull + 1442695040888963407ull; return static_cast<uint8_t>(state >> 56); };
+      auto make = [&](int64_t r, int64_t c) {
+        Q m;
+        int64_t const qc = fp4 ? c / 2 : c, kb = (c + 31) / 32, sr = fp4 ? r : (r + 31) / 32;
+        m.q.resize(static_cast<size_t>(r * qc));
+        for (auto& b : m.q) { b = next(); if (!fp4 && (b & 0x7F) == 0x7F) b &= 0xFE; }
+        m.s.resize(static_cast<size_t>(sr * kb));
+        for (auto& b : m.s) b = static_cast<uint8_t>((fp4 ? 122 : 120) + next() % 3);
+        m.w.resize(static_cast<size_t>(r * c));
+        for (int64_t i = 0; i < r; ++i)
+          for (int64_t j = 0; j < c; ++j) m.w[i * c + j] = ops::scaled_weight(fmt, m.q.data(), qc, m.s.data(), kb, i, j);
+        m.view = {TensorView<uint8_t const, 2>(m.q.data(), {r, qc}), TensorView<uint8_t const, 2>(m.s.data(), {sr, kb})};
+        return m;
+      };
+      std::vector<Q> q1, q3, q2;
+      for (int64_t e = 0; e < E; ++e) { q1.push_back(make(I, D)); q3.push_back(make(I, D)); q2.push_back(make(D, I)); }
+      std::vector<TensorView<float const, 2>> v1, v3, v2;
+      std::vector<ops::BlockScaledView> b1, b3, b2;
+      for (int64_t e = 0; e < E; ++e) {
+        v1.emplace_back(q1[e].w.data(), std::array<int64_t, 2>{I, D});
+        v3.emplace_back(q3[e].w.data(), std::array<int64_t, 2>{I, D});
+        v2.emplace_back(q2[e].w.data(), std::array<int64_t, 2>{D, I});
+        b1.push_back(q1[e].view);
+        b3.push_back(q3[e].view);
+        b2.push_back(q2[e].view);
+      }
+      auto x = verify::randn(rows * D, verify::test_seed(502));
+      for (auto& v : x) v = round_to_bf16(v);
+      auto s1 = verify::randn(I * D, verify::test_seed(503), 0.1f), s3 = verify::randn(I * D, verify::test_seed(504), 0.1f),
+           s2 = verify::randn(D * I, verify::test_seed(505), 0.1f);
+      std::vector<int32_t> ids{0, 3, 2, 1, 1, -1, 3, 0, 2, 3};
+      std::vector<float> wts{0.7f, 0.3f, 0.5f, 0.5f, 1.f, 0.f, 0.25f, 0.75f, 0.6f, 0.4f};
+      std::vector<float> want(rows * D), got(rows * D);
+      ops::MoeExpertsArgs a{TensorView<float const, 2>(x.data(), {rows, D}), TensorView<int32_t const, 2>(ids.data(), {rows, K}),
+                            TensorView<float const, 2>(wts.data(), {rows, K}), v1, v3, v2,
+                            TensorView<float const, 2>(s1.data(), {I, D}), TensorView<float const, 2>(s3.data(), {I, D}),
+                            TensorView<float const, 2>(s2.data(), {D, I}), TensorView<float, 2>(want.data(), {rows, D})};
+      ops::MoeExpertsDesc d{rows, E, D, I, K, 0.6f, true, md};
+      ExecContext ctx;
+      BOOST_REQUIRE(ops::moe_experts(ctx, d, a).ok());
+      ops::MoeExpertsArgs as = a;
+      as.w1 = {};
+      as.w3 = {};
+      as.w2 = {};
+      as.w1_scaled = b1;
+      as.w3_scaled = b3;
+      as.w2_scaled = b2;
+      as.out = TensorView<float, 2>(got.data(), {rows, D});
+      ops::MoeExpertsDesc ds = d;
+      ds.routed_scaled = fmt;
+      BOOST_REQUIRE(ops::moe_experts(ctx, ds, as).ok());
+      BOOST_TEST(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
+                 dtype_name(fmt) << " md " << dtype_name(md));
+      float amax = 0.f;
+      for (float v : want) amax = std::max(amax, std::fabs(v));
+      BOOST_TEST(amax > 0.f);  // the experts contribute
+      // A w2 view with the w1 shape is refused.
+      std::vector<ops::BlockScaledView> bad = b2;
+      bad[1] = b1[1];
+      as.w2_scaled = bad;
+      BOOST_TEST(!ops::moe_experts(ctx, ds, as).ok());
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

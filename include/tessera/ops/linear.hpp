@@ -41,6 +41,18 @@ TESSERA_HOST_DEVICE inline float scaled_weight(DType t, uint8_t const* q, int64_
   return round_to_bf16(float_from_fp4_e2m1(i % 2 ? b >> 4 : b & 0xF) * float_from_e8m0(s[o * lds + i / 32]));
 }
 
+/// Row o of a block-scaled weight as its bf16 values: out[i] = scaled_weight(t, q, ldq, s, lds, o, i) for i < in.
+inline void scaled_weight_row(DType t, uint8_t const* q, int64_t ldq, uint8_t const* s, int64_t lds, int64_t o,
+                              int64_t in, float* out) {
+  for (int64_t i = 0; i < in; ++i) out[i] = scaled_weight(t, q, ldq, s, lds, o, i);
+}
+
+/// A block-scaled weight's codes and ue8m0 scales as views (the layouts above, of the weight's dtype); rows may
+/// be strided (inner stride 1).
+struct BlockScaledView {
+  TensorView<uint8_t const, 2> q, scale;
+};
+
 struct LinearDesc {
   int64_t rows = 0, in = 0, out = 0;
   /// kF32 (LinearArgs::w), kBf16 (LinearArgs::w_bf16), or block-scaled kF8E4m3 / kF4E2m1x2 (w_q, w_scale)

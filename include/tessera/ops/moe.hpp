@@ -14,6 +14,7 @@
 
 #include <ostream>
 
+#include "tessera/ops/linear.hpp"
 #include "tessera/ops/linear_tc.hpp"
 #include "tessera/ops/op_common.hpp"
 
@@ -79,11 +80,14 @@ struct MoeExpertsDesc {
   DType md = DType::kF32;
   DType weight_dtype = DType::kF32;  // CUDA: kF32 or kBf16 (MoeExpertsArgs::dev); CPU: kF32 only
   MoeTcPath tc_path = MoeTcPath::kAuto;  // CUDA, bf16 weights and md only
-  /// CUDA: kF8E4m3 or kF4E2m1x2 when the ROUTED experts are block-scaled (the native release layout's FP4
-  /// experts; layouts and values as ops::Linear's block-scaled weights, ops::scaled_weight: codes in dev.w1/w3/w2,
-  /// scales in dev.s1/s3/s2); the shared expert stays weight_dtype. Needs weight_dtype = md = kBf16, the kSkinny
-  /// or kGemm path, dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes. The values are those
-  /// of bf16 routed weights holding the decoded values. Any other value: not block-scaled.
+  /// kF8E4m3 or kF4E2m1x2 when the ROUTED experts are block-scaled (the native release layout's FP4 experts;
+  /// layouts and values as ops::Linear's block-scaled weights, ops::scaled_weight); the shared expert stays
+  /// weight_dtype. The values are those of routed weights holding the decoded (bf16) values.
+  ///   CUDA: codes in dev.w1/w3/w2, scales in dev.s1/s3/s2. Needs weight_dtype = md = kBf16, the kSkinny or kGemm
+  ///         path, dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes.
+  ///   CPU:  MoeExpertsArgs::w1_scaled / w3_scaled / w2_scaled; each weight row is widened to its values and the
+  ///         dots are ref::moe_expert_row_accumulate's (bit for bit the fp32 views of the decoded values).
+  /// Any other value: not block-scaled.
   DType routed_scaled = DType::kF32;
   /// kGemm with block-scaled routed experts: 0 (default) decodes the codes inside the GEMM tiles; n > 0 decodes
   /// the experts to bf16 first, n at a time (3·dim·inter·2 bytes each), each group's tiles after its decode, groups
@@ -154,6 +158,9 @@ struct MoeExpertsArgs {
   TensorView<float const, 2> shared_w2;             // [dim, inter]
   TensorView<float, 2> out;                         // [rows, dim]
   MoeExpertsDeviceWeights dev;                      // CUDA backend only (the spans above are CPU-only)
+  /// CPU backend with MoeExpertsDesc::routed_scaled: experts × the routed experts' codes and scales (w1 / w3
+  /// logical [inter, dim], w2 [dim, inter]); w1 / w3 / w2 above are then not read.
+  std::span<BlockScaledView const> w1_scaled, w3_scaled, w2_scaled;
 };
 
 template <Backend B> struct MoeRoute;

@@ -65,19 +65,30 @@ inline int64_t moe_prune_row(int32_t* ids, float* weights, int64_t k, float top_
 
 /// One expert on one token: x [D], w1/w3 [I, D], w2 [D, I]; `weight` < 0 means unweighted (shared
 /// expert). Adds f32(y) to acc [D]. `scratch` ≥ 2·I floats.
-inline void moe_expert_row_accumulate(float const* x, float const* w1, float const* w3, float const* w2, int64_t d,
-                                      int64_t inter, float limit, bool weighted, float weight, DType md, float* acc,
-                                      float* scratch) {
+/// The same with the weight rows given by accessors: row1(i) / row3(i) return row i of w1 / w3 ([D] floats),
+/// row2(o) row o of w2 ([I] floats); each pointer is read before the next call (an accessor may widen a stored
+/// row into one buffer).
+template <class Row1, class Row3, class Row2>
+void moe_expert_row_accumulate_rows(float const* x, Row1&& row1, Row3&& row3, Row2&& row2, int64_t d, int64_t inter,
+                                    float limit, bool weighted, float weight, DType md, float* acc, float* scratch) {
   float* a = scratch;
   for (int64_t i = 0; i < inter; ++i) {
-    float g = round_md(gemm_dot(x, w1 + i * d, d, md), md);
-    float u = round_md(gemm_dot(x, w3 + i * d, d, md), md);
+    float g = round_md(gemm_dot(x, row1(i), d, md), md);
+    float u = round_md(gemm_dot(x, row3(i), d, md), md);
     if (limit > 0.f) { u = std::clamp(u, -limit, limit); g = std::min(g, limit); }
     float y = silu(g, md) * u;
     if (weighted) y = weight * y;
     a[i] = round_md(y, md);
   }
-  for (int64_t o = 0; o < d; ++o) acc[o] += round_md(gemm_dot(a, w2 + o * inter, inter, md), md);
+  for (int64_t o = 0; o < d; ++o) acc[o] += round_md(gemm_dot(a, row2(o), inter, md), md);
+}
+
+inline void moe_expert_row_accumulate(float const* x, float const* w1, float const* w3, float const* w2, int64_t d,
+                                      int64_t inter, float limit, bool weighted, float weight, DType md, float* acc,
+                                      float* scratch) {
+  moe_expert_row_accumulate_rows(
+      x, [&](int64_t i) { return w1 + i * d; }, [&](int64_t i) { return w3 + i * d; },
+      [&](int64_t o) { return w2 + o * inter; }, d, inter, limit, weighted, weight, md, acc, scratch);
 }
 
 }  // namespace tessera::ref
