@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Weight loading by logical name over the OLD / NEW / native naming schemes (spec §4.1, §8.2), with
 /// shape checks, the NEW fused-expert split, fp8 Engram-table dequantisation, bf16 rounding of every
-/// non-fp32-kept parameter in bf16 mode, and (on request) the stored form of block-scaled projections.
+/// non-fp32-kept parameter in bf16 mode, and (on request) the stored form of block-scaled projections and
+/// routed experts.
 #include "tessera/models/deepseek_v41/weights.hpp"
 
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "tessera/core/dtype.hpp"
 #include "tessera/core/thread_pool.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ref/exl3_ref.hpp"
 
 namespace tessera::model::dsv41 {
@@ -121,6 +123,21 @@ class Loader {
   }
   Result<Tensor> stored(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
                         bool record) {
+    if (record && opts_.projections_as_stored) {
+      // Stored form only: recorded, and the dequantised tensor is not made.
+      std::string const name = find_name(names);
+      if (!name.empty()) {
+        auto sw = src_.load_scaled(name);
+        if (!sw) return sw.status();
+        if (sw->present()) {
+          if (sw->rows != shape[0] || sw->cols != shape[1])
+            return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
+                             shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string(shape));
+          out_.scaled[key] = std::move(*sw);
+          return Tensor{};
+        }
+      }
+    }
     std::string name;
     auto t = get(names, shape, false, &name, &key);
     if (!t || !record || !t->defined()) return t;
@@ -290,6 +307,18 @@ Tensor exl3_effective_weight(Exl3Weight const& q) {
   parallel_for(L.n, [&](int64_t b, int64_t e) {  // elementwise: any split gives the same values
     for (int64_t j = b; j < e; ++j)
       for (int64_t i = 0; i < L.k; ++i) o[j * L.k + i] = static_cast<float>(w[static_cast<size_t>(i * L.n + j)]);
+  });
+  return t;
+}
+
+Tensor dequantize_scaled(ScaledWeight const& sw) {
+  Tensor t = Tensor::zeros(DType::kF32, {sw.rows, sw.cols});
+  uint8_t const* q = sw.codes.data_as<uint8_t>();
+  uint8_t const* sc = sw.scales.data_as<uint8_t>();
+  int64_t const ldq = sw.dtype == DType::kF4E2m1x2 ? sw.cols / 2 : sw.cols, lds = sw.scales.dim(1);
+  float* o = t.data_as<float>();
+  parallel_for(sw.rows, [&](int64_t b, int64_t e) {  // elementwise: any split gives the same values
+    for (int64_t r = b; r < e; ++r) ops::scaled_weight_row(sw.dtype, q, ldq, sc, lds, r, sw.cols, o + r * sw.cols);
   });
   return t;
 }

@@ -97,9 +97,16 @@ struct Weights {
   Tensor embed, norm, lm_head;
   std::vector<LayerWeights> layers;
   /// With WeightLoadOptions::keep_scaled_projections: the stored form of each block-scaled projection, by
-  /// scaled_weight_key (the dequantised tensor above is loaded as well). Its bf16 value
-  /// ops::scaled_weight = →bf16(code · 2^(s − 127)) equals the tensor above in bf16 numerics.
+  /// scaled_weight_key (the dequantised tensor above is loaded as well unless projections_as_stored); with
+  /// experts_as_stored also routed experts, by scaled_expert_key (their ExpertWeights stay empty). Its bf16
+  /// value ops::scaled_weight = →bf16(code · 2^(s − 127)) equals the tensor above in bf16 numerics. A rank's
+  /// weights (rank_weights, sharded.hpp) hold the slices of these: codes and scales of the rank's rows or columns.
   std::map<std::string, ScaledWeight> scaled;
+  /// The stored form recorded under `key`, or nullptr.
+  ScaledWeight const* scaled_of(std::string const& key) const {
+    auto it = scaled.find(key);
+    return it == scaled.end() ? nullptr : &it->second;
+  }
   /// With WeightLoadOptions::keep_exl3: every linear stored as an EXL3 group, by scaled_weight_key /
   /// scaled_head_key / scaled_expert_key / exl3_shared_key; its dense tensor above is left undefined.
   std::map<std::string, Exl3Weight> exl3;
@@ -119,6 +126,10 @@ inline std::string scaled_expert_key(int64_t layer, int64_t expert, char const* 
   return "layers." + std::to_string(layer) + ".experts." + std::to_string(expert) + "." + w;
 }
 
+/// The dense value of a block-scaled weight: [rows, cols] fp32 holding ops::scaled_weight = →bf16(code·2^(s−127)),
+/// which equals the loader's dequantised tensor in bf16 numerics.
+Tensor dequantize_scaled(ScaledWeight const& sw);
+
 /// "layers.<l>.shared.<w>" (w = w1, w3, w2): the shared expert's key in Weights::exl3.
 inline std::string exl3_shared_key(int64_t layer, char const* w) {
   return "layers." + std::to_string(layer) + ".shared." + w;
@@ -133,6 +144,9 @@ struct WeightLoadOptions {
   /// Engram projections that the source stores block-scaled (Weights::scaled). Experts (routed and shared)
   /// are never recorded.
   bool keep_scaled_projections = false;
+  /// With keep_scaled_projections: a projection recorded in Weights::scaled is NOT loaded dequantised as well
+  /// (its tensor in LayerWeights / Weights::lm_head stays undefined; dequantize_scaled makes it when needed).
+  bool projections_as_stored = false;
   /// A layer whose routed experts (per-expert tensors) are ALL stored block-scaled in one dtype this accepts
   /// has them recorded in Weights::scaled (keys scaled_expert_key) INSTEAD of loaded dequantised: its
   /// ExpertWeights stay empty, so no fp32 host copy of them is made (a full-size Flash layer's experts are
