@@ -283,14 +283,17 @@ void Dsv41Model::attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vecto
   // Output (§2.5.6): inverse RoPE with the query's table, grouped wo_a, wo_b.
   rope_rows(ctx, o, S, H, hd, R, c.pos, table, true, md);
   if (shard_) {
-    shard_attention_out(*shard_, ctx, s, w, o, S, md, out);  // the rank's groups + the plan's combine
+    shard_attention_out(*shard_, ctx, s, w_, l, o, S, md, out);  // the rank's groups + the plan's combine
   } else {
     int64_t G = s.o_groups, ro = s.o_lora_rank, gw = H * hd / G;
     std::vector<float> y(S * G * ro);
-    if (Exl3Weight const* qa = q_(l, "wo_a")) {
-      linear_exl3_grouped(ctx, o.data(), S, *qa, G, y.data(), md);
+    StoredLinear const qa = q_(l, "wo_a");
+    if (qa.exl3) {
+      linear_exl3_grouped(ctx, o.data(), S, *qa.exl3, G, y.data(), md);
     } else {
-      float const* wa = w.wo_a.data_as<float>();
+      // A block-scaled wo_a is widened to its values for the call (its groups need not start on scale blocks).
+      Tensor const wa_t = dense_weight(w.wo_a, qa.scaled);
+      float const* wa = wa_t.data_as<float>();
       for (int64_t r = 0; r < S; ++r)
         for (int64_t g = 0; g < G; ++g)
           ref::linear_row_fma_seq(&o[r * H * hd + g * gw], wa + g * ro * gw, gw, ro, &y[r * G * ro + g * ro], md);

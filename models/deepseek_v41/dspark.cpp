@@ -298,7 +298,7 @@ Result<DsparkPass> Dsv41Model::dspark_draft(Dsv41State const& st, int32_t anchor
     rows([&](int64_t r0, int64_t m) {
       throw_if_error(ops::mhc_collapse(ctx, {m, n, D, md}, {CF2(&X[r0 * nD], {m, nD}), CF2(&pre[r0 * n], {m, n}), F2(&out.hidden[r0 * D], {m, D})}));
       throw_if_error(ops::rms_norm(ctx, {m, D, s.rms_eps, true, md}, {CF2(&out.hidden[r0 * D], {m, D}), cv1(w.norm), F2(&xa[r0 * D], {m, D})}));
-      linear(ctx, &xa[r0 * D], m, w_.lm_head, &out.base_logits[r0 * V], md);
+      linear(ctx, &xa[r0 * D], m, w_.lm_head, stored_linear(w_, scaled_head_key()), &out.base_logits[r0 * V], md);
     });
     // Markov chaining (semi-autoregressive) and the fp32 confidence head.
     out.markov.resize(B * r);

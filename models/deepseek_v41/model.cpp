@@ -13,6 +13,7 @@
 #include "tessera/models/deepseek_v41/dspark.hpp"
 #include "tessera/core/thread_pool.hpp"
 #include "tessera/ops/engram.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ops/mhc.hpp"
 #include "tessera/ops/moe.hpp"
 #include "tessera/ops/norm.hpp"
@@ -47,6 +48,55 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, flo
   }, 4);
 }
 
+void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, StoredLinear q, float* out, DType md) {
+  if (q.exl3) return linear_exl3(ctx, x, rows, *q.exl3, out, md);
+  if (!q.scaled) return linear(ctx, x, rows, w, out, md);
+  ScaledWeight const& sw = *q.scaled;
+  bool const fp4 = sw.dtype == DType::kF4E2m1x2;
+  int64_t const ldq = fp4 ? sw.cols / 2 : sw.cols, kb = sw.scales.dim(1), srows = sw.scales.dim(0);
+  ops::LinearDesc d{rows, sw.cols, sw.rows, sw.dtype, md};
+  ops::LinearArgs a;
+  a.x = CF2(x, {rows, sw.cols});
+  a.w_q = TensorView<uint8_t const, 2>(sw.codes.data_as<uint8_t>(), {sw.rows, ldq});
+  a.w_scale = TensorView<uint8_t const, 2>(sw.scales.data_as<uint8_t>(), {srows, kb});
+  a.y = F2(out, {rows, sw.rows});
+  throw_if_error(ops::linear(ctx, d, a));
+}
+
+int64_t linear_out(Tensor const& w, StoredLinear q) {
+  if (q.exl3) return q.exl3->desc.n;
+  if (q.scaled) return q.scaled->rows;
+  return w.dim(0);
+}
+
+Tensor dense_weight(Tensor const& w, ScaledWeight const* s) { return w.defined() || !s ? w : dequantize_scaled(*s); }
+
+bool layer_has_scaled_experts(Weights const& w, int64_t l) {
+  return w.scaled_of(scaled_expert_key(l, 0, "w1")) != nullptr;
+}
+
+StoredLinear Dsv41Model::q_(int64_t l, char const* field) const { return stored_linear(w_, scaled_weight_key(l, field)); }
+
+size_t Dsv41Model::weight_bytes() const {
+  size_t b = 0;
+  auto add = [&](Tensor const& t) { b += t.defined() ? t.nbytes() : 0; };
+  for (Tensor const* t : {&w_.embed, &w_.norm, &w_.lm_head}) add(*t);
+  for (LayerWeights const& lw : w_.layers) {
+    for (Tensor const* t : {&lw.hc_attn_fn, &lw.hc_attn_base, &lw.hc_attn_scale, &lw.hc_ffn_fn, &lw.hc_ffn_base,
+                            &lw.hc_ffn_scale, &lw.attn_norm, &lw.ffn_norm, &lw.wq_a, &lw.q_norm, &lw.wq_b, &lw.wkv,
+                            &lw.kv_norm, &lw.wo_a, &lw.wo_b, &lw.attn_sink, &lw.c_wkv, &lw.c_wgate, &lw.c_norm,
+                            &lw.i_wq_b, &lw.i_weights_proj, &lw.i_wk, &lw.i_k_norm, &lw.gate, &lw.gate_bias,
+                            &lw.e_table, &lw.e_wkv, &lw.e_qk})
+      add(*t);
+    for (ExpertWeights const& ex : lw.experts)
+      for (Tensor const* t : {&ex.w1, &ex.w3, &ex.w2}) add(*t);
+    for (Tensor const* t : {&lw.shared.w1, &lw.shared.w3, &lw.shared.w2}) add(*t);
+  }
+  for (auto const& [key, sw] : w_.scaled) b += sw.codes.nbytes() + sw.scales.nbytes();
+  for (auto const& [key, q] : w_.exl3) b += q.trellis.nbytes() + (q.suh.size() + q.svh.size()) * sizeof(uint16_t);
+  return b;
+}
+
 size_t Dsv41State::memory_bytes() const {
   size_t b = history_.size() * sizeof(int64_t) + dspark_taps_.size() * sizeof(float);
   for (auto const& l : layers_)
@@ -60,8 +110,17 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   TESSERA_TRY(spec.validate());
   std::unique_ptr<Dsv41Model> m(new Dsv41Model());
   // EXL3 linears run as stored (their product, exl3_linear.cpp) unless dequantize_weights asks for their
-  // effective dense weights.
-  auto w = load_weights(spec, src, opts.numerics, {.keep_exl3 = !opts.dequantize_weights});
+  // effective dense weights; block-scaled weights are held as stored with weights_as_stored.
+  if (opts.weights_as_stored && opts.numerics != Numerics::kBf16)
+    return invalid_argument("weights_as_stored needs bf16 numerics (a stored weight's value is its bf16 rounding)");
+  WeightLoadOptions wo;
+  wo.keep_exl3 = !opts.dequantize_weights;
+  if (opts.weights_as_stored) {
+    wo.keep_scaled_projections = true;
+    wo.projections_as_stored = true;
+    wo.experts_as_stored = [](DType t) { return ops::is_block_scaled(t); };
+  }
+  auto w = load_weights(spec, src, opts.numerics, wo);
   if (!w) return w.status();
   TESSERA_TRY(check_exl3_weights(spec, *w, false));
   m->w_ = std::move(*w);
@@ -302,7 +361,7 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
                                             {TensorView<int64_t const, 2>(ids.data(), {S, C}), cv2(lw.e_table),
                                              v2(rows, S, C * de)}));
         tap(pfx + "engram.embed.out0", {1, S, C, de}, rows);
-        linear(ctx, rows.data(), S, lw.e_wkv, w_.exl3_of(scaled_weight_key(l, "e_wkv")), kv.data(), md);
+        linear(ctx, rows.data(), S, lw.e_wkv, q_(l, "e_wkv"), kv.data(), md);
         throw_if_error(ops::engram_gate(ctx, {S, n, D, s.rms_eps, md},
                                         {cv2(X, S, nD), cv2(kv, S, (n + 1) * D), cv1(lw.e_qk), v2(X, S, nD)}));
         tap_pin(pfx + "engram.out0", {1, S, n, D}, X);
@@ -355,15 +414,30 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
         tap(pfx + "ffn.gate.out1", {S, K}, idf);
       }
       if (shard_) {
-        shard_moe(*shard_, ctx, s, lw, xa, rid, rw, S, md, F);
+        shard_moe(*shard_, ctx, s, w_, l, xa, rid, rw, S, md, F);
       } else if (layer_has_exl3_experts(w_, l, s.n_experts)) {
         moe_experts_mixed(ctx, s, w_, l, xa.data(), rid.data(), rw.data(), S, md, F.data());
       } else {
         std::vector<TensorView<float const, 2>> w1, w3, w2;
-        for (auto const& ex : lw.experts) { w1.push_back(cv2(ex.w1)); w3.push_back(cv2(ex.w3)); w2.push_back(cv2(ex.w2)); }
+        std::vector<ops::BlockScaledView> q1, q3, q2;
+        ops::MoeExpertsDesc ed{S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
+        if (layer_has_scaled_experts(w_, l)) {  // held as stored (weights_as_stored): the op widens their rows
+          for (int64_t e = 0; e < s.n_experts; ++e)
+            for (auto [wn, dst] : {std::pair{"w1", &q1}, {"w3", &q3}, {"w2", &q2}}) {
+              ScaledWeight const& sw = *w_.scaled_of(scaled_expert_key(l, e, wn));
+              ed.routed_scaled = sw.dtype;
+              dst->push_back({TensorView<uint8_t const, 2>(sw.codes.data_as<uint8_t>(), {sw.codes.dim(0), sw.codes.dim(1)}),
+                              TensorView<uint8_t const, 2>(sw.scales.data_as<uint8_t>(), {sw.scales.dim(0), sw.scales.dim(1)})});
+            }
+        } else {
+          for (auto const& ex : lw.experts) { w1.push_back(cv2(ex.w1)); w3.push_back(cv2(ex.w3)); w2.push_back(cv2(ex.w2)); }
+        }
         ops::MoeExpertsArgs ma{cv2(xa, S, D), TensorView<int32_t const, 2>(rid.data(), {S, K}), cv2(rw, S, K), w1, w3, w2,
                                cv2(lw.shared.w1), cv2(lw.shared.w3), cv2(lw.shared.w2), v2(F, S, D)};
-        throw_if_error(ops::moe_experts(ctx, {S, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md}, ma));
+        ma.w1_scaled = q1;
+        ma.w3_scaled = q3;
+        ma.w2_scaled = q2;
+        throw_if_error(ops::moe_experts(ctx, ed, ma));
       }
       tap_pin(pfx + "ffn.out0", {1, S, D}, F);
       throw_if_error(ops::mhc_expand(ctx, {S, n, D, md},
@@ -378,10 +452,10 @@ Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, 
     throw_if_error(ops::rms_norm(ctx, {S, D, s.rms_eps, true, md}, {cv2(h, S, D), cv1(w_.norm), v2(xa, S, D)}));
     tap("model.norm.out0", {1, S, D}, xa);
     if (num_logit_rows > 0 && shard_)
-      shard_head(*shard_, ctx, w_.lm_head, xa.data() + (S - num_logit_rows) * D, num_logit_rows, D, s.vocab_size, md, logits);
+      shard_head(*shard_, ctx, w_, xa.data() + (S - num_logit_rows) * D, num_logit_rows, D, s.vocab_size, md, logits);
     else if (num_logit_rows > 0)
-      linear(ctx, xa.data() + (S - num_logit_rows) * D, num_logit_rows, w_.lm_head, w_.exl3_of(scaled_head_key()), logits,
-             md);
+      linear(ctx, xa.data() + (S - num_logit_rows) * D, num_logit_rows, w_.lm_head, stored_linear(w_, scaled_head_key()),
+             logits, md);
     st.length_ += S;
   } catch (Error const& e) {
     return e.status();

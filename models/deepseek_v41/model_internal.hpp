@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tessera/core/context.hpp"
@@ -40,6 +41,24 @@ void to_f16_rows(float const* x, int64_t x_stride, int64_t rows, int64_t cols, u
 void linear_exl3(ExecContext& ctx, float const* x, int64_t rows, Exl3Weight const& q, float* out, DType md);
 /// linear_exl3 when `q` is set, else the dense linear above.
 void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, Exl3Weight const* q, float* out, DType md);
+
+/// The form a linear's weight is held in: EXL3 (its product), block-scaled (ops::Linear's block-scaled weight,
+/// whose values are the dequantised bf16 ones: the dense linear's bits), or neither (the dense tensor).
+struct StoredLinear {
+  Exl3Weight const* exl3 = nullptr;
+  ScaledWeight const* scaled = nullptr;
+};
+/// The stored forms `w` records under `key` (Weights::exl3, Weights::scaled).
+inline StoredLinear stored_linear(Weights const& w, std::string const& key) { return {w.exl3_of(key), w.scaled_of(key)}; }
+/// out[r, o] = →md(x[r]·W[o]) with W from its held form (EXL3: linear_exl3; block-scaled: ops::Linear over the
+/// codes and scales; else the dense `w`).
+void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, StoredLinear q, float* out, DType md);
+/// Output features of a linear held as `w` or `q`.
+int64_t linear_out(Tensor const& w, StoredLinear q);
+/// The dense fp32 value of a weight held as `w` or block-scaled `s` (dequantize_scaled when `w` is not held).
+Tensor dense_weight(Tensor const& w, ScaledWeight const* s);
+/// Whether layer l's routed experts are held block-scaled (Weights::scaled, ModelOptions::weights_as_stored).
+bool layer_has_scaled_experts(Weights const& w, int64_t l);
 /// The `groups` output slices of an EXL3 linear as layers of their own (trellis tile columns and svh of the
 /// slice, suh shared; spec/exl3.md §1.4): each slice must be a multiple of 128 outputs (kNotSupported).
 std::vector<Exl3Weight> exl3_split_outputs(Exl3Weight const& q, int64_t groups);
@@ -61,20 +80,20 @@ Status check_exl3_weights(ModelSpec const& s, Weights const& w, bool sharded);
 // the single-rank step it is named after and leaves every rank with the same full-size result.
 /// Query heads this rank computes.
 int64_t shard_heads(RankShard const& sh);
-/// Attention output from the rank's head outputs o [S, Hl·hd] (after the inverse RoPE): wo_a, wo_b and
-/// the plan's combine → out [S, D].
-void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+/// Attention output of layer l from the rank's head outputs o [S, Hl·hd] (after the inverse RoPE): wo_a, wo_b
+/// and the plan's combine → out [S, D].
+void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weights const& w, int64_t l,
                          std::vector<float> const& o, int64_t rows, DType md, std::vector<float>& out);
 /// Engram rows [S, C·de] for hash ids [S, C] of Engram layer `ei` from the rank's column range.
 void shard_engram_gather(RankShard const& sh, ExecContext& ctx, EngramTables const& et, int64_t ei,
                          Tensor const& table, std::vector<int64_t> const& ids, int64_t rows, int64_t de,
                          std::vector<float>& out);
-/// The MoE block (routed experts of the rank + shared expert slice, combined in single-rank order).
-void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+/// The MoE block of layer l (routed experts of the rank + shared expert slice, combined in single-rank order).
+void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weights const& w, int64_t l,
                std::vector<float> const& xa, std::vector<int32_t> const& ids, std::vector<float> const& weights,
                int64_t rows, DType md, std::vector<float>& out);
 /// Logits [rows, V] from the rank's LM head rows.
-void shard_head(RankShard const& sh, ExecContext& ctx, Tensor const& head, float const* x, int64_t rows, int64_t dim,
+void shard_head(RankShard const& sh, ExecContext& ctx, Weights const& w, float const* x, int64_t rows, int64_t dim,
                 int64_t vocab, DType md, float* logits);
 
 }  // namespace tessera::model::dsv41

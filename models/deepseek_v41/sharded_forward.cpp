@@ -8,12 +8,15 @@
 /// MoE combine: out = →md(Σ_{selected e ascending} y_e + y_shared) from a zero fp32 buffer, as
 /// ops::moe_experts sums, whichever rank computed each y_e (0 + y = y for every y, and +0 vs −0 cannot
 /// change a sum that starts from +0).
+/// A weight held as a block-scaled slice (rank_weights) enters these dots as its values, the dequantised bf16
+/// weights (ops::Linear's block-scaled weights, rows widened for wo_a and the routed experts): the same operands.
 #include <algorithm>
 #include <cstring>
 
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/ops/engram.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ref/common_ref.hpp"
 #include "tessera/ref/moe_ref.hpp"
 
@@ -48,8 +51,10 @@ std::vector<float> gather_cols(RankShard const& sh, std::vector<float> const& lo
 
 int64_t shard_heads(RankShard const& sh) { return sh.me().heads.size(); }
 
-void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weights const& all, int64_t l,
                          std::vector<float> const& o, int64_t S, DType md, std::vector<float>& out) {
+  LayerWeights const& w = all.layers[static_cast<size_t>(l)];
+  StoredLinear const wo_b = stored_linear(all, scaled_weight_key(l, "wo_b"));
   dist::RankPlan const& me = sh.me();
   int64_t const hd = s.head_dim, ro = s.o_lora_rank, G = s.o_groups, D = s.hidden_size, hpg = s.num_heads / G, gw = hpg * hd;
   bool const tp = sh.plan.cfg.tp > 1;
@@ -66,7 +71,9 @@ void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const&
   dist::Range const groups = tp ? me.groups : dist::Range{0, G};
   int64_t const Gl = groups.size();
   std::vector<float> y(static_cast<size_t>(S * Gl * ro));
-  float const* wa = w.wo_a.data_as<float>();  // rows of the groups in `groups` (all of them when replicated)
+  // Rows of the groups in `groups` (all of them when replicated); a block-scaled slice widened for the call.
+  Tensor const wa_t = dense_weight(w.wo_a, all.scaled_of(scaled_weight_key(l, "wo_a")));
+  float const* wa = wa_t.data_as<float>();
   for (int64_t r = 0; r < S; ++r)
     for (int64_t gi = 0; gi < Gl; ++gi) {
       int64_t const g = groups.begin + gi;
@@ -75,12 +82,12 @@ void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const&
     }
   out.assign(static_cast<size_t>(S * D), 0.f);
   if (!tp) {
-    linear(ctx, y.data(), S, w.wo_b, out.data(), md);
+    linear(ctx, y.data(), S, w.wo_b, wo_b, out.data(), md);
     return;
   }
   if (!me.gather_heads && sh.plan.cfg.attn == dist::AttnCombine::kAllReduce) {
     // Partial sums over the rank's wo_b columns in fp32, summed across ranks, then rounded once.
-    linear(ctx, y.data(), S, w.wo_b, out.data(), DType::kF32);
+    linear(ctx, y.data(), S, w.wo_b, wo_b, out.data(), DType::kF32);
     throw_if_error(sh.comm->all_reduce_sum(out.data(), out.data(), out.size()));
     for (float& v : out) v = ref::round_md(v, md);
     return;
@@ -90,7 +97,7 @@ void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const&
       me.gather_heads ? std::move(y)
                       : gather_cols(sh, y, S, widths_of(sh, [&](dist::RankPlan const& r) { return r.groups.size() * ro; }));
   std::vector<float> part(static_cast<size_t>(S * me.wo_b_rows.size()));
-  linear(ctx, yall.data(), S, w.wo_b, part.data(), md);
+  linear(ctx, yall.data(), S, w.wo_b, wo_b, part.data(), md);
   out = gather_cols(sh, part, S, widths_of(sh, [](dist::RankPlan const& r) { return r.wo_b_rows.size(); }));
 }
 
@@ -118,9 +125,10 @@ void shard_engram_gather(RankShard const& sh, ExecContext& ctx, EngramTables con
   out = gather_cols(sh, local, S, widths_of(sh, [&](dist::RankPlan const& r) { return r.engram_cols.size() * de; }));
 }
 
-void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerWeights const& w,
+void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weights const& all, int64_t l,
                std::vector<float> const& xa, std::vector<int32_t> const& ids, std::vector<float> const& wts, int64_t S,
                DType md, std::vector<float>& out) {
+  LayerWeights const& w = all.layers[static_cast<size_t>(l)];
   dist::ShardingPlan const& p = sh.plan;
   dist::RankPlan const& me = sh.me();
   int64_t const D = s.hidden_size, I = s.moe_inter, K = s.top_k;
@@ -140,12 +148,26 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerW
   auto const& mine = pairs[sh.rank];
   std::vector<float> local(mine.size() * D, 0.f);
   pool.parallel_for(static_cast<int64_t>(mine.size()), [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(2 * I));
+    std::vector<float> scratch(static_cast<size_t>(2 * I)), wrow(static_cast<size_t>(std::max(D, I)));
     for (int64_t j = b; j < e; ++j) {
       int64_t const i = mine[j];
-      ExpertWeights const& ex = w.experts[ids[i]];
-      ref::moe_expert_row_accumulate(&xa[(i / K) * D], ex.w1.data_as<float>(), ex.w3.data_as<float>(), ex.w2.data_as<float>(),
-                                     D, I, L, true, wts[i], md, &local[j * D], scratch.data());
+      ScaledWeight const* q[3];
+      int k = 0;
+      for (char const* wn : {"w1", "w3", "w2"}) q[k++] = all.scaled_of(scaled_expert_key(l, ids[i], wn));
+      if (q[0]) {  // held as stored: each weight row widened to its values (MoeExperts<kCpu>'s routed_scaled)
+        auto row = [&](ScaledWeight const& sw, int64_t r) {
+          ops::scaled_weight_row(sw.dtype, sw.codes.data_as<uint8_t>(), sw.codes.dim(1), sw.scales.data_as<uint8_t>(),
+                                 sw.scales.dim(1), r, sw.cols, wrow.data());
+          return static_cast<float const*>(wrow.data());
+        };
+        ref::moe_expert_row_accumulate_rows(
+            &xa[(i / K) * D], [&](int64_t r) { return row(*q[0], r); }, [&](int64_t r) { return row(*q[1], r); },
+            [&](int64_t r) { return row(*q[2], r); }, D, I, L, true, wts[i], md, &local[j * D], scratch.data());
+      } else {
+        ExpertWeights const& ex = w.experts[ids[i]];
+        ref::moe_expert_row_accumulate(&xa[(i / K) * D], ex.w1.data_as<float>(), ex.w3.data_as<float>(),
+                                       ex.w2.data_as<float>(), D, I, L, true, wts[i], md, &local[j * D], scratch.data());
+      }
     }
   });
   std::vector<float> Y(static_cast<size_t>(S * K * D), 0.f);
@@ -203,14 +225,15 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, LayerW
   }
 }
 
-void shard_head(RankShard const& sh, ExecContext& ctx, Tensor const& head, float const* x, int64_t rows, int64_t D,
+void shard_head(RankShard const& sh, ExecContext& ctx, Weights const& w, float const* x, int64_t rows, int64_t D,
                 int64_t V, DType md, float* logits) {
+  StoredLinear const head = stored_linear(w, scaled_head_key());
   if (sh.plan.cfg.tp == 1) {
-    linear(ctx, x, rows, head, logits, md);
+    linear(ctx, x, rows, w.lm_head, head, logits, md);
     return;
   }
-  std::vector<float> local(static_cast<size_t>(rows * head.dim(0)));
-  linear(ctx, x, rows, head, local.data(), md);
+  std::vector<float> local(static_cast<size_t>(rows * linear_out(w.lm_head, head)));
+  linear(ctx, x, rows, w.lm_head, head, local.data(), md);
   auto all = gather_cols(sh, local, rows, widths_of(sh, [](dist::RankPlan const& r) { return r.vocab.size(); }));
   std::memcpy(logits, all.data(), static_cast<size_t>(rows * V) * sizeof(float));
 }

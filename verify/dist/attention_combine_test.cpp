@@ -80,7 +80,9 @@ BOOST_AUTO_TEST_CASE(gather_exact_allreduce_within_bound) {
         th.emplace_back([&, rk] {
           RankShard sh{plan, rk, comms[rk].get()};
           auto const& me = sh.me();
-          LayerWeights w;
+          Weights all;
+          all.layers.resize(1);
+          LayerWeights& w = all.layers[0];
           w.wo_a = me.gather_heads ? mat(wa, G * ro, gw)
                                    : mat(rows_of(wa, gw, me.groups.begin * ro, me.groups.end * ro), me.groups.size() * ro, gw);
           w.wo_b = !me.gather_heads && mode == dist::AttnCombine::kAllReduce
@@ -90,7 +92,7 @@ BOOST_AUTO_TEST_CASE(gather_exact_allreduce_within_bound) {
           ThreadPool pool(1);
           ExecContext ctx;
           ctx.pool = &pool;
-          shard_attention_out(sh, ctx, s, w, mine, S, DType::kF32, got[rk]);
+          shard_attention_out(sh, ctx, s, all, 0, mine, S, DType::kF32, got[rk]);
         });
       for (auto& t : th) t.join();
       bool const exact = plan.bit_exact();

@@ -23,7 +23,8 @@
 
 namespace tessera::model::dsv41 {
 
-struct RankShard;   // tensor/expert-parallel rank view (sharded.hpp)
+struct RankShard;     // tensor/expert-parallel rank view (sharded.hpp)
+struct StoredLinear;  // a linear's held form (model_internal.hpp)
 struct RankAccess;  // builds rank models (sharded.cpp)
 
 /// One exact top-k cutoff tie: the k-th and (k+1)-th finite values were equal, so the selection was
@@ -119,11 +120,20 @@ struct ModelOptions {
   ThreadPool* pool = nullptr;  // nullptr = ThreadPool::global()
   int64_t max_rollback = 64;   // truncate() reaches back this many tokens (state kept for it)
   int boundary_ulps = 0;       // > 0: record quantiser decisions this close to a boundary (diagnostics)
-  /// GPU model, bf16 numerics: true uploads block-scaled (native FP8 / FP4) projections and head dequantised
-  /// to bf16 instead of as stored codes + scales (the same values and logits; twice the bytes). The CPU model
-  /// always dequantises. EXL3 linears (CPU and GPU model): true loads their effective dense weights
-  /// (exl3_effective_weight, →bf16 in bf16) and runs the dense arithmetic instead of the EXL3 product.
+  /// GPU model, bf16 numerics: true uploads block-scaled (native FP8 / FP4) projections, head and routed experts
+  /// dequantised instead of as stored codes + scales (the same values and logits; two to four times the bytes).
+  /// The CPU model dequantises them unless weights_as_stored. EXL3 linears (CPU and GPU model): true loads their
+  /// effective dense weights (exl3_effective_weight, →bf16 in bf16) and runs the dense arithmetic instead of the
+  /// EXL3 product.
   bool dequantize_weights = false;
+  /// CPU model, bf16 numerics: hold the block-scaled projections, head and routed experts as stored codes +
+  /// scales (Weights::scaled, no dequantised copy; WeightLoadOptions::projections_as_stored / experts_as_stored)
+  /// and compute with them through the ops' block-scaled weights (ops::Linear, MoeExpertsDesc::routed_scaled):
+  /// the values are the dequantised bf16 weights, so the logits are the dequantised model's bit for bit, from
+  /// about a quarter (FP8) or an eighth (FP4) of the fp32 bytes. The rank models sliced from such a model
+  /// (make_rank_model, GpuDsv41Model::create_rank) hold the stored slices. fp32 numerics: refused (a stored
+  /// weight's value is its bf16 rounding).
+  bool weights_as_stored = false;
   /// GPU model: bytes of one page of a sequence's growing state (compressed-KV entries, index keys); a
   /// sequence holds at most one partly used page per layer and family. Tests set small pages.
   int64_t state_page_bytes = 64 << 10;
@@ -144,6 +154,9 @@ class Dsv41Model final : public LanguageModel {
   size_t state_bytes_for(int64_t num_tokens) const override;
 
   ModelSpec const& spec() const { return spec_; }
+  /// Bytes of the weight tensors the model references (Weights: dense tensors, stored codes and scales, EXL3
+  /// groups); a rank model counts the tensors it shares with the full model as well as its own slices.
+  size_t weight_bytes() const;
   EngramTables const& engram() const { return engram_; }
   Numerics numerics() const { return opts_.numerics; }
   void set_boundary_ulps(int ulps) { opts_.boundary_ulps = ulps; }
@@ -170,8 +183,8 @@ class Dsv41Model final : public LanguageModel {
   Dsv41Model() = default;
   struct Chunk;
   void attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vector<float> const& xa, std::vector<float>& out);
-  /// The EXL3 form of projection `field` of layer l (Weights::exl3), or nullptr when it is dense.
-  Exl3Weight const* q_(int64_t l, char const* field) const { return w_.exl3_of(scaled_weight_key(l, field)); }
+  /// The stored form of projection `field` of layer l (Weights::exl3 / Weights::scaled; neither when dense).
+  StoredLinear q_(int64_t l, char const* field) const;
   void dspark_record(Dsv41State& st, int64_t layer, std::vector<float> const& X) const;
   void dspark_truncate(Dsv41State& st, int64_t length) const;
   void tap(std::string const& name, std::vector<int64_t> shape, std::span<float const> v) const {
