@@ -492,7 +492,7 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         ma.dev.w1 = table;
         ma.dev.w3 = table + s.n_experts;
         ma.dev.w2 = table + 2 * s.n_experts;
-        if (lw.moe.routed_scaled != DType::kF32) {  // codes in `table`, scales in scale_ptrs (CUDA only)
+        if (lw.moe.routed_scaled != DType::kF32) {  // codes in `table`, scales in scale_ptrs (the CPU: views below)
           ed.routed_scaled = lw.moe.routed_scaled;
           auto* const* st = static_cast<void const* const*>(lw.moe.scale_ptrs);
           ma.dev.s1 = st;
@@ -502,9 +502,16 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         ma.dev.shared_w1 = lw.moe.s1.p;
         ma.dev.shared_w3 = lw.moe.s3.p;
         ma.dev.shared_w2 = lw.moe.s2.p;
-        std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same (fp32) weights
+        std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same weights (fp32, or codes + scales)
+        std::vector<ops::BlockScaledView> hq1, hq3, hq2;
         if (mem.backend == Backend::kCpu) {
           for (size_t e = 0; e < lw.moe.w1.size(); ++e) {
+            if (lw.moe.routed_scaled != DType::kF32) {
+              hq1.push_back(scaled_view(lw.moe.w1[e]));
+              hq3.push_back(scaled_view(lw.moe.w3[e]));
+              hq2.push_back(scaled_view(lw.moe.w2[e]));
+              continue;
+            }
             hw1.push_back(dcv2(lw.moe.w1[e]));
             hw3.push_back(dcv2(lw.moe.w3[e]));
             hw2.push_back(dcv2(lw.moe.w2[e]));
@@ -512,6 +519,9 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           ma.w1 = hw1;
           ma.w3 = hw3;
           ma.w2 = hw2;
+          ma.w1_scaled = hq1;
+          ma.w3_scaled = hq3;
+          ma.w2_scaled = hq2;
           ma.shared_w1 = dcv2(lw.moe.s1);
           ma.shared_w3 = dcv2(lw.moe.s3);
           ma.shared_w2 = dcv2(lw.moe.s2);

@@ -44,6 +44,12 @@ using Copy = gpu::Mem::Copy;
 inline F2 dv2(float* p, int64_t r, int64_t c) { return F2(p, {r, c}, kDev); }
 inline CF2 dcv2(float const* p, int64_t r, int64_t c) { return CF2(p, {r, c}, kDev); }
 inline CF2 dcv2(DevTensor const& t) { return CF2(t.f32(), {t.rows, t.cols}, kDev); }
+/// The codes and scales of a block-scaled DevTensor as views (ops::Linear's layouts).
+inline ops::BlockScaledView scaled_view(DevTensor const& t) {
+  int64_t const srows = t.dtype == DType::kF8E4m3 ? (t.rows + 31) / 32 : t.rows;
+  return {TensorView<uint8_t const, 2>(t.codes(), {t.rows, t.code_stride()}, kDev),
+          TensorView<uint8_t const, 2>(t.scales(), {srows, t.scale_stride}, kDev)};
+}
 inline CF1 dcv1(DevTensor const& t) { return CF1(t.f32(), {t.rows * t.cols}, kDev); }
 inline CF1 dcv1(float const* p, int64_t n) { return CF1(p, {n}, kDev); }
 inline TensorView<int64_t const, 1> dpos(int64_t const* p, int64_t n) {

@@ -8,6 +8,7 @@
 #include "models/deepseek_v41/gpu_impl.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/core/thread_pool.hpp"
+#include "tessera/ops/linear.hpp"
 #include "tessera/ops/linear_tc.hpp"
 #include "tessera/ref/rope_ref.hpp"
 
@@ -80,6 +81,15 @@ bool scaled_rows_viewable(ScaledWeight const& sw, int64_t row_block) {
   return sw.dtype != DType::kF8E4m3 || row_block % 32 == 0;
 }
 
+/// Whether MoeExperts on `backend` runs routed experts block-scaled in `format` for `spec` (MoeExpertsDesc::
+/// routed_scaled): the CPU backend any format; CUDA the fused formats at dims that are multiples of 32 within
+/// the fused tile's K.
+bool routed_scaled_runs(ModelSpec const& spec, Backend backend, DType format) {
+  if (backend == Backend::kCpu) return ops::is_block_scaled(format);
+  return ops::tc_quant_format_fused(format) && spec.hidden_size % 32 == 0 && spec.moe_inter % 32 == 0 &&
+         spec.hidden_size <= ops::kTcQuantMaxK && spec.moe_inter <= ops::kTcQuantMaxK;
+}
+
 /// The routed experts of layer l in EXL3 (every w1/w3/w2 recorded in Weights::exl3, one layer shape per
 /// projection, and the shared expert EXL3 too): true; none of them EXL3: false; anything else kNotSupported.
 Result<bool> routed_exl3(Weights const& h, int64_t l, int64_t E) {
@@ -131,7 +141,8 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
   DType const ex = mem.backend == Backend::kCpu ? DType::kF32 : lin;
   auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
   // A projection: as stored when h.scaled has it (bf16 numerics, where its bf16 value is the tensor's) and
-  // the forward's row views of it are block-aligned; else the dequantised tensor as `lin`.
+  // the forward's row views of it are block-aligned; else the dequantised tensor as `lin` (made from the stored
+  // form when the host weights hold only that: a CPU model with weights_as_stored and its rank slices).
   // The routed experts' block-scaled dtype when layer l's were loaded as stored (load_weights with
   // experts_as_stored, which leaves their ExpertWeights empty); kF32 when they were loaded dequantised.
   auto routed_scaled_dtype = [&](Weights const& hw, int64_t l, int64_t E) {
@@ -141,13 +152,13 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
   auto up_proj = [&](std::string const& key, Tensor const& t, gpu::DevTensor* o, int64_t row_block = 0) {
     // EXL3 as stored (both backends, both numerics); the grouped wo_a in its row_block-wide output slices.
     if (Exl3Weight const* q = h.exl3_of(key)) return gpu::upload_exl3(mem, w, *q, row_block ? q->desc.n / row_block : 1, o);
-    auto it = h.scaled.find(key);
+    ScaledWeight const* sw = h.scaled_of(key);
     // CUDA keeps a stored form only when decode shapes run it fused (else each call would decode W to bf16
     // first, slower than holding bf16); the CPU backend takes every stored form.
-    if (md == DType::kBf16 && it != h.scaled.end() && scaled_rows_viewable(it->second, row_block) &&
-        (mem.backend == Backend::kCpu || ops::tc_quant_format_fused(it->second.dtype)))
-      return upload_scaled(mem, w, it->second, o);
-    return upload_tensor(mem, w, t, lin, o);
+    if (md == DType::kBf16 && sw && scaled_rows_viewable(*sw, row_block) &&
+        (mem.backend == Backend::kCpu || ops::tc_quant_format_fused(sw->dtype)))
+      return upload_scaled(mem, w, *sw, o);
+    return upload_tensor(mem, w, dense_weight(t, sw), lin, o);
   };
   TESSERA_TRY(up(h.embed, &w.embed));
   TESSERA_TRY(up(h.norm, &w.norm));
@@ -190,7 +201,9 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
     auto rx = routed_exl3(h, static_cast<int64_t>(l), static_cast<int64_t>(s.experts.size()));
     if (!rx) return rx.status();
     m.routed_exl3 = *rx;
-    DType const rq = m.routed_exl3 ? DType::kF32 : routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    // Held as stored but not run so on this backend (CUDA outside the fused tile's shapes): dequantised.
+    DType rq = m.routed_exl3 ? DType::kF32 : routed_scaled_dtype(h, static_cast<int64_t>(l), static_cast<int64_t>(E));
+    if (rq != DType::kF32 && (md != DType::kBf16 || !routed_scaled_runs(spec, mem.backend, rq))) rq = DType::kF32;
     std::vector<void const*> xptrs(m.routed_exl3 ? 9 * E : 0);
     for (size_t e = 0; e < E; ++e) {
       if (m.routed_exl3) {
@@ -209,9 +222,12 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w3")), &m.w3[e]));
         TESSERA_TRY(upload_scaled(mem, w, h.scaled.at(key("w2")), &m.w2[e]));
       } else {
-        TESSERA_TRY(up(s.experts[e0 + e].w1, &m.w1[e], ex));
-        TESSERA_TRY(up(s.experts[e0 + e].w3, &m.w3[e], ex));
-        TESSERA_TRY(up(s.experts[e0 + e].w2, &m.w2[e], ex));
+        auto const held = [&](char const* wn, Tensor const& t) {
+          return dense_weight(t, h.scaled_of(scaled_expert_key(static_cast<int64_t>(l), static_cast<int64_t>(e0 + e), wn)));
+        };
+        TESSERA_TRY(up(held("w1", s.experts[e0 + e].w1), &m.w1[e], ex));
+        TESSERA_TRY(up(held("w3", s.experts[e0 + e].w3), &m.w3[e], ex));
+        TESSERA_TRY(up(held("w2", s.experts[e0 + e].w2), &m.w2[e], ex));
       }
       ptrs[e] = m.w1[e].p;
       ptrs[E + e] = m.w3[e].p;
@@ -274,11 +290,10 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   WeightLoadOptions wo;
   wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
   wo.keep_exl3 = !opts.dequantize_weights;  // EXL3 linears run as stored (gpu_exl3.cpp), in either numerics
-  // Routed experts stay as stored where MoeExperts<kCuda> runs them fused (the CPU op takes fp32 experts).
-  if (wo.keep_scaled_projections && backend == Backend::kCuda &&
-      spec.hidden_size % 32 == 0 && spec.moe_inter % 32 == 0 && spec.hidden_size <= ops::kTcQuantMaxK &&
-      spec.moe_inter <= ops::kTcQuantMaxK)
-    wo.experts_as_stored = [](DType t) { return ops::tc_quant_format_fused(t); };
+  // Routed experts stay as stored where MoeExperts runs them so (routed_scaled_runs: the CPU op any format, CUDA
+  // the fused tiles).
+  if (wo.keep_scaled_projections)
+    wo.experts_as_stored = [spec, backend](DType t) { return routed_scaled_runs(spec, backend, t); };
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
   TESSERA_TRY(check_exl3_weights(spec, *hw, false));

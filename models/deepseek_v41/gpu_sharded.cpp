@@ -13,7 +13,8 @@
 /// change a sum that starts from +0). The shared expert is split by rows: its activation
 /// a = →md(silu(→md(w1·x))·→md(w3·x)) over the rank's inter rows (Linear + moe_act), all-gathered, then the
 /// rank's output rows →md(w2·a) with full-length dots, all-gathered: the dots of ref::moe_expert_row_accumulate
-/// (ops::Linear and MoeExperts share ref::gemm_dot's order).
+/// (ops::Linear and MoeExperts share ref::gemm_dot's order). Block-scaled slices (codes + scales, rank_weights) run
+/// through the same ops' block-scaled weights, whose values are the dequantised bf16 weights.
 ///
 /// Synchronisation: a collective's input must be finished when the communicator reads it, and the NCCL
 /// communicator (like the host staging adapter) runs on its own stream; so the model's stream is
@@ -173,9 +174,18 @@ void Forward::shard_moe(int64_t l, float const* xa, float const* rw, int32_t con
     int32_t const* d_pid = upload(pid);
     float const* d_pw = upload(pw);
     auto* const* table = static_cast<void const* const*>(mx.ptrs);
-    std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same (fp32) weights
+    auto* const* scale_table = static_cast<void const* const*>(mx.scale_ptrs);
+    bool const scaled = mx.routed_scaled != DType::kF32;  // codes in `table`, scales in `scale_table`
+    std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same weights (fp32, or codes + scales)
+    std::vector<ops::BlockScaledView> hq1, hq3, hq2;
     if (kDev == Device::kCpu)
       for (int64_t e = 0; e < held; ++e) {
+        if (scaled) {
+          hq1.push_back(scaled_view(mx.w1[e]));
+          hq3.push_back(scaled_view(mx.w3[e]));
+          hq2.push_back(scaled_view(mx.w2[e]));
+          continue;
+        }
         hw1.push_back(dcv2(mx.w1[e]));
         hw3.push_back(dcv2(mx.w3[e]));
         hw2.push_back(dcv2(mx.w2[e]));
@@ -184,7 +194,10 @@ void Forward::shard_moe(int64_t l, float const* xa, float const* rw, int32_t con
     for (int64_t c0 = 0; c0 < P; c0 += kMaxRows) {
       int64_t const n = std::min(kMaxRows, P - c0);
       ops::MoeExpertsDesc ed{n, held, D, I, 1, s.swiglu_limit, false, md};
-      ed.weight_dtype = mx.w1.front().dtype;
+      // Dense experts: their dtype. Block-scaled: the dense dtype the backend's op pairs them with (the CPU op's
+      // fp32; CUDA's bf16 = md, the only numerics with stored experts).
+      ed.weight_dtype = !scaled ? mx.w1.front().dtype : kDev == Device::kCpu ? DType::kF32 : DType::kBf16;
+      ed.routed_scaled = mx.routed_scaled;
       ops::MoeExpertsArgs ma{};
       ma.x = dcv2(xg + c0 * D, n, D);
       ma.ids = TensorView<int32_t const, 2>(d_pid + c0, {n, 1}, kDev);
@@ -193,9 +206,17 @@ void Forward::shard_moe(int64_t l, float const* xa, float const* rw, int32_t con
       ma.dev.w1 = table;
       ma.dev.w3 = table + held;
       ma.dev.w2 = table + 2 * held;
+      if (scaled) {
+        ma.dev.s1 = scale_table;
+        ma.dev.s3 = scale_table + held;
+        ma.dev.s2 = scale_table + 2 * held;
+      }
       ma.w1 = hw1;
       ma.w3 = hw3;
       ma.w2 = hw2;
+      ma.w1_scaled = hq1;
+      ma.w3_scaled = hq3;
+      ma.w2_scaled = hq2;
       run<ops::MoeExperts>(ctx_, ed, ma);
     }
   }

@@ -4,9 +4,11 @@
 /// (codes + scales through ops::Linear's kF8E4m3 weights) and computes exactly what it computes with them
 /// dequantised to bf16 (ModelOptions::dequantize_weights) and what the CPU model computes: every logits row
 /// of a prefill past the window and the compressor groups, then single-token decode steps, bit for bit.
-/// On the CUDA backend the FP4 routed experts are kept as stored too (MoeExpertsDesc::routed_scaled). Which
+/// The FP4 routed experts are kept as stored too (MoeExpertsDesc::routed_scaled; the CPU op widens their rows). The
+/// CPU model with ModelOptions::weights_as_stored holds the same stored forms and gives the same logits. Which
 /// weights were kept is checked through GpuDsv41Model::projection_dtype / routed_experts_dtype and the weight
-/// bytes (the saving is exactly Σ 2·rows·cols − codes − scales over the kept ones); the grouped wo_a is kept when its
+/// bytes (the saving is exactly Σ b·rows·cols − codes − scales over the kept ones, b the dequantised copy's bytes a
+/// value: 2, or 4 for the CPU backend's fp32 experts, less the experts' tables of scale pointers); the grouped wo_a is kept when its
 /// groups start on 32-row scale blocks (o_lora_rank % 32 == 0) and dequantised otherwise.
 #include <boost/test/unit_test.hpp>
 
@@ -123,23 +125,23 @@ void scaled_equals_dequantised(Config const& c, bool wo_a_kept) {
   BOOST_TEST(n_kept == (fp8_kept ? (wo_a_kept ? 5 : 4) * L + static_cast<int64_t>(ck.spec.index_source_layers.size()) +
                                          static_cast<int64_t>(ck.spec.engram_layers.size())
                                    : 0));
-  // Routed experts: FP4 in the checkpoint; kept as stored on the CUDA backend only (the CPU op takes fp32 experts).
+  // Routed experts: FP4 in the checkpoint; kept as stored on both backends (MoeExpertsDesc::routed_scaled), the
+  // dequantised copies fp32 on the CPU backend (its op's dense expert dtype) and bf16 on CUDA.
   WeightLoadOptions eo;
   eo.experts_as_stored = [](DType t) { return t == DType::kF4E2m1x2; };
   Weights const he = load_weights(ck.spec, ck.src, Numerics::kBf16, eo).value_or_throw();
   for (int64_t l = 0; l < L; ++l)  // recorded instead of loaded: no fp32 host copy
     BOOST_TEST(!he.layers[static_cast<size_t>(l)].experts.front().w1.defined());
   for (int64_t l = 0; l < L; ++l) {
-    DType const want = kBackend == Backend::kCuda ? DType::kF4E2m1x2 : DType::kF32;
-    BOOST_TEST((kept->routed_experts_dtype(l).value_or_throw() == want), "layer " << l);
+    BOOST_TEST((kept->routed_experts_dtype(l).value_or_throw() == DType::kF4E2m1x2), "layer " << l);
     BOOST_TEST((deq->routed_experts_dtype(l).value_or_throw() == (kBackend == Backend::kCuda ? DType::kBf16 : DType::kF32)));
-    if (kBackend != Backend::kCuda) continue;
+    size_t const dense_bytes = kBackend == Backend::kCuda ? 2 : 4;
     saved -= 3 * static_cast<size_t>(ck.spec.n_experts) * sizeof(void*);  // the layer's table of scale pointers
     for (int64_t e = 0; e < ck.spec.n_experts; ++e)
       for (char const* wn : {"w1", "w3", "w2"}) {
         ScaledWeight const& sw = he.scaled.at(scaled_expert_key(l, e, wn));
         BOOST_TEST((sw.dtype == DType::kF4E2m1x2));
-        saved += static_cast<size_t>(2 * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
+        saved += static_cast<size_t>(dense_bytes * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
       }
   }
   BOOST_TEST(he.scaled.count(scaled_weight_key(0, "wq_a")) == 0u);  // projections are not asked for here
@@ -155,6 +157,21 @@ void scaled_equals_dequantised(Config const& c, bool wo_a_kept) {
   BOOST_TEST(bitwise_equal(b, d), "stored-form projections != dequantised projections");
   BOOST_TEST(bitwise_equal(b, a), "stored-form projections != CPU model");
   BOOST_TEST(bitwise_equal(d, a), "dequantised projections != CPU model");
+
+  // The CPU model holding the same weights as stored (ModelOptions::weights_as_stored): every projection and
+  // routed expert the checkpoint stores block-scaled is held as codes + scales only, each saving exactly
+  // 4·rows·cols − codes − scales fp32 bytes, and the logits are the dequantised CPU model's.
+  ModelOptions os = o;
+  os.weights_as_stored = true;
+  auto cpu_stored = Dsv41Model::create(ck.spec, ck.src, os).value_or_throw();
+  size_t cpu_saved = 0;
+  for (auto const& [key, sw] : hw.scaled) cpu_saved += static_cast<size_t>(4 * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
+  for (auto const& [key, sw] : he.scaled) cpu_saved += static_cast<size_t>(4 * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
+  BOOST_TEST(cpu->weight_bytes() - cpu_stored->weight_bytes() == cpu_saved);
+  BOOST_TEST(bitwise_equal(prefill_then_decode(*cpu_stored, prompt, decode), a), "CPU model with weights as stored != dequantised");
+  ModelOptions of32 = os;
+  of32.numerics = Numerics::kFp32;
+  BOOST_TEST(!Dsv41Model::create(ck.spec, ck.src, of32).ok());  // a stored weight's value is bf16
 
   // fp32 numerics keep reading fp32 weights.
   auto f32 = GpuDsv41Model::create(ck.spec, ck.src, {}, kBackend).value_or_throw();
