@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -33,6 +34,58 @@ Tensor cols_of(Tensor const& t, Range r) {
   return Tensor::from_floats(v, {n, r.size()});
 }
 
+/// Rows [r.begin, r.end) of a block-scaled weight: those rows of codes and the scale rows that cover them
+/// (FP8: the 32-row blocks [begin/32, ⌈end/32⌉), so r must be block-aligned; FP4: the same rows). Copies.
+ScaledWeight scaled_rows_of(ScaledWeight const& w, Range r) {
+  bool const fp8 = w.dtype == DType::kF8E4m3;
+  Range const sr = fp8 ? Range{r.begin / 32, (r.end + 31) / 32} : r;
+  size_t const qrow = w.codes.nbytes() / static_cast<size_t>(w.codes.dim(0));  // codes and scales are bytes
+  size_t const srow = w.scales.nbytes() / static_cast<size_t>(w.scales.dim(0));
+  ScaledWeight out{w.dtype, r.size(), w.cols, Tensor::zeros(w.codes.dtype(), {r.size(), w.codes.dim(1)}),
+                   Tensor::zeros(w.scales.dtype(), {sr.size(), w.scales.dim(1)})};
+  std::memcpy(out.codes.data(), w.codes.data_as<uint8_t>() + r.begin * qrow, static_cast<size_t>(r.size()) * qrow);
+  std::memcpy(out.scales.data(), w.scales.data_as<uint8_t>() + sr.begin * srow, static_cast<size_t>(sr.size()) * srow);
+  return out;
+}
+
+/// Columns [c.begin, c.end) of a block-scaled weight (c block-aligned): those code columns (FP4: bytes
+/// [begin/2, end/2), two codes a byte) of every row and the scale columns [begin/32, ⌈end/32⌉). Copies.
+ScaledWeight scaled_cols_of(ScaledWeight const& w, Range c) {
+  bool const fp4 = w.dtype == DType::kF4E2m1x2;
+  int64_t const q0 = fp4 ? c.begin / 2 : c.begin, qn = fp4 ? c.size() / 2 : c.size();
+  Range const sc{c.begin / 32, (c.end + 31) / 32};
+  int64_t const ldq = w.codes.dim(1), lds = w.scales.dim(1), srows = w.scales.dim(0);
+  ScaledWeight out{w.dtype, w.rows, c.size(), Tensor::zeros(w.codes.dtype(), {w.rows, qn}),
+                   Tensor::zeros(w.scales.dtype(), {srows, sc.size()})};
+  for (int64_t i = 0; i < w.rows; ++i)
+    std::memcpy(out.codes.data_as<uint8_t>() + i * qn, w.codes.data_as<uint8_t>() + i * ldq + q0, static_cast<size_t>(qn));
+  for (int64_t i = 0; i < srows; ++i)
+    std::memcpy(out.scales.data_as<uint8_t>() + i * sc.size(), w.scales.data_as<uint8_t>() + i * lds + sc.begin,
+                static_cast<size_t>(sc.size()));
+  return out;
+}
+
+/// Replaces weight `key` (dense tensor `dense`) of `out` by its rows r, or its columns r when `cols`. A weight held
+/// block-scaled (out.scaled[key]) keeps its stored form when the slice is whole scale blocks
+/// (scaled_slice_aligned): the rank then holds only the stored slice; otherwise it holds the dense slice of the
+/// weight's values (dequantize_scaled) and no stored form.
+void slice_weight(Weights& out, std::string const& key, Tensor& dense, Range r, bool cols) {
+  auto it = out.scaled.find(key);
+  if (it == out.scaled.end()) {
+    dense = cols ? cols_of(dense, r) : rows_of(dense, r);
+    return;
+  }
+  ScaledWeight const& sw = it->second;
+  if (scaled_slice_aligned(sw.dtype, cols ? sw.cols : sw.rows, r, cols)) {
+    it->second = cols ? scaled_cols_of(sw, r) : scaled_rows_of(sw, r);
+    dense = Tensor{};
+    return;
+  }
+  Tensor const all = dense_weight(dense, &sw);
+  dense = cols ? cols_of(all, r) : rows_of(all, r);
+  out.scaled.erase(it);
+}
+
 bool has(std::string const& s, char const* sub) { return s.find(sub) != std::string::npos; }
 
 /// The expert id of a per-expert tensor name (`…experts.<e>.…`), or −1.
@@ -55,25 +108,31 @@ struct RankAccess {
     TESSERA_TRY(check_exl3_weights(s, full.w_, true));
     dist::RankPlan const& me = sh.me();
     dist::ShardingPlan const& p = sh.plan;
-    Weights out = full.w_;  // shares every tensor; the rank's slices replace some below
-    out.scaled.clear();     // stored forms are of whole tensors; a rank holds its slices dense
+    Weights out = full.w_;  // shares every tensor (stored forms included); the rank's slices replace some below
     int64_t const hd = s.head_dim, ro = s.o_lora_rank;
     bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
     bool const allreduce = !me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce;
     for (int64_t l = 0; l < s.num_layers; ++l) {
       LayerWeights& w = out.layers[l];
+      auto key = [l](char const* field) { return scaled_weight_key(l, field); };
       if (tp) {
-        w.wq_b = rows_of(w.wq_b, {me.heads.begin * hd, me.heads.end * hd});
+        slice_weight(out, key("wq_b"), w.wq_b, {me.heads.begin * hd, me.heads.end * hd}, false);
         w.attn_sink = rows_of(w.attn_sink, me.heads);
-        if (!me.gather_heads) w.wo_a = rows_of(w.wo_a, {me.groups.begin * ro, me.groups.end * ro});
-        w.wo_b = allreduce ? cols_of(w.wo_b, {me.groups.begin * ro, me.groups.end * ro}) : rows_of(w.wo_b, me.wo_b_rows);
+        if (!me.gather_heads) slice_weight(out, key("wo_a"), w.wo_a, {me.groups.begin * ro, me.groups.end * ro}, false);
+        if (allreduce)
+          slice_weight(out, key("wo_b"), w.wo_b, {me.groups.begin * ro, me.groups.end * ro}, true);
+        else
+          slice_weight(out, key("wo_b"), w.wo_b, me.wo_b_rows, false);
         w.shared.w1 = rows_of(w.shared.w1, me.shared_inter);
         w.shared.w3 = rows_of(w.shared.w3, me.shared_inter);
         w.shared.w2 = rows_of(w.shared.w2, me.shared_rows);
       }
       if (ep)
         for (int64_t e = 0; e < s.n_experts; ++e)
-          if (!me.experts.contains(e)) w.experts[e] = ExpertWeights{};
+          if (!me.experts.contains(e)) {
+            w.experts[e] = ExpertWeights{};
+            for (char const* wn : {"w1", "w3", "w2"}) out.scaled.erase(scaled_expert_key(l, e, wn));
+          }
       int64_t ei = s.engram_index(l);
       if (ei >= 0 && p.cfg.engram == dist::EngramPlacement::kSharded && p.world > 1) {
         int64_t C = full.engram_.columns();
@@ -88,7 +147,7 @@ struct RankAccess {
         w.e_table = rows_of(w.e_table, rows);
       }
     }
-    if (tp) out.lm_head = rows_of(out.lm_head, me.vocab);
+    if (tp) slice_weight(out, scaled_head_key(), out.lm_head, me.vocab, false);
     return out;
   }
 
@@ -125,36 +184,118 @@ dist::ModelDims model_dims(ModelSpec const& s) {
   return d;
 }
 
+bool scaled_slice_aligned(DType dtype, int64_t n, Range r, bool cols) {
+  if (!cols && dtype == DType::kF4E2m1x2) return true;  // a scale row per row
+  return r.begin % 32 == 0 && (r.end % 32 == 0 || r.end == n);
+}
+
+namespace {
+
+/// How a checkpoint tensor is stored: dense, or one half of a block-scaled weight (spec §4.2: `X.weight` codes,
+/// `X.scale` ue8m0 scales), with the weight's logical [rows, cols].
+struct StoredAs {
+  enum class Kind { kDense, kCodes, kScales } kind = Kind::kDense;
+  DType format = DType::kF32;  // kF8E4m3 / kF4E2m1x2 for codes and scales
+  int64_t rows = 0, cols = 0;
+};
+
+StoredAs stored_as(io::TensorInfo const& t, std::map<std::string, io::TensorInfo const*> const& by_name) {
+  auto ends = [](std::string const& n, std::string const& suf) {
+    return n.size() >= suf.size() && n.compare(n.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  auto find = [&](std::string const& n) -> io::TensorInfo const* {
+    auto it = by_name.find(n);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  // The loader's rule (CheckpointSource::scaled): an F8_E4M3 weight, or a 2-D I8 one (FP4 pairs), with an E8M0
+  // `.scale`; Engram tables are per-row-scaled tables, not block-scaled weights.
+  auto format_of = [](io::TensorInfo const& w, io::TensorInfo const& sc) {
+    if (sc.dtype != DType::kE8m0 || w.shape.size() != 2 || has(w.name, "engram.embed.") || has(w.name, "engram_tables."))
+      return DType::kF32;
+    return w.dtype == DType::kF8E4m3 ? DType::kF8E4m3 : w.dtype == DType::kI8 ? DType::kF4E2m1x2 : DType::kF32;
+  };
+  StoredAs a;
+  if (ends(t.name, ".weight")) {
+    io::TensorInfo const* sc = find(t.name.substr(0, t.name.size() - 7) + ".scale");
+    if (!sc || (a.format = format_of(t, *sc)) == DType::kF32) return {};
+    a.kind = StoredAs::Kind::kCodes;
+    a.rows = t.shape[0];
+    a.cols = a.format == DType::kF4E2m1x2 ? 2 * t.shape[1] : t.shape[1];
+  } else if (ends(t.name, ".scale")) {
+    io::TensorInfo const* w = find(t.name.substr(0, t.name.size() - 6) + ".weight");
+    if (!w || (a.format = format_of(*w, t)) == DType::kF32) return {};
+    a.kind = StoredAs::Kind::kScales;
+    a.rows = w->shape[0];
+    a.cols = a.format == DType::kF4E2m1x2 ? 2 * w->shape[1] : w->shape[1];
+  }
+  return a;
+}
+
+/// Bytes of rows r (cols = false) or columns r (cols = true) of tensor t, in the rank's terms: a dense tensor's
+/// slice; a block-scaled weight's stored slice (codes and the scale blocks covering them) when the slice is whole
+/// scale blocks, else its dense slice held as bf16 (2 bytes a value; rank_weights) and no scales.
+size_t slice_bytes(io::TensorInfo const& t, StoredAs const& a, Range r, bool cols) {
+  if (a.kind == StoredAs::Kind::kDense) {
+    int64_t const n = cols ? t.shape[1] : t.shape[0];
+    return n == 0 ? 0 : t.nbytes / static_cast<size_t>(n) * static_cast<size_t>(r.size());
+  }
+  bool const fp4 = a.format == DType::kF4E2m1x2;
+  if (!scaled_slice_aligned(a.format, cols ? a.cols : a.rows, r, cols))
+    return a.kind == StoredAs::Kind::kCodes ? static_cast<size_t>(2 * (cols ? a.rows : r.size()) * (cols ? r.size() : a.cols))
+                                            : 0;
+  if (a.kind == StoredAs::Kind::kCodes) {
+    int64_t const rows = cols ? a.rows : r.size(), values = cols ? r.size() : a.cols;
+    return static_cast<size_t>(rows * (fp4 ? values / 2 : values));
+  }
+  int64_t const scale_cols = (a.cols + 31) / 32;
+  if (cols) return static_cast<size_t>((fp4 ? a.rows : (a.rows + 31) / 32) * ((r.end + 31) / 32 - r.begin / 32));
+  return static_cast<size_t>((fp4 ? r.size() : (r.end + 31) / 32 - r.begin / 32) * scale_cols);
+}
+
+}  // namespace
+
 std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s, std::vector<io::TensorInfo> const& tensors) {
   std::vector<size_t> out(static_cast<size_t>(p.world), 0);
   bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
+  std::map<std::string, io::TensorInfo const*> by_name;
+  for (auto const& t : tensors) by_name[t.name] = &t;
   for (auto const& t : tensors) {
     std::string const& n = t.name;
+    StoredAs const as = stored_as(t, by_name);
+    bool const attn = has(n, "attn.") && !has(n, "indexer") && !has(n, "compressor");
+    int64_t const e = expert_of(n);
     for (auto const& r : p.ranks) {
-      double f = 1.0;  // fraction of the tensor this rank holds
-      bool const attn = has(n, "attn.") && !has(n, "indexer") && !has(n, "compressor");
-      int64_t e = expert_of(n);
-      if (tp && attn && (has(n, "wq_b") || has(n, "q_b_proj") || has(n, "attn_sink") || has(n, "sinks")))
-        f = static_cast<double>(r.heads.size()) / s.num_heads;
+      // The rank's part: rows or columns of the weight (exact bytes), or a fraction of the tensor.
+      Range part{0, 0};
+      bool cols = false, sliced = true;
+      double f = 1.0;
+      if (tp && attn && (has(n, "wq_b") || has(n, "q_b_proj")))
+        part = {r.heads.begin * s.head_dim, r.heads.end * s.head_dim};
+      else if (tp && attn && (has(n, "attn_sink") || has(n, "sinks")))
+        part = r.heads;
       else if (tp && attn && (has(n, "wo_a") || has(n, "o_a_proj")))
-        f = static_cast<double>(r.groups.size()) / s.o_groups;
-      else if (tp && attn && (has(n, "wo_b") || has(n, "o_b_proj")))
-        f = r.wo_b_rows.size() < s.hidden_size ? static_cast<double>(r.wo_b_rows.size()) / s.hidden_size
-                                               : static_cast<double>(r.groups.size()) / s.o_groups;
-      else if (ep && e >= 0)
-        f = r.experts.contains(e) ? 1.0 : 0.0;
-      else if (ep && (has(n, "experts.gate_up_proj") || has(n, "experts.down_proj")))
-        f = static_cast<double>(r.experts.size()) / s.n_experts;
-      else if (tp && has(n, "shared_experts.") && (has(n, ".w2") || has(n, "down_proj")))
-        f = static_cast<double>(r.shared_rows.size()) / s.hidden_size;
+        part = {r.groups.begin * s.o_lora_rank, r.groups.end * s.o_lora_rank};
+      else if (tp && attn && (has(n, "wo_b") || has(n, "o_b_proj"))) {
+        cols = r.wo_b_rows.size() == s.hidden_size && !r.gather_heads;  // all-reduce: the groups' columns
+        part = cols ? Range{r.groups.begin * s.o_lora_rank, r.groups.end * s.o_lora_rank} : r.wo_b_rows;
+      } else if (tp && has(n, "shared_experts.") && (has(n, ".w2") || has(n, "down_proj")))
+        part = r.shared_rows;
       else if (tp && has(n, "shared_experts."))
-        f = static_cast<double>(r.shared_inter.size()) / s.moe_inter;
+        part = r.shared_inter;
       else if (tp && (n.rfind("lm_head", 0) == 0 || n.rfind("head.", 0) == 0))
-        f = static_cast<double>(r.vocab.size()) / s.vocab_size;
-      else if (p.world > 1 && p.cfg.engram == dist::EngramPlacement::kSharded && p.dims.engram_columns > 0 &&
-               (has(n, "engram.embed.") || has(n, "engram_tables.")))
-        f = static_cast<double>(r.engram_cols.size()) / p.dims.engram_columns;  // ≈: columns differ by a few rows
-      out[r.rank] += static_cast<size_t>(static_cast<double>(t.nbytes) * f + 0.5);
+        part = r.vocab;
+      else {
+        sliced = false;
+        if (ep && e >= 0)
+          f = r.experts.contains(e) ? 1.0 : 0.0;
+        else if (ep && (has(n, "experts.gate_up_proj") || has(n, "experts.down_proj")))
+          f = static_cast<double>(r.experts.size()) / s.n_experts;
+        else if (p.world > 1 && p.cfg.engram == dist::EngramPlacement::kSharded && p.dims.engram_columns > 0 &&
+                 (has(n, "engram.embed.") || has(n, "engram_tables.")))
+          f = static_cast<double>(r.engram_cols.size()) / p.dims.engram_columns;  // ≈: columns differ by a few rows
+      }
+      out[r.rank] += sliced && !t.shape.empty() ? slice_bytes(t, as, part, cols)
+                                                : static_cast<size_t>(static_cast<double>(t.nbytes) * f + 0.5);
     }
   }
   return out;

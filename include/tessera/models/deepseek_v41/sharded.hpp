@@ -4,6 +4,9 @@
 /// not copied) plus a RankShard; its forward runs the single-rank code with the sharded steps of
 /// model_internal.hpp at the five places that differ (query heads, attention output, Engram rows, MoE,
 /// LM head). Every rank ends each step with the same full-size tensors, so states stay replicated.
+/// Block-scaled weights held as stored (ModelOptions::weights_as_stored) are sliced as stored: the rank's rows
+/// or columns of codes and the scale blocks covering them, where the plan's range falls on scale blocks
+/// (rank_weights, scaled_slice_aligned).
 ///
 /// The GPU model's rank models (GpuDsv41Model::create_rank, gpu_model.hpp) run the same sharded steps on the
 /// backend's memory (models/deepseek_v41/gpu_sharded.cpp).
@@ -48,9 +51,18 @@ std::vector<int64_t> widths_of(RankShard const& sh, F range_size) {
 /// The plan dimensions of a model spec.
 dist::ModelDims model_dims(ModelSpec const& spec);
 
+/// Whether rows (cols = false) or columns (cols = true) [r.begin, r.end) of a block-scaled weight in `dtype` with n
+/// of them in all are whole scale blocks, so that a rank can hold the slice as stored: FP8 (kF8E4m3) rows and
+/// columns come in 32×32 blocks, FP4 (kF4E2m1x2) columns in 32s (its rows have a scale row each). The last block
+/// may be the tensor's partial one (end = n).
+bool scaled_slice_aligned(DType dtype, int64_t n, dist::Range r, bool cols);
+
 /// Bytes each rank holds under `plan` for `tensors` (names of any scheme of weights.hpp, `nbytes` as
-/// stored, so quantized checkpoints count their packed bytes): split tensors count their slice,
-/// everything else is replicated. Engram tables count their share of hash columns (≈ rows).
+/// stored, so quantized checkpoints count their packed bytes): split tensors count their slice, everything
+/// else is replicated. A block-scaled weight (`X.weight` codes + `X.scale`, spec §4.2) counts the codes and
+/// scale blocks of its slice (rank_weights' stored slice), or, when the slice is not whole scale blocks
+/// (scaled_slice_aligned), its values as bf16 (2 bytes each: the dense slice a bf16 rank holds) and no scales.
+/// Engram tables count their share of hash columns (≈ rows).
 std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const& spec,
                                 std::vector<io::TensorInfo> const& tensors);
 
@@ -62,6 +74,11 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
 /// groups, wo_b rows or columns, shared-expert rows, LM-head rows, Engram table rows of the rank's hash
 /// columns) and the routed experts outside the rank's range left empty (undefined tensors; the vector keeps
 /// n_routed_experts entries); every other tensor is shared with `full`, not copied. EXL3 weights: kNotSupported.
+/// Block-scaled weights `full` holds as stored (Weights::scaled, ModelOptions::weights_as_stored) stay stored:
+/// a split one becomes the stored slice (its rows or columns of codes and the scale blocks covering them; the
+/// dense tensor stays undefined) when the slice is whole scale blocks (scaled_slice_aligned), else the dense
+/// slice of its values (dequantize_scaled; e.g. o_lora_rank 16 splits wo_a's 32-row FP8 blocks at TP 2) and
+/// no stored form; routed experts outside the rank's range are dropped from Weights::scaled, the others kept whole.
 Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard);
 
 class ShardedState final : public SequenceState {
