@@ -11,6 +11,7 @@
 
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "tessera/models/deepseek_v41/loader.hpp"
 
 namespace tessera::model::dsv41 {
 
@@ -307,6 +308,15 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
 }
 
 Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard) { return RankAccess::weights(full, shard); }
+
+ModelOptions rank_host_options(ModelOptions o) {
+  o.weights_as_stored = o.numerics == Numerics::kBf16;
+  return o;
+}
+
+Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(std::string const& dir, ModelOptions o) {
+  return load_model(dir, rank_host_options(std::move(o)));
+}
 
 size_t ShardedState::memory_bytes() const {
   size_t b = 0;

@@ -42,7 +42,7 @@ int cmd_serve(std::vector<std::string> const& args) {
   std::vector<std::string> value_opts{"model", "host", "port", "api-key-file", "device", "max-batch", "max-context", "max-queue", "queue-timeout",
                "prefill-chunk", "memory-budget-mib", "max-body-mib", "request-timeout", "drain-timeout", "served-model-name",
                "port-file", "stub-scripts", "stub-step-delay-us", "stub-token-delay-us", "keepalive", "max-connections",
-               "prefix-cache-entries", "tokenizer", "perturb-position", "draft", "draft-k"};
+               "prefix-cache-entries", "tokenizer", "perturb-position", "draft", "draft-k", "dtype"};
   for (auto const& n : prune_flag_names()) value_opts.push_back(n);
   for (auto const& n : parallel_flag_names()) value_opts.push_back(n);
   ArgParser a(args, value_opts, {"cors", "metrics-open", "reasoning-field", "help"});
@@ -50,7 +50,7 @@ int cmd_serve(std::vector<std::string> const& args) {
     if (!a.error().empty()) std::fprintf(stderr, "tessera serve: %s\n", a.error().c_str());
     std::fprintf(stderr,
                  "usage: tessera serve [--model DIR|stub] [--host 127.0.0.1] [--port 8000] [--api-key-file F]\n"
-                 "         [--device cpu|cuda] [--max-batch 8] [--max-context N] [--max-queue 256] [--queue-timeout 60]\n"
+                 "         [--device cpu|cuda] [--dtype fp32|bf16] [--max-batch 8] [--max-context N] [--max-queue 256] [--queue-timeout 60]\n"
                  "         [--prefill-chunk 256] [--memory-budget-mib N] [--max-body-mib 8] [--request-timeout 600]\n"
                  "         [--drain-timeout 20] [--served-model-name NAME] [--port-file F] [--keepalive 15]\n"
                  "         [--max-connections 512] [--prefix-cache-entries 32] [--cors] [--metrics-open] [--reasoning-field]\n"
@@ -85,6 +85,16 @@ int cmd_serve(std::vector<std::string> const& args) {
     std::fprintf(stderr, "tessera serve: --prune-* flags need a DeepSeek-V4.1 model (--model DIR), not the stub\n");
     return 2;
   }
+  // Numerics of the DeepSeek-V4.1 model: fp32 unless --dtype bf16.
+  std::string const dtype = a.get_or("dtype", "fp32");
+  if (dtype != "fp32" && dtype != "bf16") {
+    std::fprintf(stderr, "tessera serve: --dtype must be fp32 or bf16, got '%s'\n", dtype.c_str());
+    return 2;
+  }
+  if (a.has("dtype") && model_arg == "stub") {
+    std::fprintf(stderr, "tessera serve: --dtype needs a DeepSeek-V4.1 model (--model DIR), not the stub\n");
+    return 2;
+  }
   // Tensor/expert parallelism: ranks as threads over the in-process communicator (CPU or GPU rank models).
   auto par = parse_parallel_flags(a);
   if (!par) {
@@ -105,6 +115,7 @@ int cmd_serve(std::vector<std::string> const& args) {
   c.served_name = a.get_or("served-model-name", embedded_default ? "tessera-smoke-test" : "");
   c.tokenizer_file = a.get_or("tokenizer", "");
   c.device = a.get_or("device", "cpu");
+  c.numerics = dtype == "bf16" ? model::dsv41::Numerics::kBf16 : model::dsv41::Numerics::kFp32;
   c.api_key_file = a.get_or("api-key-file", "");
   c.port_file = a.get_or("port-file", "");
   c.stub_scripts_file = a.get_or("stub-scripts", "");
@@ -161,6 +172,9 @@ int cmd_serve(std::vector<std::string> const& args) {
     // GPU rank models (their slices uploaded), threads on the visible GPUs.
     bool const gpu = c.device == "cuda";
     c.load_device = "cpu";
+    model::dsv41::ModelOptions host;
+    host.numerics = c.numerics;
+    c.weights_as_stored = model::dsv41::rank_host_options(host).weights_as_stored;  // bf16: ranks hold stored slices
     c.wrap_model = [cfg = *par, gpu, prune = c.prune](model::LanguageModel& m) -> std::unique_ptr<model::LanguageModel> {
       auto* full = dynamic_cast<model::dsv41::Dsv41Model*>(&m);
       model::dsv41::ModelOptions o;

@@ -53,8 +53,10 @@ int cmd_verify_golden(std::vector<std::string> const& args) {
   o.numerics = *num;
   std::string const device = p.get_or("device", "cpu");
   bool const sharded = par->tp > 1 || par->ep > 1;
-  // Sharded: the CPU model holds the host weights the rank models are sliced from (GPU ranks upload their slices).
-  auto lm = model::dsv41::load_model_on(dir, o, sharded ? "cpu" : device).value_or_throw();
+  // Sharded: the CPU model holds the host weights the rank models are sliced from (GPU ranks upload their slices);
+  // in bf16 it holds block-scaled weights as stored, so the ranks hold stored slices (rank_host_options).
+  auto lm = sharded ? std::unique_ptr<model::LanguageModel>(model::dsv41::load_rank_host_model(dir, o).value_or_throw())
+                    : model::dsv41::load_model_on(dir, o, device).value_or_throw();
   auto* m = dynamic_cast<model::dsv41::Dsv41Model*>(lm.get());  // null for the GPU model
   model::dsv41::CheckpointSource golden;
   std::string gfile = std::filesystem::is_directory(gdir) ? gdir + "/golden.safetensors" : gdir;

@@ -2,8 +2,8 @@
 /// One process per rank for `tessera serve --tp/--ep` (servers/cli/serve_ranks.hpp).
 ///
 /// Start-up, on every rank: the NCCL group forms first (TCP rendezvous, then ncclCommInitRank), so slow model
-/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads the CPU model, builds
-/// its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits (rank 0 never
+/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads the CPU model (in bf16
+/// holding block-scaled weights as stored: rank_host_options), builds its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits (rank 0 never
 /// listens). Signals: rank 0 drains on SIGTERM/SIGINT as `tessera serve` does and its driver's destruction sends
 /// the shutdown; a follower ignores the first SIGTERM/SIGINT (a launcher's Ctrl-C reaches every rank, and rank
 /// 0's drain still needs the followers) and exits at once on a second.
@@ -50,8 +50,9 @@ Status set_device(int d) {
 /// Loads the CPU model and builds this rank's rank model into `b`.
 Status build_rank(RankBundle& b, server::ServeConfig const& c, dist::ParallelConfig const& cfg) {
   model::dsv41::ModelOptions mo;
+  mo.numerics = c.numerics;
   mo.prune = c.prune;
-  auto m = model::dsv41::load_model_on(c.model_dir, mo, "cpu");
+  auto m = model::dsv41::load_rank_host_model(c.model_dir, mo);  // bf16: block-scaled weights held as stored
   if (!m) return Status(m.status().code(), "--model " + c.model_dir + ": " + m.status().message());
   b.full = std::move(*m);
   auto* full = dynamic_cast<model::dsv41::Dsv41Model*>(b.full.get());

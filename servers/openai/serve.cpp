@@ -180,6 +180,8 @@ int serve_main(ServeConfig cfg) {
       real = cfg.model;
     } else {
       model::dsv41::ModelOptions mo;
+      mo.numerics = cfg.numerics;
+      mo.weights_as_stored = cfg.weights_as_stored;
       mo.prune = cfg.prune;
       auto m = model::dsv41::load_model_on(cfg.model_dir, std::move(mo), cfg.load_device.empty() ? cfg.device : cfg.load_device);
       if (!m.ok()) { std::fprintf(stderr, "tessera serve: --model %s: %s\n", cfg.model_dir.c_str(), m.status().message().c_str()); return 2; }

@@ -37,6 +37,11 @@ struct ServeConfig {
   /// pruning and drafting do not combine exactly (a verify window is not a one-token chunk): "auto" then
   /// serves without a drafter, an explicit drafter is refused.
   model::dsv41::ExpertPruning prune;
+  /// Numerics of a DeepSeek-V4.1 model (`--dtype`); fp32 unless set.
+  model::dsv41::Numerics numerics = model::dsv41::Numerics::kFp32;
+  /// Load the CPU model with ModelOptions::weights_as_stored (bf16 only): the host model of --tp/--ep ranks
+  /// (model::dsv41::rank_host_options).
+  bool weights_as_stored = false;
   HttpOptions http;
   EngineOptions engine;
   ApiOptions api;

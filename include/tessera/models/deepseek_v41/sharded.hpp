@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/core/thread_pool.hpp"
@@ -65,6 +66,17 @@ bool scaled_slice_aligned(DType dtype, int64_t n, dist::Range r, bool cols);
 /// Engram tables count their share of hash columns (≈ rows).
 std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const& spec,
                                 std::vector<io::TensorInfo> const& tensors);
+
+/// The options of the host model that rank models are sliced from (`tessera serve --tp/--ep`, threads or one process
+/// per rank, and `tessera verify golden --tp/--ep`): `o` with weights_as_stored set exactly when o.numerics is bf16,
+/// so the host model and every rank model hold the checkpoint's block-scaled weights as stored (FP8 / FP4 codes +
+/// scales, their slices on the ranks) instead of dense values, with the same logits bit for bit. fp32 numerics keep
+/// dense weights: the ops' block-scaled weights are bf16-numerics weights (their value is the bf16 rounding of the
+/// dequantised weight, in bf16 products), which the fp32 model does not compute with (Dsv41Model::create refuses).
+ModelOptions rank_host_options(ModelOptions o);
+
+/// load_model(dir, rank_host_options(o)): the host model of the CLI's sharded paths.
+Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(std::string const& dir, ModelOptions o);
 
 /// A rank model of `full` for rank `shard->rank` of `shard->plan` (its slices copied, the rest shared).
 Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
