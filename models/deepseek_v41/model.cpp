@@ -120,6 +120,8 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
     wo.projections_as_stored = true;
     wo.experts_as_stored = [](DType t) { return ops::is_block_scaled(t); };
   }
+  wo.routed_begin = opts.routed_experts_begin;
+  wo.routed_end = opts.routed_experts_end;
   auto w = load_weights(spec, src, opts.numerics, wo);
   if (!w) return w.status();
   TESSERA_TRY(check_exl3_weights(spec, *w, false));
@@ -265,6 +267,10 @@ size_t Dsv41Model::state_bytes_for(int64_t n) const {
 }
 
 Status Dsv41Model::forward(std::span<SequenceStep> batch) {
+  if (auto const [e0, e1] = held_routed_experts(); !shard_ && (e0 != 0 || e1 != spec_.n_experts))
+    return invalid_argument("forward: the model holds routed experts [" + std::to_string(e0) + ", " +
+                               std::to_string(e1) + ") of " + std::to_string(spec_.n_experts) +
+                               " only (a rank's host model: run its rank model)");
   for (auto const& step : batch) {
     if (!dynamic_cast<Dsv41State*>(step.state)) return invalid_argument("forward: a step has no DeepSeek-V4.1 state");
     if (step.num_logit_rows < 0 || step.num_logit_rows > static_cast<int64_t>(step.tokens.size()))

@@ -107,8 +107,18 @@ struct RankAccess {
     if (full.shard_) return invalid_argument("rank weights: the model is already a rank model");
     ModelSpec const& s = full.spec_;
     TESSERA_TRY(check_exl3_weights(s, full.w_, true));
+    if (sh.rank < 0 || sh.rank >= sh.plan.world)
+      return invalid_argument("rank weights: rank " + std::to_string(sh.rank) + " is outside the plan's " +
+                              std::to_string(sh.plan.world) + " ranks");
+    if (!(sh.plan.dims == model_dims(s))) return invalid_argument("rank weights: the plan was made for other model dimensions");
     dist::RankPlan const& me = sh.me();
     dist::ShardingPlan const& p = sh.plan;
+    auto const [h0, h1] = full.held_routed_experts();
+    Range const needs = p.cfg.ep > 1 ? me.experts : Range{0, s.n_experts};
+    if (needs.size() > 0 && (needs.begin < h0 || needs.end > h1))
+      return invalid_argument("rank weights: rank " + std::to_string(sh.rank) + " needs routed experts [" +
+                              std::to_string(needs.begin) + ", " + std::to_string(needs.end) + "), the model holds [" +
+                              std::to_string(h0) + ", " + std::to_string(h1) + ")");
     Weights out = full.w_;  // shares every tensor (stored forms included); the rank's slices replace some below
     int64_t const hd = s.head_dim, ro = s.o_lora_rank;
     bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
@@ -316,6 +326,40 @@ ModelOptions rank_host_options(ModelOptions o) {
 
 Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(std::string const& dir, ModelOptions o) {
   return load_model(dir, rank_host_options(std::move(o)));
+}
+
+Result<ModelOptions> rank_host_options(ModelOptions o, dist::ShardingPlan const& plan, int rank) {
+  if (rank < 0 || rank >= plan.world)
+    return invalid_argument("rank host model: rank " + std::to_string(rank) + " is outside the plan's " +
+                            std::to_string(plan.world) + " ranks");
+  o = rank_host_options(std::move(o));
+  Range const experts = plan.cfg.ep > 1 ? plan.ranks[static_cast<size_t>(rank)].experts : Range{0, plan.dims.experts};
+  o.routed_experts_begin = experts.begin;
+  o.routed_experts_end = experts.end;
+  return o;
+}
+
+Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(ModelSpec spec, WeightSource const& src, ModelOptions o,
+                                                         dist::ShardingPlan const& plan, int rank) {
+  if (!(plan.dims == model_dims(spec)))
+    return invalid_argument("rank host model: the plan was made for other dimensions than the checkpoint's (" +
+                            std::to_string(plan.dims.experts) + " routed experts, " + std::to_string(plan.dims.heads) +
+                            " heads, hidden " + std::to_string(plan.dims.hidden) + " against " +
+                            std::to_string(spec.n_experts) + ", " + std::to_string(spec.num_heads) + ", " +
+                            std::to_string(spec.hidden_size) + ")");
+  auto ro = rank_host_options(std::move(o), plan, rank);
+  if (!ro) return ro.status();
+  return Dsv41Model::create(std::move(spec), src, std::move(*ro));
+}
+
+Result<RankHost> load_rank_host(std::string const& dir, ModelOptions o, dist::ParallelConfig const& cfg, int rank) {
+  auto mf = open_model_folder(dir);
+  if (!mf) return mf.status();
+  auto plan = dist::make_plan(model_dims(mf->spec), cfg);
+  if (!plan) return plan.status();
+  auto m = load_rank_host_model(std::move(mf->spec), mf->src, std::move(o), *plan, rank);
+  if (!m) return m.status();
+  return RankHost{std::move(*m), std::move(*plan)};
 }
 
 size_t ShardedState::memory_bytes() const {

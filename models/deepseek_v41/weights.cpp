@@ -72,6 +72,8 @@ class Loader {
     if (!keep_fp32) round(t);
     return t;
   }
+  int64_t routed_begin() const { return opts_.routed_begin; }
+  int64_t routed_end(int64_t n_experts) const { return opts_.routed_end < 0 ? n_experts : opts_.routed_end; }
   void round(Tensor& t) const {
     if (num_ != Numerics::kBf16) return;
     float* p = t.data_as<float>();
@@ -95,14 +97,14 @@ class Loader {
       if (src_.contains(n)) return n;
     return {};
   }
-  /// The stored forms of a layer's routed experts when WeightLoadOptions::experts_as_stored takes them all
+  /// The stored forms of a layer's routed experts [e0, e1) when WeightLoadOptions::experts_as_stored takes them all
   /// (every w1/w3/w2 stored block-scaled, one dtype, the expected logical shapes): recorded under
   /// scaled_expert_key, and true; false (nothing recorded) otherwise.
-  Result<bool> experts_as_stored(int64_t l, int64_t E, int64_t I, int64_t D) {
-    if (!opts_.experts_as_stored || E == 0) return false;
+  Result<bool> experts_as_stored(int64_t l, int64_t e0, int64_t e1, int64_t I, int64_t D) {
+    if (!opts_.experts_as_stored || e0 == e1) return false;
     std::vector<std::pair<std::string, ScaledWeight>> got;
     DType dt = DType::kF32;
-    for (int64_t e = 0; e < E; ++e) {
+    for (int64_t e = e0; e < e1; ++e) {
       std::string const p = "ffn.experts." + std::to_string(e) + ".";
       for (auto [wn, rows, cols] : {std::tuple{"w1", I, D}, {"w3", I, D}, {"w2", D, I}}) {
         std::string const name = find_name(lname(l, p + wn + ".weight", p + wn + ".weight"));
@@ -234,21 +236,23 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   TRY_ASSIGN(w.gate, ld.get(lname(l, "ffn.gate.weight", "mlp.gate.weight"), {E, D}));
   TRY_ASSIGN(w.gate_bias, ld.get(lname(l, "ffn.gate.bias", "mlp.gate.e_score_correction_bias"), {E}, true));
   w.experts.resize(static_cast<size_t>(E));
+  // The routed experts read: [e0, e1) (WeightLoadOptions::routed_begin / routed_end); the others stay empty.
+  int64_t const e0 = ld.routed_begin(), e1 = ld.routed_end(E);
   std::string fused_gu = "model.layers." + std::to_string(l) + ".mlp.experts.gate_up_proj";
   std::string fused_dn = "model.layers." + std::to_string(l) + ".mlp.experts.down_proj";
   if (ld.src().contains(fused_gu)) {
     Tensor gu, dn;
     TRY_ASSIGN(gu, ld.get({fused_gu}, {E, 2 * I, D}));
     TRY_ASSIGN(dn, ld.get({fused_dn}, {E, D, I}));
-    for (int64_t e = 0; e < E; ++e) {
+    for (int64_t e = e0; e < e1; ++e) {
       w.experts[e].w1 = slice_expert(gu, e, 0, I);
       w.experts[e].w3 = slice_expert(gu, e, I, I);
       w.experts[e].w2 = slice_expert(dn, e, 0, D);
     }
   } else {
     bool stored_only = false;
-    TRY_ASSIGN(stored_only, ld.experts_as_stored(l, E, I, D));
-    for (int64_t e = 0; e < E && !stored_only; ++e) {
+    TRY_ASSIGN(stored_only, ld.experts_as_stored(l, e0, e1, I, D));
+    for (int64_t e = e0; e < e1 && !stored_only; ++e) {
       std::string p = "ffn.experts." + std::to_string(e) + ".";
       TRY_ASSIGN(w.experts[e].w1, ld.linear(scaled_expert_key(l, e, "w1"), lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
       TRY_ASSIGN(w.experts[e].w3, ld.linear(scaled_expert_key(l, e, "w3"), lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
@@ -328,6 +332,11 @@ std::string scaled_weight_key(int64_t layer, std::string const& field) {
 }
 
 Result<Weights> load_weights(ModelSpec const& s, WeightSource const& src, Numerics num, WeightLoadOptions opts) {
+  int64_t const end = opts.routed_end < 0 ? s.n_experts : opts.routed_end;
+  if (opts.routed_begin < 0 || opts.routed_begin > end || end > s.n_experts)
+    return invalid_argument(src.describe() + ": routed experts [" + std::to_string(opts.routed_begin) + ", " +
+                            std::to_string(end) + ") are not a range of the checkpoint's " +
+                            std::to_string(s.n_experts) + " routed experts");
   Weights w;
   Loader ld(src, num, opts, w);
   int64_t V = s.vocab_size, D = s.hidden_size;

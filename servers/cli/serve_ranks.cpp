@@ -2,8 +2,8 @@
 /// One process per rank for `tessera serve --tp/--ep` (servers/cli/serve_ranks.hpp).
 ///
 /// Start-up, on every rank: the NCCL group forms first (TCP rendezvous, then ncclCommInitRank), so slow model
-/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads the CPU model (in bf16
-/// holding block-scaled weights as stored: rank_host_options), builds its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits (rank 0 never
+/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads its host model (load_rank_host:
+/// its routed experts only; in bf16 block-scaled weights held as stored), builds its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits (rank 0 never
 /// listens). Signals: rank 0 drains on SIGTERM/SIGINT as `tessera serve` does and its driver's destruction sends
 /// the shutdown; a follower ignores the first SIGTERM/SIGINT (a launcher's Ctrl-C reaches every rank, and rank
 /// 0's drain still needs the followers) and exits at once on a second.
@@ -47,22 +47,21 @@ Status set_device(int d) {
   return e == cudaSuccess ? Status{} : Status(StatusCode::kCudaError, "cudaSetDevice(" + std::to_string(d) + "): " + cudaGetErrorString(e));
 }
 
-/// Loads the CPU model and builds this rank's rank model into `b`.
+/// Loads this rank's host model and builds its rank model into `b`.
 Status build_rank(RankBundle& b, server::ServeConfig const& c, dist::ParallelConfig const& cfg) {
   model::dsv41::ModelOptions mo;
   mo.numerics = c.numerics;
   mo.prune = c.prune;
-  auto m = model::dsv41::load_rank_host_model(c.model_dir, mo);  // bf16: block-scaled weights held as stored
-  if (!m) return Status(m.status().code(), "--model " + c.model_dir + ": " + m.status().message());
-  b.full = std::move(*m);
-  auto* full = dynamic_cast<model::dsv41::Dsv41Model*>(b.full.get());
-  if (!full) return invalid_argument("--model " + c.model_dir + ": not a DeepSeek-V4.1 model");
-  auto plan = dist::make_plan(model::dsv41::model_dims(full->spec()), cfg);
-  if (!plan) return plan.status();
   int const me = b.nccl->rank();
+  // This rank's host model: its routed experts only; in bf16 block-scaled weights held as stored.
+  auto host = model::dsv41::load_rank_host(c.model_dir, mo, cfg, me);
+  if (!host) return Status(host.status().code(), "--model " + c.model_dir + ": " + host.status().message());
+  model::dsv41::Dsv41Model* const full = host->model.get();
+  dist::ShardingPlan const plan = std::move(host->plan);
+  b.full = std::move(host->model);
   if (c.device == "cuda") {
     // Collectives on device buffers straight through NCCL.
-    auto sh = std::make_shared<model::dsv41::RankShard>(model::dsv41::RankShard{*plan, me, b.nccl.get()});
+    auto sh = std::make_shared<model::dsv41::RankShard>(model::dsv41::RankShard{plan, me, b.nccl.get()});
     model::dsv41::ModelOptions o;
     o.numerics = full->numerics();
     o.prune = c.prune;
@@ -73,7 +72,7 @@ Status build_rank(RankBundle& b, server::ServeConfig const& c, dist::ParallelCon
     b.full.reset();  // only read while the rank's slices were uploaded
   } else {
     // Host buffers staged through this rank's GPU; the rank model shares the replicated tensors with `full`.
-    auto sh = std::make_shared<model::dsv41::RankShard>(model::dsv41::RankShard{*plan, me, b.staging.get()});
+    auto sh = std::make_shared<model::dsv41::RankShard>(model::dsv41::RankShard{plan, me, b.staging.get()});
     auto rm = model::dsv41::make_rank_model(*full, sh, nullptr);
     if (!rm) return rm.status();
     b.rank_model = std::move(*rm);

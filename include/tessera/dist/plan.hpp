@@ -35,6 +35,7 @@ struct ModelDims {
   int64_t hidden = 0, heads = 0, head_dim = 0, o_groups = 1, o_lora_rank = 0;
   int64_t experts = 0, moe_inter = 0, vocab = 0, layers = 0;
   int64_t engram_columns = 0;  // hash columns per Engram layer ((N−1)·heads); 0 = no Engram
+  bool operator==(ModelDims const&) const = default;
 };
 
 enum class AttnCombine : uint8_t { kAllReduce, kGather };

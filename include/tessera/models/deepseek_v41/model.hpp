@@ -134,6 +134,11 @@ struct ModelOptions {
   /// (make_rank_model, GpuDsv41Model::create_rank) hold the stored slices. fp32 numerics: refused (a stored
   /// weight's value is its bf16 rounding).
   bool weights_as_stored = false;
+  /// CPU model: read only routed experts [routed_experts_begin, routed_experts_end) of the checkpoint (end −1: all;
+  /// WeightLoadOptions::routed_begin / routed_end), the host model of one expert-parallel rank
+  /// (load_rank_host_model, sharded.hpp). A model holding part of them runs no forward (kInvalidArgument) and
+  /// slices only ranks whose experts it holds (rank_weights).
+  int64_t routed_experts_begin = 0, routed_experts_end = -1;
   /// GPU model: bytes of one page of a sequence's growing state (compressed-KV entries, index keys); a
   /// sequence holds at most one partly used page per layer and family. Tests set small pages.
   int64_t state_page_bytes = 64 << 10;
@@ -154,6 +159,10 @@ class Dsv41Model final : public LanguageModel {
   size_t state_bytes_for(int64_t num_tokens) const override;
 
   ModelSpec const& spec() const { return spec_; }
+  /// The routed experts the model holds: [first, second) of n_routed_experts (ModelOptions::routed_experts_begin).
+  std::pair<int64_t, int64_t> held_routed_experts() const {
+    return {opts_.routed_experts_begin, opts_.routed_experts_end < 0 ? spec_.n_experts : opts_.routed_experts_end};
+  }
   /// Bytes of the weight tensors the model references (Weights: dense tensors, stored codes and scales, EXL3
   /// groups); a rank model counts the tensors it shares with the full model as well as its own slices.
   size_t weight_bytes() const;

@@ -78,6 +78,27 @@ ModelOptions rank_host_options(ModelOptions o);
 /// load_model(dir, rank_host_options(o)): the host model of the CLI's sharded paths.
 Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(std::string const& dir, ModelOptions o);
 
+/// rank_host_options(o) for the host model of one rank of `plan` (one process per rank): only the routed experts
+/// the rank holds are read (ModelOptions::routed_experts_begin / end: the rank's range under EP, all of them
+/// otherwise). Error: a rank outside the plan.
+Result<ModelOptions> rank_host_options(ModelOptions o, dist::ShardingPlan const& plan, int rank);
+
+/// Rank `rank`'s host model of `plan` from `src`: Dsv41Model::create with rank_host_options(o, plan, rank). The
+/// checkpoint's routed experts outside the rank's range are not read; the model runs no forward itself and serves
+/// make_rank_model / GpuDsv41Model::create_rank of that rank (and of any rank whose experts it holds). Errors: a
+/// plan made for other dimensions than `spec`'s (model_dims), a rank outside the plan.
+Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(ModelSpec spec, WeightSource const& src, ModelOptions o,
+                                                         dist::ShardingPlan const& plan, int rank);
+
+/// A rank process's host model and the plan it was loaded for.
+struct RankHost {
+  std::unique_ptr<Dsv41Model> model;
+  dist::ShardingPlan plan;
+};
+/// Opens the model folder `dir`, makes the plan of `cfg` for its dimensions and loads rank `rank`'s host model
+/// (load_rank_host_model): what `tessera serve --tp/--ep` does in each process under the launch variables.
+Result<RankHost> load_rank_host(std::string const& dir, ModelOptions o, dist::ParallelConfig const& cfg, int rank);
+
 /// A rank model of `full` for rank `shard->rank` of `shard->plan` (its slices copied, the rest shared).
 Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
                                                     ThreadPool* pool);

@@ -153,6 +153,10 @@ struct WeightLoadOptions {
   /// ~56 GB in fp32, ~7 GB stored). Empty (default): experts always load dequantised. The shared expert and
   /// fused NEW-format expert tensors always load dequantised.
   std::function<bool(DType)> experts_as_stored;
+  /// Only routed experts [routed_begin, routed_end) are read (routed_end −1: all): the others are not read at all,
+  /// their ExpertWeights stay empty and they get no Weights::scaled entry (a rank's host weights, sharded.hpp).
+  /// Fused NEW-format expert tensors are read whole and the range kept.
+  int64_t routed_begin = 0, routed_end = -1;
 };
 
 /// Loads every tensor the spec needs; in bf16 mode every parameter except the fp32-kept ones (mHC,
