@@ -269,8 +269,8 @@ size_t Dsv41Model::state_bytes_for(int64_t n) const {
 Status Dsv41Model::forward(std::span<SequenceStep> batch) {
   if (auto const [e0, e1] = held_routed_experts(); !shard_ && (e0 != 0 || e1 != spec_.n_experts))
     return invalid_argument("forward: the model holds routed experts [" + std::to_string(e0) + ", " +
-                               std::to_string(e1) + ") of " + std::to_string(spec_.n_experts) +
-                               " only (a rank's host model: run its rank model)");
+                            std::to_string(e1) + ") of " + std::to_string(spec_.n_experts) +
+                            " only (a rank's host model: run its rank model)");
   for (auto const& step : batch) {
     if (!dynamic_cast<Dsv41State*>(step.state)) return invalid_argument("forward: a step has no DeepSeek-V4.1 state");
     if (step.num_logit_rows < 0 || step.num_logit_rows > static_cast<int64_t>(step.tokens.size()))
