@@ -20,12 +20,15 @@
 ///    TP 2 all-reduce wo_b's 32-column blocks: those tensors fall back to the dense slice of their values (equal to
 ///    the dequantised model's rows, no stored form, bf16 on the GPU rank) while the aligned ones stay stored; the
 ///    exact plans are still bit for bit.
+///  * GPU rank models built, at EP 2, EP 4 and TP = EP = 2, each from a host model holding only its rank's routed
+///    experts (load_rank_host_model, the host released after) give the single-rank GPU model's logits bit for bit.
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
@@ -329,6 +332,50 @@ BOOST_AUTO_TEST_CASE(misaligned_slices_fall_back_to_dense) {
     }
   }
   check_exact_plans(m, {cfg(2, 1), cfg(4, 1), cfg(2, 2), cfg(4, 4), cfg(1, 4)}, 63, "fp8 tiny");
+}
+
+BOOST_AUTO_TEST_CASE(gpu_ranks_from_rank_host_models) {
+  // One process per rank (serve --device cuda under the launch variables) builds its GPU rank model from a host model
+  // holding only its routed experts (load_rank_host_model) and releases the host model after; here the ranks are
+  // threads over the in-process communicator, so on the CPU op backends only (CUDA ranks need device buffers).
+  if (!verify::kGpuModelOnCpu) return;
+  Fp8Models& m = wide();
+  auto const toks = tokens(verify::test_seed(64), 32);
+  auto const base = schedule_logits(*m.gpu, toks);
+  for (auto const& c : {cfg(1, 2), cfg(1, 4), cfg(2, 2)}) {
+    auto const plan = dist::make_plan(model_dims(m.spec), c).value_or_throw();
+    int const n = plan.world;
+    auto comms = dist::InProcessCommunicator::create(n);
+    std::vector<std::unique_ptr<ThreadPool>> pools;
+    std::vector<std::unique_ptr<GpuDsv41Model>> ranks;
+    for (int r = 0; r < n; ++r) {
+      auto host = load_rank_host_model(m.spec, m.src, bf16(false), plan, r).value_or_throw();
+      auto const [e0, e1] = host->held_routed_experts();
+      BOOST_TEST((e1 - e0 == m.spec.n_experts / n), name_of(c) << " rank " << r);
+      pools.push_back(std::make_unique<ThreadPool>(1));
+      ModelOptions o = bf16(false);
+      o.pool = pools.back().get();
+      auto sh = std::make_shared<RankShard>(RankShard{plan, r, comms[static_cast<size_t>(r)].get()});
+      ranks.push_back(GpuDsv41Model::create_rank(*host, sh, o, kBackend).value_or_throw());
+    }
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          got[static_cast<size_t>(r)] = schedule_logits(*ranks[static_cast<size_t>(r)], toks);
+        } catch (std::exception const& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+          comms[static_cast<size_t>(r)]->abort(e.what());
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      BOOST_TEST_REQUIRE(errors[static_cast<size_t>(r)].empty(), name_of(c) << " rank " << r << ": " << errors[static_cast<size_t>(r)]);
+      BOOST_TEST(verify::bitwise_equal(got[static_cast<size_t>(r)], base), name_of(c) << " rank " << r << " vs one GPU rank");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
