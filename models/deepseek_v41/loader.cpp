@@ -106,31 +106,90 @@ Result<ScaledWeight> CheckpointSource::load_scaled(std::string const& name) cons
   return load_stored(*c, name, kind);
 }
 
+namespace {
+
+/// value(r, c) = code · 2^(scale − 127), exact in fp32, of `rows` rows starting at checkpoint row `row0`: codes
+/// [rows, cols] (FP8) or [rows, cols/2] (FP4, even column in the low nibble); scales cover rows from row0/32 (FP8,
+/// 32×32 blocks) or row0 (FP4, a row each), `cb` = ⌈cols/32⌉ a row.
+Result<Tensor> dequantize_stored(Tensor const& codes, Tensor const& scales, bool fp8, int64_t row0, int64_t rows,
+                                 int64_t cols) {
+  auto made = Tensor::empty(DType::kF32, {rows, cols});  // every element is written below
+  if (!made) return made.status();
+  Tensor out = std::move(*made);
+  int64_t const cb = scales.dim(1);
+  uint8_t const* b = codes.data_as<uint8_t>();
+  uint8_t const* s8 = scales.data_as<uint8_t>();
+  float* o = out.data_as<float>();
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {  // elementwise: any split gives the same values
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t const srow = fp8 ? (row0 + r) / 32 - row0 / 32 : r;
+      for (int64_t j = 0; j < cols; ++j) {
+        float const s = float_from_e8m0(s8[srow * cb + j / 32]);
+        uint8_t const byte = fp8 ? b[r * cols + j] : b[(r * cols + j) / 2];
+        float const v = fp8 ? float_from_fp8_e4m3(byte) : float_from_fp4_e2m1(j % 2 ? byte >> 4 : byte & 0xF);
+        o[r * cols + j] = v * s;
+      }
+    }
+  }, 32);
+  return out;
+}
+
+}  // namespace
+
 Result<Tensor> CheckpointSource::load_f32(std::string const& name) const {
   auto const* c = find(name);
   if (!c) return not_found(describe() + ": no tensor " + name);
   Scaled const kind = scaled(name);
   if (kind == Scaled::kNone) return c->load_f32(name);
-  // Dequantise: value = code · 2^(scale − 127), exact in fp32.
   auto sw = load_stored(*c, name, kind);
   if (!sw) return sw.status();
-  int64_t const rows = sw->rows, cols = sw->cols, cb = sw->scales.dim(1);
-  auto made = Tensor::empty(DType::kF32, {rows, cols});  // every element is written below
-  if (!made) return made.status();
-  Tensor out = std::move(*made);
-  uint8_t const* b = sw->codes.data_as<uint8_t>();
-  uint8_t const* s8 = sw->scales.data_as<uint8_t>();
-  float* o = out.data_as<float>();
-  parallel_for(rows, [&](int64_t r0, int64_t r1) {  // elementwise: any split gives the same values
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < cols; ++j) {
-        float const s = float_from_e8m0(s8[(kind == Scaled::kFp8Block ? r / 32 : r) * cb + j / 32]);
-        uint8_t const byte = kind == Scaled::kFp4Row ? b[(r * cols + j) / 2] : b[r * cols + j];
-        float const v = kind == Scaled::kFp4Row ? float_from_fp4_e2m1(j % 2 ? byte >> 4 : byte & 0xF) : float_from_fp8_e4m3(byte);
-        o[r * cols + j] = v * s;
-      }
-  }, 32);
-  return out;
+  return dequantize_stored(sw->codes, sw->scales, kind == Scaled::kFp8Block, 0, sw->rows, sw->cols);
+}
+
+Result<ScaledWeight> CheckpointSource::load_stored_rows(io::Checkpoint const& c, std::string const& name, Scaled kind,
+                                                        int64_t r0, int64_t r1, bool whole_blocks) const {
+  auto const* wi = c.find(name);
+  auto const* si = c.find(name.substr(0, name.size() - 7) + ".scale");
+  if (wi->shape.size() != 2)
+    return malformed(describe() + ": scaled tensor " + name + " has shape " + shape_to_string(wi->shape) +
+                     ", expected 2-D");
+  bool const fp8 = kind == Scaled::kFp8Block;
+  int64_t const rows = wi->shape[0], cols = fp8 ? wi->shape[1] : 2 * wi->shape[1];
+  std::vector<int64_t> const want{fp8 ? (rows + 31) / 32 : rows, (cols + 31) / 32};
+  if (si->shape != want)
+    return malformed(describe() + ": " + si->name + " has shape " + shape_to_string(si->shape) + ", expected " +
+                     shape_to_string(want) + " for " + name);
+  DType const dt = fp8 ? DType::kF8E4m3 : DType::kF4E2m1x2;
+  if (whole_blocks) {
+    TESSERA_TRY(check_scaled_row_range(describe(), name, dt, rows, r0, r1));
+  } else if (r0 < 0 || r0 > r1 || r1 > rows) {
+    return invalid_argument(describe() + ": tensor " + name + " has " + std::to_string(rows) + " rows, no rows [" +
+                            std::to_string(r0) + ", " + std::to_string(r1) + ")");
+  }
+  auto codes = c.load_rows(name, r0, r1);
+  if (!codes) return codes.status();
+  auto scales = c.load_rows(si->name, fp8 ? r0 / 32 : r0, fp8 ? (r1 + 31) / 32 : r1);
+  if (!scales) return scales.status();
+  return ScaledWeight{dt, r1 - r0, cols, std::move(*codes), std::move(*scales)};
+}
+
+Result<Tensor> CheckpointSource::load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return c->load_f32_rows(name, r0, r1);
+  // Any rows: the scale rows covering them are read, whole blocks or not.
+  auto sw = load_stored_rows(*c, name, kind, r0, r1, false);
+  if (!sw) return sw.status();
+  return dequantize_stored(sw->codes, sw->scales, kind == Scaled::kFp8Block, r0, sw->rows, sw->cols);
+}
+
+Result<ScaledWeight> CheckpointSource::load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return ScaledWeight{};
+  return load_stored_rows(*c, name, kind, r0, r1, true);
 }
 
 namespace {

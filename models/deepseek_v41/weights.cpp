@@ -300,6 +300,54 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
 
 }  // namespace
 
+Status check_scaled_row_range(std::string const& where, std::string const& name, DType dtype, int64_t rows, int64_t r0,
+                              int64_t r1) {
+  if (r0 < 0 || r0 > r1 || r1 > rows)
+    return invalid_argument(where + ": scaled tensor " + name + " has " + std::to_string(rows) + " rows, no rows [" +
+                            std::to_string(r0) + ", " + std::to_string(r1) + ")");
+  if (dtype == DType::kF8E4m3 && (r0 % 32 != 0 || (r1 % 32 != 0 && r1 != rows)))
+    return invalid_argument(where + ": rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") of FP8 tensor " +
+                            name + " (" + std::to_string(rows) + " rows) are not whole 32-row scale blocks");
+  return {};
+}
+
+Result<Tensor> WeightSource::load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const {
+  auto t = load_f32(name);
+  if (!t) return t.status();
+  if (t->rank() < 1 || r0 < 0 || r0 > r1 || r1 > t->dim(0))
+    return invalid_argument(describe() + ": tensor " + name + " of shape " + shape_to_string(t->shape()) +
+                            " has no rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ")");
+  std::vector<int64_t> shape = t->shape();
+  shape[0] = r1 - r0;
+  auto out = Tensor::empty(DType::kF32, shape);
+  if (!out) return out.status();
+  size_t const row = t->dim(0) ? t->nbytes() / static_cast<size_t>(t->dim(0)) : 0;
+  if (out->nbytes()) std::memcpy(out->data(), t->data_as<unsigned char>() + static_cast<size_t>(r0) * row, out->nbytes());
+  return out;
+}
+
+namespace {
+Tensor byte_rows(Tensor const& t, int64_t r0, int64_t r1) {
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = r1 - r0;
+  Tensor out = Tensor::zeros(t.dtype(), shape);
+  size_t const row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
+  if (out.nbytes()) std::memcpy(out.data(), t.data_as<unsigned char>() + static_cast<size_t>(r0) * row, out.nbytes());
+  return out;
+}
+}  // namespace
+
+Result<ScaledWeight> WeightSource::load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const {
+  auto sw = load_scaled(name);
+  if (!sw) return sw.status();
+  if (!sw->present()) return sw;
+  TESSERA_TRY(check_scaled_row_range(describe(), name, sw->dtype, sw->rows, r0, r1));
+  bool const fp8 = sw->dtype == DType::kF8E4m3;
+  ScaledWeight out{sw->dtype, r1 - r0, sw->cols, byte_rows(sw->codes, r0, r1),
+                   byte_rows(sw->scales, fp8 ? r0 / 32 : r0, fp8 ? (r1 + 31) / 32 : r1)};
+  return out;
+}
+
 Tensor exl3_effective_weight(Exl3Weight const& q) {
   ref::Exl3HostLayer L;
   L.k = q.desc.k; L.n = q.desc.n; L.k2 = q.desc.k2; L.codebook = q.desc.codebook;

@@ -166,21 +166,34 @@ Result<Tensor> Checkpoint::load(std::string_view name) const {
   return t;
 }
 
-Result<Tensor> Checkpoint::load_f32(std::string_view name) const {
-  auto v = view(name);
-  if (!v) return v.status();
-  std::vector<int64_t> shape = v->dims();
-  int64_t n = v->numel();
-  if (v->dtype == DType::kF4E2m1x2) {
+namespace {
+
+/// The rows [r0, r1) of a contiguous row-major view, as a view (same dtype, dimension 0 shortened).
+Result<AnyTensorView> rows_view(AnyTensorView v, std::string_view name, int64_t r0, int64_t r1) {
+  if (v.rank < 1 || r0 < 0 || r0 > r1 || r1 > v.shape[0])
+    return invalid_argument("checkpoint tensor '" + std::string(name) + "' of shape " + shape_to_string(v.dims()) +
+                            " has no rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ")");
+  size_t const row_bytes = v.shape[0] ? v.nbytes() / static_cast<size_t>(v.shape[0]) : 0;
+  v.data = static_cast<unsigned char*>(v.data) + static_cast<size_t>(r0) * row_bytes;
+  v.shape[0] = r1 - r0;
+  return v;
+}
+
+/// An owning fp32 copy of a contiguous view, each element widened exactly (load_as_float); kF4E2m1x2 unpacked,
+/// its last dim doubled.
+Result<Tensor> widen_to_f32(AnyTensorView const& v) {
+  std::vector<int64_t> shape = v.dims();
+  int64_t n = v.numel();
+  if (v.dtype == DType::kF4E2m1x2) {
     shape.back() *= 2;
     n *= 2;
   }
   auto t = Tensor::empty(DType::kF32, shape);
   if (!t) return t.status();
   float* out = t->data_as<float>();
-  void const* src = v->data;
-  DType const dt = v->dtype;
-  // Exact widening of each element (load_as_float); f32 and bf16, the common cases, without the switch.
+  void const* src = v.data;
+  DType const dt = v.dtype;
+  // f32 and bf16, the common cases, without the switch.
   parallel_for(
       n,
       [&](int64_t b, int64_t e) {
@@ -199,6 +212,33 @@ Result<Tensor> Checkpoint::load_f32(std::string_view name) const {
       },
       1 << 16);
   return t;
+}
+
+}  // namespace
+
+Result<Tensor> Checkpoint::load_f32(std::string_view name) const {
+  auto v = view(name);
+  if (!v) return v.status();
+  return widen_to_f32(*v);
+}
+
+Result<Tensor> Checkpoint::load_rows(std::string_view name, int64_t r0, int64_t r1) const {
+  auto whole = view(name);
+  if (!whole) return whole.status();
+  auto v = rows_view(*whole, name, r0, r1);
+  if (!v) return v.status();
+  auto t = Tensor::empty(v->dtype, v->dims());
+  if (!t) return t.status();
+  if (t->nbytes()) std::memcpy(t->data(), v->data, t->nbytes());
+  return t;
+}
+
+Result<Tensor> Checkpoint::load_f32_rows(std::string_view name, int64_t r0, int64_t r1) const {
+  auto whole = view(name);
+  if (!whole) return whole.status();
+  auto v = rows_view(*whole, name, r0, r1);
+  if (!v) return v.status();
+  return widen_to_f32(*v);
 }
 
 size_t Checkpoint::total_bytes() const {

@@ -104,6 +104,12 @@ class Checkpoint {
   Result<Tensor> load(std::string_view name) const;
   /// Host copy converted to f32 (bit-exact widening); kF4E2m1x2 is unpacked, its last dim doubled.
   Result<Tensor> load_f32(std::string_view name) const;
+  /// Rows [r0, r1) of dimension 0 as an owning host copy (stored dtype, shape {r1 − r0, dims[1:]…}): only those
+  /// rows' bytes, (r1 − r0)·nbytes/dims[0], are copied out of the mapping. A range outside [0, dims[0]] or a
+  /// 0-d tensor is refused with a message naming the tensor.
+  Result<Tensor> load_rows(std::string_view name, int64_t r0, int64_t r1) const;
+  /// load_f32 of rows [r0, r1) (as load_rows: only those rows are read).
+  Result<Tensor> load_f32_rows(std::string_view name, int64_t r0, int64_t r1) const;
   /// The folder holding config.json, tokenizer.json, ...
   std::string const& directory() const { return directory_; }
   /// `__metadata__` of every file merged (the first file, in path order, wins a conflicting key).

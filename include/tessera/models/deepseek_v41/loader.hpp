@@ -32,6 +32,10 @@ class CheckpointSource final : public WeightSource {
   Result<Tensor> load_i64(std::string const& name) const override;
   /// Native FP8 linears as kF8E4m3, packed FP4 experts as kF4E2m1x2 (their `.scale` shape checked).
   Result<ScaledWeight> load_scaled(std::string const& name) const override;
+  /// Only rows [r0, r1) of the tensor (block-scaled: their codes and the scale rows covering them) are read.
+  Result<Tensor> load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const override;
+  /// Only the rows' codes and their scale rows are read (WeightSource::load_scaled_rows).
+  Result<ScaledWeight> load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const override;
   /// "P.weight" absent and "P.trellis" present: an EXL3 group, validated by ops::load_exl3_groups.
   bool is_exl3(std::string const& name) const override;
   Result<Exl3Weight> load_exl3(std::string const& name) const override;
@@ -42,6 +46,10 @@ class CheckpointSource final : public WeightSource {
   Scaled scaled(std::string const& name) const;
   /// The stored codes and checked scales of a scaled tensor (kind != kNone) held by `c`.
   Result<ScaledWeight> load_stored(io::Checkpoint const& c, std::string const& name, Scaled kind) const;
+  /// Rows [r0, r1) of a scaled tensor held by `c`: codes and the scale rows covering them (`whole_blocks`: the
+  /// range must be whole FP8 scale blocks, check_scaled_row_range).
+  Result<ScaledWeight> load_stored_rows(io::Checkpoint const& c, std::string const& name, Scaled kind, int64_t r0,
+                                        int64_t r1, bool whole_blocks) const;
   io::Checkpoint const* find(std::string const& name) const;
   std::vector<io::Checkpoint> ckpts_;
   std::vector<std::string> labels_;

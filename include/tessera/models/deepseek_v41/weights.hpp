@@ -64,6 +64,14 @@ class WeightSource {
     (void)name;
     return ScaledWeight{};
   }
+  /// Rows [r0, r1) of load_f32(name). The default loads the whole tensor and copies the rows; CheckpointSource
+  /// reads only the rows (and, block-scaled, the scale rows covering them).
+  virtual Result<Tensor> load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const;
+  /// Rows [r0, r1) of load_scaled(name) as stored: codes rows [r0, r1); scale rows [r0/32, ⌈r1/32⌉) (kF8E4m3, which
+  /// requires whole 32-row blocks: r0 a multiple of 32, r1 one or `rows`) or [r0, r1) (kF4E2m1x2); `rows` r1 − r0.
+  /// A range that is not whole scale blocks, or outside the tensor, is refused with a message naming the tensor.
+  /// The default loads the whole tensor and copies the rows; CheckpointSource reads only them.
+  virtual Result<ScaledWeight> load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const;
   /// Whether the weight `name` ("P.weight", absent as such) is stored as an EXL3 group `P.trellis` / … .
   virtual bool is_exl3(std::string const& name) const {
     (void)name;
@@ -76,6 +84,12 @@ class WeightSource {
   /// Where the tensors come from, for messages.
   virtual std::string describe() const = 0;
 };
+
+/// OK when rows [r0, r1) of a block-scaled tensor `name` (dtype, `rows` rows) can be read as stored: inside the
+/// tensor and, for kF8E4m3, whole 32-row scale blocks (r0 a multiple of 32; r1 one or `rows`). `where` prefixes the
+/// message.
+Status check_scaled_row_range(std::string const& where, std::string const& name, DType dtype, int64_t rows, int64_t r0,
+                              int64_t r1);
 
 struct ExpertWeights {
   Tensor w1, w3, w2;  // [I, D], [I, D], [D, I]
