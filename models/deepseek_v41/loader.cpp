@@ -192,6 +192,62 @@ Result<ScaledWeight> CheckpointSource::load_scaled_rows(std::string const& name,
   return load_stored_rows(*c, name, kind, r0, r1, true);
 }
 
+Result<ScaledWeight> CheckpointSource::load_scaled_cols(std::string const& name, int64_t c0, int64_t c1) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return ScaledWeight{};
+  auto const* wi = c->find(name);
+  int64_t const cols = wi->shape.size() == 2 ? (kind == Scaled::kFp4Row ? 2 * wi->shape[1] : wi->shape[1]) : 0;
+  TESSERA_TRY(check_scaled_col_range(describe(), name, kind == Scaled::kFp8Block ? DType::kF8E4m3 : DType::kF4E2m1x2,
+                                     cols, c0, c1));
+  return load_stored_cols(*c, name, c0, c1);
+}
+
+Result<ScaledWeight> CheckpointSource::load_stored_cols(io::Checkpoint const& c, std::string const& name, int64_t c0,
+                                                        int64_t c1) const {
+  // FP8 only (the caller's kind): 32×32 blocks, scale columns [c0/32, ⌈c1/32⌉) of every scale row.
+  auto const* wi = c.find(name);
+  std::string const sn = name.substr(0, name.size() - 7) + ".scale";
+  auto const* si = c.find(sn);
+  if (wi->shape.size() != 2)
+    return malformed(describe() + ": scaled tensor " + name + " has shape " + shape_to_string(wi->shape) + ", expected 2-D");
+  int64_t const rows = wi->shape[0], cols = wi->shape[1];
+  std::vector<int64_t> const want{(rows + 31) / 32, (cols + 31) / 32};
+  if (si->shape != want)
+    return malformed(describe() + ": " + sn + " has shape " + shape_to_string(si->shape) + ", expected " +
+                     shape_to_string(want) + " for " + name);
+  auto codes = c.load_cols(name, c0, c1);
+  if (!codes) return codes.status();
+  auto scales = c.load_cols(sn, c0 / 32, (c1 + 31) / 32);
+  if (!scales) return scales.status();
+  return ScaledWeight{DType::kF8E4m3, rows, c1 - c0, std::move(*codes), std::move(*scales)};
+}
+
+Result<Tensor> CheckpointSource::load_f32_cols(std::string const& name, int64_t c0, int64_t c1) const {
+  auto const* c = find(name);
+  if (!c) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  if (kind == Scaled::kNone) return c->load_f32_cols(name, c0, c1);
+  if (kind == Scaled::kFp4Row) return WeightSource::load_f32_cols(name, c0, c1);  // packed pairs: whole read
+  auto const* wi = c->find(name);
+  if (wi->shape.size() != 2 || c0 < 0 || c0 > c1 || c1 > wi->shape[1])
+    return invalid_argument(describe() + ": tensor " + name + " of shape " + shape_to_string(wi->shape) +
+                            " has no columns [" + std::to_string(c0) + ", " + std::to_string(c1) + ")");
+  // Any columns: the scale columns covering them are read; value(r, j) = code(r, j) · 2^(scale(r/32, (c0+j)/32) − 127).
+  auto sw = load_stored_cols(*c, name, c0, c1);
+  if (!sw) return sw.status();
+  int64_t const rows = sw->rows, n = c1 - c0, cb = sw->scales.dim(1);
+  Tensor out = Tensor::zeros(DType::kF32, {rows, n});
+  uint8_t const* b = sw->codes.data_as<uint8_t>();
+  uint8_t const* s8 = sw->scales.data_as<uint8_t>();
+  float* o = out.data_as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j)
+      o[r * n + j] = float_from_fp8_e4m3(b[r * n + j]) * float_from_e8m0(s8[(r / 32) * cb + (c0 + j) / 32 - c0 / 32]);
+  return out;
+}
+
 namespace {
 std::string exl3_prefix(std::string const& name) {
   return ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : std::string();

@@ -348,6 +348,50 @@ Result<ScaledWeight> WeightSource::load_scaled_rows(std::string const& name, int
   return out;
 }
 
+Status check_scaled_col_range(std::string const& where, std::string const& name, DType dtype, int64_t cols, int64_t c0,
+                              int64_t c1) {
+  if (dtype != DType::kF8E4m3)
+    return invalid_argument(where + ": columns of " + std::string(dtype_name(dtype)) + " tensor " + name +
+                            " are not read as stored (FP8 only)");
+  if (c0 < 0 || c0 > c1 || c1 > cols)
+    return invalid_argument(where + ": scaled tensor " + name + " has " + std::to_string(cols) + " columns, no columns [" +
+                            std::to_string(c0) + ", " + std::to_string(c1) + ")");
+  if (c0 % 32 != 0 || (c1 % 32 != 0 && c1 != cols))
+    return invalid_argument(where + ": columns [" + std::to_string(c0) + ", " + std::to_string(c1) + ") of FP8 tensor " +
+                            name + " (" + std::to_string(cols) + " columns) are not whole 32-column scale blocks");
+  return {};
+}
+
+namespace {
+/// Columns [c0, c1) of a 2-D tensor of byte-sized (or 4-byte) elements.
+Tensor byte_cols(Tensor const& t, int64_t c0, int64_t c1) {
+  Tensor out = Tensor::zeros(t.dtype(), {t.dim(0), c1 - c0});
+  size_t const es = dtype_size(t.dtype()), row = static_cast<size_t>(t.dim(1)) * es, part = static_cast<size_t>(c1 - c0) * es;
+  for (int64_t r = 0; r < t.dim(0) && part; ++r)
+    std::memcpy(out.data_as<unsigned char>() + static_cast<size_t>(r) * part,
+                t.data_as<unsigned char>() + static_cast<size_t>(r) * row + static_cast<size_t>(c0) * es, part);
+  return out;
+}
+}  // namespace
+
+Result<Tensor> WeightSource::load_f32_cols(std::string const& name, int64_t c0, int64_t c1) const {
+  auto t = load_f32(name);
+  if (!t) return t.status();
+  if (t->rank() != 2 || c0 < 0 || c0 > c1 || c1 > t->dim(1))
+    return invalid_argument(describe() + ": tensor " + name + " of shape " + shape_to_string(t->shape()) +
+                            " has no columns [" + std::to_string(c0) + ", " + std::to_string(c1) + ")");
+  return byte_cols(*t, c0, c1);
+}
+
+Result<ScaledWeight> WeightSource::load_scaled_cols(std::string const& name, int64_t c0, int64_t c1) const {
+  auto sw = load_scaled(name);
+  if (!sw) return sw.status();
+  if (!sw->present()) return sw;
+  TESSERA_TRY(check_scaled_col_range(describe(), name, sw->dtype, sw->cols, c0, c1));
+  return ScaledWeight{sw->dtype, sw->rows, c1 - c0, byte_cols(sw->codes, c0, c1),
+                      byte_cols(sw->scales, c0 / 32, (c1 + 31) / 32)};
+}
+
 Tensor exl3_effective_weight(Exl3Weight const& q) {
   ref::Exl3HostLayer L;
   L.k = q.desc.k; L.n = q.desc.n; L.k2 = q.desc.k2; L.codebook = q.desc.codebook;

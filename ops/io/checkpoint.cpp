@@ -241,6 +241,29 @@ Result<Tensor> Checkpoint::load_f32_rows(std::string_view name, int64_t r0, int6
   return widen_to_f32(*v);
 }
 
+Result<Tensor> Checkpoint::load_cols(std::string_view name, int64_t c0, int64_t c1) const {
+  auto v = view(name);
+  if (!v) return v.status();
+  if (v->rank != 2 || v->dtype == DType::kF4E2m1x2 || c0 < 0 || c0 > c1 || c1 > v->shape[1])
+    return invalid_argument("checkpoint tensor '" + std::string(name) + "' (" + std::string(dtype_name(v->dtype)) +
+                            " " + shape_to_string(v->dims()) + ") has no readable columns [" + std::to_string(c0) +
+                            ", " + std::to_string(c1) + ")");
+  int64_t const rows = v->shape[0];
+  auto t = Tensor::empty(v->dtype, {rows, c1 - c0});
+  if (!t) return t.status();
+  size_t const es = dtype_size(v->dtype), row = static_cast<size_t>(v->shape[1]) * es, part = static_cast<size_t>(c1 - c0) * es;
+  auto const* src = static_cast<unsigned char const*>(v->data) + static_cast<size_t>(c0) * es;
+  auto* dst = t->data_as<unsigned char>();
+  for (int64_t r = 0; r < rows && part; ++r) std::memcpy(dst + static_cast<size_t>(r) * part, src + static_cast<size_t>(r) * row, part);
+  return t;
+}
+
+Result<Tensor> Checkpoint::load_f32_cols(std::string_view name, int64_t c0, int64_t c1) const {
+  auto t = load_cols(name, c0, c1);
+  if (!t) return t.status();
+  return widen_to_f32(t->view());
+}
+
 size_t Checkpoint::total_bytes() const {
   size_t s = 0;
   for (auto const& t : tensors_) s += t.nbytes;

@@ -7,9 +7,12 @@
 ///    stored bytes (dense stored dtype; FP8 codes and the scale rows covering them) equal the rows of the whole
 ///    read, byte for byte, and the bytes read are exactly the range's rows (+ its scale rows), strictly fewer
 ///    than the whole tensor's when the range is a proper part.
+///  * Under the all-reduce plan (TP 2, 4) every rank's wo_b columns of its o-groups, read alone, likewise (FP8:
+///    codes and the scale columns covering them).
 ///  * The default WeightSource implementation (whole read, then the rows) gives the same bytes.
-///  * A range outside the tensor, and an FP8 stored read that is not whole 32-row scale blocks, are refused with a
-///    message naming the tensor (the FP8 values of such a range still read: load_f32_rows).
+///  * A range outside the tensor, an FP8 stored read that is not whole 32-row / 32-column scale blocks and a stored
+///    column read of packed FP4 are refused with a message naming the tensor (FP8 values of such a range still
+///    read: load_f32_rows / load_f32_cols).
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
@@ -185,6 +188,66 @@ void check_rank_reads(Folder const& f, bool fp8) {
   }
 }
 
+/// Columns [c0, c1) of a 2-D row-major tensor, byte for byte.
+bool same_cols(Tensor const& part, Tensor const& whole, int64_t c0, int64_t c1) {
+  size_t const es = dtype_size(whole.dtype()), row = static_cast<size_t>(whole.dim(1)) * es,
+               n = static_cast<size_t>(c1 - c0) * es;
+  if (part.dtype() != whole.dtype() || part.shape() != std::vector<int64_t>{whole.dim(0), c1 - c0}) return false;
+  for (int64_t r = 0; r < whole.dim(0); ++r)
+    if (std::memcmp(part.data_as<unsigned char>() + static_cast<size_t>(r) * n,
+                    whole.data_as<unsigned char>() + static_cast<size_t>(r) * row + static_cast<size_t>(c0) * es, n) != 0)
+      return false;
+  return true;
+}
+
+/// Under the all-reduce plan a rank applies wo_b's columns of its o-groups, [g0·ro, g1·ro): read alone they equal
+/// the whole read's columns (values, stored bytes, FP8 codes and the scale columns covering them), in exactly
+/// rows·(c1 − c0) code bytes (+ ⌈rows/32⌉·(⌈c1/32⌉ − c0/32) scale bytes).
+void check_allreduce_wo_b_cols(Folder const& f, bool fp8) {
+  ModelSpec const spec = spec_from_config(f.config).value_or_throw();
+  WholeOnlySource const whole_only(f.src);
+  for (int tp : {2, 4}) {
+    dist::ParallelConfig c = cfg(tp, 1);
+    c.attn = dist::AttnCombine::kAllReduce;
+    auto const plan = dist::make_plan(model_dims(spec), c).value_or_throw();
+    for (int rank = 0; rank < plan.world; ++rank) {
+      dist::RankPlan const& me = plan.ranks[static_cast<size_t>(rank)];
+      BOOST_REQUIRE(!me.gather_heads);
+      int64_t const c0 = me.groups.begin * spec.o_lora_rank, c1 = me.groups.end * spec.o_lora_rank;
+      for (int64_t l = 0; l < spec.num_layers; ++l) {
+        std::string const n = present_name(f.src, "layers." + std::to_string(l) + ".attn.wo_b.weight");
+        BOOST_TEST_CONTEXT("tp" << tp << " all-reduce rank " << rank << " " << n) {
+          Tensor const all = f.src.load_f32(n).value_or_throw();
+          BOOST_TEST(same_cols(f.src.load_f32_cols(n, c0, c1).value_or_throw(), all, c0, c1));
+          BOOST_TEST(same_bytes(whole_only.load_f32_cols(n, c0, c1).value_or_throw(),
+                                f.src.load_f32_cols(n, c0, c1).value_or_throw()));
+          ScaledWeight const sw = f.src.load_scaled(n).value_or_throw();
+          BOOST_TEST(sw.present() == fp8);
+          if (!sw.present()) {
+            io::TensorInfo const& t = *f.ckpt.find(n);
+            Tensor const cols = f.ckpt.load_cols(n, c0, c1).value_or_throw();
+            BOOST_TEST(same_cols(cols, f.ckpt.load(n).value_or_throw(), c0, c1));
+            BOOST_TEST(cols.nbytes() == t.nbytes / static_cast<size_t>(t.shape[1]) * static_cast<size_t>(c1 - c0));
+            BOOST_TEST(cols.nbytes() < t.nbytes);
+            continue;
+          }
+          BOOST_REQUIRE(scaled_slice_aligned(sw.dtype, sw.cols, dist::Range{c0, c1}, true));  // o_lora_rank 32: whole blocks
+          ScaledWeight const part = f.src.load_scaled_cols(n, c0, c1).value_or_throw();
+          int64_t const s0 = c0 / 32, s1 = (c1 + 31) / 32;
+          BOOST_TEST((part.dtype == sw.dtype && part.rows == sw.rows && part.cols == c1 - c0));
+          BOOST_TEST(same_cols(part.codes, sw.codes, c0, c1));
+          BOOST_TEST(same_cols(part.scales, sw.scales, s0, s1));
+          ScaledWeight const def = whole_only.load_scaled_cols(n, c0, c1).value_or_throw();
+          BOOST_TEST((same_bytes(def.codes, part.codes) && same_bytes(def.scales, part.scales)));
+          size_t const expect = static_cast<size_t>(sw.rows * (c1 - c0) + (sw.rows + 31) / 32 * (s1 - s0));
+          BOOST_TEST(part.codes.nbytes() + part.scales.nbytes() == expect);
+          BOOST_TEST(expect < sw.codes.nbytes() + sw.scales.nbytes());
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(range_read)
@@ -192,11 +255,13 @@ BOOST_AUTO_TEST_SUITE(range_read)
 BOOST_AUTO_TEST_CASE(fp8_rank_rows_equal_whole_rows) {
   Folder const f("fp8", *native_fp8_format());
   check_rank_reads(f, true);
+  check_allreduce_wo_b_cols(f, true);
 }
 
 BOOST_AUTO_TEST_CASE(bf16_rank_rows_equal_whole_rows) {
   Folder const f("bf16", *dense_format(DType::kBf16));
   check_rank_reads(f, false);
+  check_allreduce_wo_b_cols(f, false);
 }
 
 BOOST_AUTO_TEST_CASE(ranges_outside_the_tensor_are_refused) {
@@ -223,6 +288,33 @@ BOOST_AUTO_TEST_CASE(ranges_outside_the_tensor_are_refused) {
   BOOST_TEST(misaligned.status().message().find("not whole 32-row scale blocks") != std::string::npos);
   BOOST_TEST(same_rows(f.src.load_f32_rows(wq_b, 16, 48).value_or_throw(), f.src.load_f32(wq_b).value_or_throw(), 16, 48));
   BOOST_TEST(!f.src.load_f32_rows("layers.0.attn.no_such.weight", 0, 1).ok());
+  // Columns: FP8 [16, 48) refused as stored, read as values; outside the tensor, 1-D and packed FP4 refused.
+  std::string const wo_b = present_name(f.src, "layers.0.attn.wo_b.weight");
+  int64_t const cols = f.src.shape(wo_b).value_or_throw()[1];
+  auto half_blocks = f.src.load_scaled_cols(wo_b, 16, 48);
+  BOOST_TEST(!half_blocks.ok());
+  BOOST_TEST(half_blocks.status().message().find("not whole 32-column scale blocks") != std::string::npos);
+  BOOST_TEST(same_cols(f.src.load_f32_cols(wo_b, 16, 48).value_or_throw(), f.src.load_f32(wo_b).value_or_throw(), 16, 48));
+  for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, cols + 32}, {-32, 32}, {64, 32}}) {
+    BOOST_TEST_CONTEXT("columns [" << c0 << ", " << c1 << ")") {
+      auto a = f.src.load_scaled_cols(wo_b, c0, c1);
+      BOOST_TEST(!a.ok());
+      BOOST_TEST(a.status().message().find(wo_b) != std::string::npos);
+      auto b = f.src.load_f32_cols(wo_b, c0, c1);
+      BOOST_TEST(!b.ok());
+      BOOST_TEST(b.status().message().find(wo_b) != std::string::npos);
+    }
+  }
+  BOOST_TEST(!f.ckpt.load_cols(sink, 0, 1).ok());
+  bool saw_fp4 = false;
+  for (auto const& t : f.ckpt.tensors())
+    if (!saw_fp4 && t.dtype == DType::kI8 && t.name.find(".experts.") != std::string::npos) {  // packed FP4 codes
+      auto fp4 = f.src.load_scaled_cols(t.name, 0, 32);
+      BOOST_TEST(!fp4.ok());
+      BOOST_TEST(fp4.status().message().find("FP8 only") != std::string::npos);
+      saw_fp4 = true;
+    }
+  BOOST_TEST(saw_fp4);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -110,6 +110,12 @@ class Checkpoint {
   Result<Tensor> load_rows(std::string_view name, int64_t r0, int64_t r1) const;
   /// load_f32 of rows [r0, r1) (as load_rows: only those rows are read).
   Result<Tensor> load_f32_rows(std::string_view name, int64_t r0, int64_t r1) const;
+  /// Columns [c0, c1) of a 2-D tensor as an owning host copy (stored dtype, shape {dims[0], c1 − c0}): only those
+  /// columns' bytes, dims[0]·(c1 − c0)·element size, are copied. Packed FP4 (kF4E2m1x2), other ranks and a range
+  /// outside [0, dims[1]] are refused with a message naming the tensor.
+  Result<Tensor> load_cols(std::string_view name, int64_t c0, int64_t c1) const;
+  /// load_f32 of columns [c0, c1) (as load_cols: only those columns are read).
+  Result<Tensor> load_f32_cols(std::string_view name, int64_t c0, int64_t c1) const;
   /// The folder holding config.json, tokenizer.json, ...
   std::string const& directory() const { return directory_; }
   /// `__metadata__` of every file merged (the first file, in path order, wins a conflicting key).

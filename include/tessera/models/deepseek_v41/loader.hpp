@@ -36,6 +36,10 @@ class CheckpointSource final : public WeightSource {
   Result<Tensor> load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const override;
   /// Only the rows' codes and their scale rows are read (WeightSource::load_scaled_rows).
   Result<ScaledWeight> load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const override;
+  /// Only the columns' codes / values and the scale columns covering them are read.
+  Result<Tensor> load_f32_cols(std::string const& name, int64_t c0, int64_t c1) const override;
+  /// Only the columns' codes and scale columns are read (WeightSource::load_scaled_cols).
+  Result<ScaledWeight> load_scaled_cols(std::string const& name, int64_t c0, int64_t c1) const override;
   /// "P.weight" absent and "P.trellis" present: an EXL3 group, validated by ops::load_exl3_groups.
   bool is_exl3(std::string const& name) const override;
   Result<Exl3Weight> load_exl3(std::string const& name) const override;
@@ -50,6 +54,8 @@ class CheckpointSource final : public WeightSource {
   /// range must be whole FP8 scale blocks, check_scaled_row_range).
   Result<ScaledWeight> load_stored_rows(io::Checkpoint const& c, std::string const& name, Scaled kind, int64_t r0,
                                         int64_t r1, bool whole_blocks) const;
+  /// Columns [c0, c1) of an FP8 scaled tensor held by `c`: codes and the scale columns covering them.
+  Result<ScaledWeight> load_stored_cols(io::Checkpoint const& c, std::string const& name, int64_t c0, int64_t c1) const;
   io::Checkpoint const* find(std::string const& name) const;
   std::vector<io::Checkpoint> ckpts_;
   std::vector<std::string> labels_;

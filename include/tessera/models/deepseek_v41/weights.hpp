@@ -72,6 +72,14 @@ class WeightSource {
   /// A range that is not whole scale blocks, or outside the tensor, is refused with a message naming the tensor.
   /// The default loads the whole tensor and copies the rows; CheckpointSource reads only them.
   virtual Result<ScaledWeight> load_scaled_rows(std::string const& name, int64_t r0, int64_t r1) const;
+  /// Columns [c0, c1) of load_f32(name) (a 2-D tensor). The default loads the whole tensor and copies the columns;
+  /// CheckpointSource reads only them (block-scaled: their codes and the scale columns covering them, any columns).
+  virtual Result<Tensor> load_f32_cols(std::string const& name, int64_t c0, int64_t c1) const;
+  /// Columns [c0, c1) of load_scaled(name) as stored, kF8E4m3 only: codes columns [c0, c1), scale columns
+  /// [c0/32, ⌈c1/32⌉) of every scale row; whole 32-column blocks required (c0 a multiple of 32, c1 one or `cols`).
+  /// FP4, a range that is not whole blocks or outside the tensor is refused with a message naming the tensor.
+  /// The default loads the whole tensor and copies the columns; CheckpointSource reads only them.
+  virtual Result<ScaledWeight> load_scaled_cols(std::string const& name, int64_t c0, int64_t c1) const;
   /// Whether the weight `name` ("P.weight", absent as such) is stored as an EXL3 group `P.trellis` / … .
   virtual bool is_exl3(std::string const& name) const {
     (void)name;
@@ -90,6 +98,10 @@ class WeightSource {
 /// message.
 Status check_scaled_row_range(std::string const& where, std::string const& name, DType dtype, int64_t rows, int64_t r0,
                               int64_t r1);
+/// OK when columns [c0, c1) of a block-scaled tensor can be read as stored: kF8E4m3, inside the tensor, whole
+/// 32-column scale blocks (c0 a multiple of 32; c1 one or `cols`).
+Status check_scaled_col_range(std::string const& where, std::string const& name, DType dtype, int64_t cols, int64_t c0,
+                              int64_t c1);
 
 struct ExpertWeights {
   Tensor w1, w3, w2;  // [I, D], [I, D], [D, I]
