@@ -28,6 +28,22 @@ constexpr int64_t kIndexBatchMaxRows = 4;
 /// Whether the configuration lets one call serve every sequence's candidate restriction: no KV source after the
 /// candidate source (the released layout: it is the last KV source). After such a source, a sequence's key count
 /// may or may not still equal the one its blocks were chosen over, and the per-sequence path decides per sequence.
+/// Several sequences' page tables of one row family back to back, for one QatUnpack (`pages` with `row_ids`): a
+/// sequence's row e has id add()'s return + e.
+struct SharedPageTable {
+  std::vector<uint8_t const*> pages;
+  int64_t rows_per_page = 0;
+  int64_t add(gpu::PagedRows const& stored) {
+    if (rows_per_page != 0 && stored.rows_per_page() != rows_per_page)
+      throw Error(Status(StatusCode::kInternal, "forward: state rows paged unequally across sequences"));
+    rows_per_page = stored.rows_per_page();
+    int64_t const base = rows();
+    pages.insert(pages.end(), stored.host_table().begin(), stored.host_table().end());
+    return base;
+  }
+  int64_t rows() const { return static_cast<int64_t>(pages.size()) * rows_per_page; }
+};
+
 bool index_batch_ok(ModelSpec const& s) {
   for (int64_t l = std::max<int64_t>(s.candidate_source_layer + 1, 0); l < s.num_layers; ++l)
     if (s.candidate_source_layer >= 0 && s.is_kv_source(l)) return false;
@@ -50,28 +66,21 @@ void Forward::index_batched(int64_t l, std::vector<int64_t> const& T, float cons
     for (size_t i = 0; i < nseq; ++i) first[i] = total, total += T[i];
     b_.keys = keep_.get<float>(total * di);
     if (ops::qat_packed_row_bytes(gpu::kIndexKeyQat, di) > 0) {
-      std::vector<uint8_t const*> pages;  // every sequence's page table, back to back
-      std::vector<int32_t> ids;           // stored row of each unpacked key
+      SharedPageTable table;
+      std::vector<int32_t> ids;  // stored row of each unpacked key
       ids.reserve(static_cast<size_t>(total));
-      int64_t per = 0;
       for (size_t i = 0; i < nseq; ++i) {
         if (T[i] == 0) continue;
-        gpu::PagedRows const& stored = b_.seqs[i].st->layers_[static_cast<size_t>(b_.idx_src)].index_k;
-        if (per != 0 && stored.rows_per_page() != per)
-          throw Error(Status(StatusCode::kInternal, "forward: index keys paged unequally across sequences"));
-        per = stored.rows_per_page();
-        int64_t const base = static_cast<int64_t>(pages.size()) * per;
+        int64_t const base = table.add(b_.seqs[i].st->layers_[static_cast<size_t>(b_.idx_src)].index_k);
         if (base + T[i] > INT32_MAX) throw Error(Status(StatusCode::kInternal, "forward: index key ids past int32"));
         for (int64_t e = 0; e < T[i]; ++e) ids.push_back(static_cast<int32_t>(base + e));
-        pages.insert(pages.end(), stored.host_table().begin(), stored.host_table().end());
       }
       ops::QatUnpackArgs ua;
       ua.row_ids = TensorView<int32_t const, 1>(upload(ids), {total}, kDev);
       ua.out = dv2(b_.keys, total, di);
-      ua.pages = upload(pages);
-      ua.rows_per_page = per;
-      run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{total, di, static_cast<int64_t>(pages.size()) * per, gpu::kIndexKeyQat,
-                                                   b_.md}, ua);
+      ua.pages = upload(table.pages);
+      ua.rows_per_page = table.rows_per_page;
+      run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{total, di, table.rows(), gpu::kIndexKeyQat, b_.md}, ua);
     } else {
       for (size_t i = 0; i < nseq; ++i)
         if (T[i] > 0)
@@ -357,19 +366,14 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
   // sequence at its slot r·row_cap) with the unpack lists of their compressed parts, then one unpack of every
   // sequence's stored entries through their page tables placed back to back.
   bool const packed = ops::qat_packed_row_bytes(gpu::kCkvQat, hd) > 0;
-  std::vector<uint8_t const*> pages;  // every packed pool's page table, back to back
-  int64_t rows_per_page = 0, n_unpack = 0;
+  SharedPageTable pool_pages;  // every packed pool's pages
+  int64_t n_unpack = 0;
   std::vector<int64_t> unpack0(b_.seqs.size(), 0), unpack_base(b_.seqs.size(), 0);
   if (packed)
     for (size_t i = 0; i < b_.seqs.size(); ++i) {
       SeqKeys const& k = sk[i];
       if (!k.use_ckv) continue;
-      gpu::PagedRows const& stored = k.src->ckv;
-      if (rows_per_page != 0 && stored.rows_per_page() != rows_per_page)
-        throw Error(Status(StatusCode::kInternal, "forward: compressed entries paged unequally across sequences"));
-      rows_per_page = stored.rows_per_page();
-      unpack_base[i] = static_cast<int64_t>(pages.size()) * rows_per_page;
-      pages.insert(pages.end(), stored.host_table().begin(), stored.host_table().end());
+      unpack_base[i] = pool_pages.add(k.src->ckv);
       unpack0[i] = n_unpack;
       n_unpack += k.compact ? b_.seqs[i].S * K : k.T;
     }
@@ -419,10 +423,9 @@ void Forward::attention(int64_t l, float const* xa, float* out) {
     ua.row_ids = TensorView<int32_t const, 1>(unpack_src, {n_unpack}, kDev);
     ua.out_rows = TensorView<int32_t const, 1>(unpack_dst, {n_unpack}, kDev);
     ua.out = dv2(pool, pool_rows, hd);
-    ua.pages = upload(pages);
-    ua.rows_per_page = rows_per_page;
-    int64_t const src_rows = static_cast<int64_t>(pages.size()) * rows_per_page;
-    run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{n_unpack, hd, src_rows, gpu::kCkvQat, md}, ua);
+    ua.pages = upload(pool_pages.pages);
+    ua.rows_per_page = pool_pages.rows_per_page;
+    run<ops::QatUnpack>(ctx_, ops::QatUnpackDesc{n_unpack, hd, pool_pages.rows(), gpu::kCkvQat, md}, ua);
   }
   ops::AttentionArgs aa{dcv2(q, N, H * hd), dcv2(pool, pool_rows, hd), TensorView<int64_t const, 1>(row_begin, {N}, kDev),
                         TensorView<int32_t const, 1>(key_ids, {slots}, kDev), dcv1(w.attn_sink), dv2(o, N, H * hd), F2(),
