@@ -16,49 +16,32 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
-#include <filesystem>
-#include <unistd.h>
 
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
+#include "verify/dist/synthetic_folder.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
 using namespace tessera::model;
 using namespace tessera::model::dsv41;
-namespace fs = std::filesystem;
 
 namespace {
 
-dist::ParallelConfig cfg(int tp, int ep) {
-  dist::ParallelConfig c;
-  c.tp = tp;
-  c.ep = ep;
-  return c;
-}
+dist::ParallelConfig cfg(int tp, int ep) { return verify::tp_ep(tp, ep); }
 
 /// A synthetic checkpoint of the tiny preset widened so that TP 4 splits whole FP8 blocks of some tensors and
 /// partial blocks of others (8 heads of head_dim 64; o_lora_rank 32; hidden 128).
-struct Folder {
-  fs::path dir;
+struct Folder : verify::SyntheticFolder {
   Config config;
   CheckpointSource src;
   io::Checkpoint ckpt;
-  Folder(std::string const& tag, SyntheticFormat const& format) {
-    config = tiny_config(512);
-    config.num_attention_heads = 8;
-    config.o_groups = 4;
-    config.o_lora_rank = 32;
-    config.hidden_size = 128;
-    dir = fs::temp_directory_path() / ("tessera_range_read_" + tag + "_" + std::to_string(::getpid()));
-    throw_if_error(write_synthetic_checkpoint(config, dir.string(), 91, format).status());
-    throw_if_error(src.open((dir / "model.safetensors").string()));
-    ckpt = io::Checkpoint::open((dir / "model.safetensors").string()).value_or_throw();
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+  Folder(std::string const& tag, SyntheticFormat const& format)
+      : SyntheticFolder("range_read_" + tag, verify::wide_block_config(), 91, format, false),
+        config(verify::wide_block_config()) {
+    throw_if_error(src.open(checkpoint()));
+    ckpt = io::Checkpoint::open(checkpoint()).value_or_throw();
   }
 };
 

@@ -11,31 +11,24 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
-#include <filesystem>
 #include <random>
-#include <unistd.h>
 
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/random.hpp"
+#include "verify/dist/synthetic_folder.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
 using namespace tessera::model;
 using namespace tessera::model::dsv41;
-namespace fs = std::filesystem;
 
 namespace {
 
-dist::ParallelConfig cfg(int tp, int ep) {
-  dist::ParallelConfig c;
-  c.tp = tp;
-  c.ep = ep;
-  return c;
-}
-
-std::string name_of(dist::ParallelConfig const& c) { return "tp" + std::to_string(c.tp) + " ep" + std::to_string(c.ep); }
+using verify::tp_ep_name;
+dist::ParallelConfig cfg(int tp, int ep) { return verify::tp_ep(tp, ep); }
+std::string name_of(dist::ParallelConfig const& c) { return tp_ep_name(c); }
 
 ModelOptions opts(Numerics n) {
   ModelOptions o;
@@ -43,28 +36,10 @@ ModelOptions opts(Numerics n) {
   return o;
 }
 
-/// A model folder: an FP8-format synthetic checkpoint of 8 heads in 4 o-groups of o_lora_rank 32 and hidden 128
-/// (every TP 2 / 4 slice of wq_b, wo_a, wo_b is whole 32×32 blocks), with the golden tiny fixture as its Engram
-/// hash data (open_model_folder reads `golden.safetensors`).
-struct Fp8Folder {
-  fs::path dir;
-  Fp8Folder() {
-    Config c = tiny_config(512);
-    c.num_attention_heads = 8;
-    c.o_groups = 4;
-    c.o_lora_rank = 32;
-    c.hidden_size = 128;
-    dir = fs::temp_directory_path() / ("tessera_rank_host_" + std::to_string(::getpid()));
-    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 71, *native_fp8_format()).status());
-    fs::create_symlink(fs::absolute(verify::tiny_dir("fp32") + "/golden.safetensors"), dir / "golden.safetensors");
-  }
-  ~Fp8Folder() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::vector<io::TensorInfo> tensors() const {
-    return io::Checkpoint::open((dir / "model.safetensors").string()).value_or_throw().tensors();
-  }
+/// The FP8-format synthetic folder of the wide block configuration, with the golden Engram hash data.
+struct Fp8Folder : verify::SyntheticFolder {
+  Fp8Folder() : SyntheticFolder("rank_host", verify::wide_block_config(), 71, *native_fp8_format(), true) {}
+  std::vector<io::TensorInfo> tensors() const { return io::Checkpoint::open(checkpoint()).value_or_throw().tensors(); }
 };
 
 Fp8Folder& folder() {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// A rank's host model that reads only the routed experts the rank holds (load_rank_host_model with a plan and
-/// rank, load_rank_host; one process per rank), on the FP8-format synthetic folder of rank_host_model_test.cpp's
-/// shape written here again (8 heads, 4 o-groups of o_lora_rank 32, hidden 128, 8 routed experts), bf16.
+/// rank, load_rank_host; one process per rank), on an FP8-format synthetic folder of verify::wide_block_config
+/// (8 heads, 4 o-groups of o_lora_rank 32, hidden 128, 8 routed experts), bf16.
 ///  * At TP 2, TP 4, EP 2, EP 4, TP = EP = 2 every rank's weights sliced from its own host model equal, tensor for
 ///    tensor and byte for byte (dense tensors and stored codes + scales), the weights sliced from the host model of
 ///    the whole checkpoint; each rank's rank model, run as threads over the in-process communicator, gives the
@@ -19,12 +19,12 @@
 #include <random>
 #include <set>
 #include <thread>
-#include <unistd.h>
 
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/random.hpp"
+#include "verify/dist/synthetic_folder.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -34,14 +34,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-dist::ParallelConfig cfg(int tp, int ep) {
-  dist::ParallelConfig c;
-  c.tp = tp;
-  c.ep = ep;
-  return c;
-}
-
-std::string name_of(dist::ParallelConfig const& c) { return "tp" + std::to_string(c.tp) + " ep" + std::to_string(c.ep); }
+using verify::tp_ep_name;
+dist::ParallelConfig cfg(int tp, int ep) { return verify::tp_ep(tp, ep); }
+std::string name_of(dist::ParallelConfig const& c) { return tp_ep_name(c); }
 
 ModelOptions bf16() {
   ModelOptions o;
@@ -49,22 +44,8 @@ ModelOptions bf16() {
   return o;
 }
 
-struct Fp8Folder {
-  fs::path dir;
-  Fp8Folder() {
-    Config c = tiny_config(512);
-    c.num_attention_heads = 8;
-    c.o_groups = 4;
-    c.o_lora_rank = 32;
-    c.hidden_size = 128;
-    dir = fs::temp_directory_path() / ("tessera_rank_loader_" + std::to_string(::getpid()));
-    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 81, *native_fp8_format()).status());
-    fs::create_symlink(fs::absolute(verify::tiny_dir("fp32") + "/golden.safetensors"), dir / "golden.safetensors");
-  }
-  ~Fp8Folder() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+struct Fp8Folder : verify::SyntheticFolder {
+  Fp8Folder() : SyntheticFolder("rank_loader", verify::wide_block_config(), 81, *native_fp8_format(), true) {}
 };
 
 Fp8Folder& folder() {

@@ -37,6 +37,7 @@
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/random.hpp"
 #include "verify/gpu_model/gpu_model_fixture.hpp"
+#include "verify/dist/synthetic_folder.hpp"
 #include "verify/model/fixture.hpp"
 
 using namespace tessera;
@@ -99,18 +100,8 @@ struct Fp8Models {
   }
 };
 
-/// 8 heads in 4 o-groups of 32 rows, hidden 128: every TP 2 / 4 slice of wq_b, wo_a and wo_b is whole 32×32 blocks.
-Config wide_config() {
-  Config c = tiny_config(512);
-  c.num_attention_heads = 8;
-  c.o_groups = 4;
-  c.o_lora_rank = 32;
-  c.hidden_size = 128;
-  return c;
-}
-
 Fp8Models& wide() {
-  static Fp8Models m(wide_config(), 51);
+  static Fp8Models m(verify::wide_block_config(), 51);
   return m;
 }
 
