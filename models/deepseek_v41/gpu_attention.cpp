@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// The GPU model's attention sub-block over a pass (gpu_forward.hpp): attention_block.cpp (spec/deepseek-v41.md
 /// §2.5) step for step. The projections, RoPE, quantisers, index queries and the output projections run once
-/// over every row of the pass. The compressor pooling runs per sequence on its row slice [row0, row0 + S) of the
-/// batched buffers; the indexer's scores / candidate blocks / top-k against each sequence's own index keys run
+/// over every row of the pass, and so does the compressor's pooling (every sequence's completing groups gathered
+/// from its raw ring and row slice [row0, row0 + S) of the batched buffers, then pooled in one call); the indexer's scores / candidate blocks / top-k against each sequence's own index keys run
 /// once over every row in a decode-sized pass (index_batched) and per sequence otherwise. The key pool (every
 /// sequence's window rows in one gather, its compressed entries in one unpack), the key lists and the attention
 /// core run once for the pass. The state keeps compressed-KV entries and index keys in the quantisers' packed form
@@ -158,6 +158,12 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
     b_.ring_writes.push_back({l, RingWrite::kRawKv, pkv});
     b_.ring_writes.push_back({l, RingWrite::kRawGate, pgate});
     if (lr.total > 0) lat = tmp_.get<float>(lr.total * hd);
+    // Every completing group's rows, sequence after sequence (sequence i's from row g0[i]·r): its partial group's
+    // n_buf raw rows (positions r·entries .. pos0 − 1, in the ring) then the chunk rows that complete its groups,
+    // gathered for every sequence in one launch per ring, then one pooling over every group.
+    float* cat_kv = lr.total > 0 ? tmp_.get<float>(lr.total * ratio * hd) : nullptr;
+    float* cat_gate = lr.total > 0 ? tmp_.get<float>(lr.total * ratio * hd) : nullptr;
+    std::vector<gpu::WindowGather> g_kv, g_gate;
     for (size_t i = 0; i < nseq; ++i) {
       SeqRun& sq = b_.seqs[i];
       gpu::GpuLayerState& ls = sq.st->layers_[static_cast<size_t>(l)];
@@ -166,25 +172,19 @@ void Forward::compress_and_index(int64_t l, float const* xa, float const* q_res)
       ensure(*sq.st->pool_, ls.raw_gate, ring_bytes, ls.raw_gate.capacity(), s_);
       int64_t const groups = lr.groups[i];
       if (groups == 0) continue;
-      // Group rows: [the partial group's n_buf raw rows (positions r·entries..pos0−1) | the chunk's rows].
-      int64_t const n_buf = sq.pos0 - ls.entries * ratio, S = sq.S;
-      float const* g_kv = pkv + sq.row0 * hd;
-      float const* g_gate = pgate + sq.row0 * hd;
-      size_t const mk = tmp_.mark();
-      if (n_buf > 0) {
-        float* cat_kv = tmp_.get<float>((n_buf + S) * hd);
-        float* cat_gate = tmp_.get<float>((n_buf + S) * hd);
-        ring_read(s_, ls.raw_kv.as<float>(), raw_cap, hd, ls.entries * ratio, n_buf, cat_kv);
-        ring_read(s_, ls.raw_gate.as<float>(), raw_cap, hd, ls.entries * ratio, n_buf, cat_gate);
-        copy(cat_kv + n_buf * hd, g_kv, static_cast<size_t>(S * hd * 4));
-        copy(cat_gate + n_buf * hd, g_gate, static_cast<size_t>(S * hd * 4));
-        g_kv = cat_kv;
-        g_gate = cat_gate;
-      }
-      run<ops::CompressPool>(ctx_, ops::CompressPoolDesc{groups, ratio, hd, md},
-                             ops::CompressPoolArgs{dcv2(g_kv, groups * ratio, hd), dcv2(g_gate, groups * ratio, hd),
-                                                   dv2(lat + lr.g0[i] * hd, groups, hd)});
-      tmp_.release(mk);
+      int64_t const p0 = ls.entries * ratio, n_buf = sq.pos0 - p0, take = groups * ratio - n_buf;
+      if (n_buf < 0 || take < 0 || take > sq.S)
+        throw Error(Status(StatusCode::kInternal, "forward: compressor groups outside the raw rows and the chunk"));
+      int64_t const dst = lr.g0[i] * ratio * hd;
+      g_kv.push_back({ls.raw_kv.as<float>(), raw_cap, p0, n_buf, pkv + sq.row0 * hd, take, cat_kv + dst});
+      g_gate.push_back({ls.raw_gate.as<float>(), raw_cap, p0, n_buf, pgate + sq.row0 * hd, take, cat_gate + dst});
+    }
+    if (lr.total > 0) {
+      throw_if_error(gpu::window_gather(s_, g_kv, hd));
+      throw_if_error(gpu::window_gather(s_, g_gate, hd));
+      run<ops::CompressPool>(ctx_, ops::CompressPoolDesc{lr.total, ratio, hd, md},
+                             ops::CompressPoolArgs{dcv2(cat_kv, lr.total * ratio, hd), dcv2(cat_gate, lr.total * ratio, hd),
+                                                   dv2(lat, lr.total, hd)});
     }
   }
   if (lat) norm(lat, lr.total, hd, w.c_norm);

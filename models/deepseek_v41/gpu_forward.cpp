@@ -36,14 +36,6 @@ void ensure(gpu::DevicePool& pool, gpu::DevBlock& blk, size_t bytes, size_t used
   blk = std::move(*nb);
 }
 
-void ring_read(gpu::Mem const& mem, float const* ring, int64_t cap, int64_t cols, int64_t p0, int64_t n, float* flat) {
-  if (n <= 0) return;
-  int64_t const slot = p0 % cap, first = std::min(n, cap - slot);
-  throw_if_error(mem.copy(flat, ring + slot * cols, static_cast<size_t>(first * cols * 4), Copy::kDevToDev));
-  if (n > first)
-    throw_if_error(mem.copy(flat + first * cols, ring, static_cast<size_t>((n - first) * cols * 4), Copy::kDevToDev));
-}
-
 void Forward::lin(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
                   int64_t w_row0, int64_t out, int64_t in, bool fma_chain, int64_t groups) {
   if (out < 0) out = w.rows;

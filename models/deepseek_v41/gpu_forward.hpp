@@ -83,10 +83,6 @@ struct Scratch {
 /// Makes `blk` hold at least `bytes`, keeping its first `used` bytes (doubling growth).
 void ensure(gpu::DevicePool& pool, gpu::DevBlock& blk, size_t bytes, size_t used, gpu::Mem const& mem);
 
-/// Rows of positions [p0, p0 + n) of a ring of `cap` rows (row of position p at p mod cap) copied to /
-/// from `flat` (n consecutive rows of `cols` floats): at most two contiguous copies.
-void ring_read(gpu::Mem const& mem, float const* ring, int64_t cap, int64_t cols, int64_t p0, int64_t n, float* flat);
-
 /// Where a flag record sits in one layer's order of the CPU model (model.cpp / attention_block.cpp): the
 /// records of a state are applied sorted by (layer, stage), rows ascending, which is the order in which the
 /// sequence run alone records them.
