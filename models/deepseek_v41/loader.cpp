@@ -106,6 +106,12 @@ Result<ScaledWeight> CheckpointSource::load_scaled(std::string const& name) cons
   return load_stored(*c, name, kind);
 }
 
+Result<DType> CheckpointSource::scaled_dtype(std::string const& name) const {
+  if (!find(name)) return not_found(describe() + ": no tensor " + name);
+  Scaled const kind = scaled(name);
+  return kind == Scaled::kFp8Block ? DType::kF8E4m3 : kind == Scaled::kFp4Row ? DType::kF4E2m1x2 : DType::kF32;
+}
+
 namespace {
 
 /// value(r, c) = code · 2^(scale − 127), exact in fp32, of `rows` rows starting at checkpoint row `row0`: codes

@@ -19,73 +19,27 @@ namespace {
 
 using dist::Range;
 
-/// Rows [r.begin, r.end) of a 1-D or 2-D tensor (a copy).
-Tensor rows_of(Tensor const& t, Range r) {
-  int64_t cols = t.rank() == 1 ? 1 : t.dim(1);
-  float const* p = t.data_as<float>() + r.begin * cols;
-  std::vector<float> v(p, p + r.size() * cols);
-  return t.rank() == 1 ? Tensor::from_floats(v, {r.size()}) : Tensor::from_floats(v, {r.size(), cols});
-}
-/// Columns [r.begin, r.end) of a 2-D tensor (a copy).
-Tensor cols_of(Tensor const& t, Range r) {
-  int64_t n = t.dim(0), c = t.dim(1);
-  std::vector<float> v(static_cast<size_t>(n * r.size()));
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(&v[i * r.size()], t.data_as<float>() + i * c + r.begin, r.size() * sizeof(float));
-  return Tensor::from_floats(v, {n, r.size()});
-}
-
-/// Rows [r.begin, r.end) of a block-scaled weight: those rows of codes and the scale rows that cover them
-/// (FP8: the 32-row blocks [begin/32, ⌈end/32⌉), so r must be block-aligned; FP4: the same rows). Copies.
-ScaledWeight scaled_rows_of(ScaledWeight const& w, Range r) {
-  bool const fp8 = w.dtype == DType::kF8E4m3;
-  Range const sr = fp8 ? Range{r.begin / 32, (r.end + 31) / 32} : r;
-  size_t const qrow = w.codes.nbytes() / static_cast<size_t>(w.codes.dim(0));  // codes and scales are bytes
-  size_t const srow = w.scales.nbytes() / static_cast<size_t>(w.scales.dim(0));
-  ScaledWeight out{w.dtype, r.size(), w.cols, Tensor::zeros(w.codes.dtype(), {r.size(), w.codes.dim(1)}),
-                   Tensor::zeros(w.scales.dtype(), {sr.size(), w.scales.dim(1)})};
-  std::memcpy(out.codes.data(), w.codes.data_as<uint8_t>() + r.begin * qrow, static_cast<size_t>(r.size()) * qrow);
-  std::memcpy(out.scales.data(), w.scales.data_as<uint8_t>() + sr.begin * srow, static_cast<size_t>(sr.size()) * srow);
-  return out;
-}
-
-/// Columns [c.begin, c.end) of a block-scaled weight (c block-aligned): those code columns (FP4: bytes
-/// [begin/2, end/2), two codes a byte) of every row and the scale columns [begin/32, ⌈end/32⌉). Copies.
-ScaledWeight scaled_cols_of(ScaledWeight const& w, Range c) {
-  bool const fp4 = w.dtype == DType::kF4E2m1x2;
-  int64_t const q0 = fp4 ? c.begin / 2 : c.begin, qn = fp4 ? c.size() / 2 : c.size();
-  Range const sc{c.begin / 32, (c.end + 31) / 32};
-  int64_t const ldq = w.codes.dim(1), lds = w.scales.dim(1), srows = w.scales.dim(0);
-  ScaledWeight out{w.dtype, w.rows, c.size(), Tensor::zeros(w.codes.dtype(), {w.rows, qn}),
-                   Tensor::zeros(w.scales.dtype(), {srows, sc.size()})};
-  for (int64_t i = 0; i < w.rows; ++i)
-    std::memcpy(out.codes.data_as<uint8_t>() + i * qn, w.codes.data_as<uint8_t>() + i * ldq + q0, static_cast<size_t>(qn));
-  for (int64_t i = 0; i < srows; ++i)
-    std::memcpy(out.scales.data_as<uint8_t>() + i * sc.size(), w.scales.data_as<uint8_t>() + i * lds + sc.begin,
-                static_cast<size_t>(sc.size()));
-  return out;
-}
-
-/// Replaces weight `key` (dense tensor `dense`) of `out` by its rows r, or its columns r when `cols`. A weight held
-/// block-scaled (out.scaled[key]) keeps its stored form when the slice is whole scale blocks
-/// (scaled_slice_aligned): the rank then holds only the stored slice; otherwise it holds the dense slice of the
-/// weight's values (dequantize_scaled) and no stored form.
-void slice_weight(Weights& out, std::string const& key, Tensor& dense, Range r, bool cols) {
+/// Replaces weight `key` (dense tensor `dense`) of `out` by its part `p`. A weight held block-scaled
+/// (out.scaled[key]) keeps its stored form when the part is whole scale blocks (scaled_whole_blocks): the rank then
+/// holds only the stored part; otherwise it holds the part of the weight's values (dequantize_scaled) and no stored
+/// form. WeightLoadOptions::parts reads exactly this from a checkpoint.
+void slice_weight(Weights& out, std::string const& key, Tensor& dense, WeightPart p) {
   auto it = out.scaled.find(key);
   if (it == out.scaled.end()) {
-    dense = cols ? cols_of(dense, r) : rows_of(dense, r);
+    dense = slice_part(dense, p);
     return;
   }
   ScaledWeight const& sw = it->second;
-  if (scaled_slice_aligned(sw.dtype, cols ? sw.cols : sw.rows, r, cols)) {
-    it->second = cols ? scaled_cols_of(sw, r) : scaled_rows_of(sw, r);
+  if (scaled_whole_blocks(sw.dtype, p.cols ? sw.cols : sw.rows, p.begin, p.end, p.cols)) {
+    it->second = slice_scaled(sw, p);
     dense = Tensor{};
     return;
   }
-  Tensor const all = dense_weight(dense, &sw);
-  dense = cols ? cols_of(all, r) : rows_of(all, r);
+  dense = slice_part(dense_weight(dense, &sw), p);
   out.scaled.erase(it);
 }
+
+WeightPart rows(Range r) { return {r.begin, r.end, false}; }
 
 bool has(std::string const& s, char const* sub) { return s.find(sub) != std::string::npos; }
 
@@ -119,46 +73,28 @@ struct RankAccess {
       return invalid_argument("rank weights: rank " + std::to_string(sh.rank) + " needs routed experts [" +
                               std::to_string(needs.begin) + ", " + std::to_string(needs.end) + "), the model holds [" +
                               std::to_string(h0) + ", " + std::to_string(h1) + ")");
-    Weights out = full.w_;  // shares every tensor (stored forms included); the rank's slices replace some below
-    int64_t const hd = s.head_dim, ro = s.o_lora_rank;
-    bool const tp = p.cfg.tp > 1, ep = p.cfg.ep > 1;
-    bool const allreduce = !me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce;
+    auto parts = rank_parts(s, p, sh.rank, full.engram_);
+    if (!parts) return parts.status();
+    Weights out = full.w_;  // shares every tensor (stored forms included); the rank's parts replace some below
     for (int64_t l = 0; l < s.num_layers; ++l) {
       LayerWeights& w = out.layers[l];
       auto key = [l](char const* field) { return scaled_weight_key(l, field); };
-      if (tp) {
-        slice_weight(out, key("wq_b"), w.wq_b, {me.heads.begin * hd, me.heads.end * hd}, false);
-        w.attn_sink = rows_of(w.attn_sink, me.heads);
-        if (!me.gather_heads) slice_weight(out, key("wo_a"), w.wo_a, {me.groups.begin * ro, me.groups.end * ro}, false);
-        if (allreduce)
-          slice_weight(out, key("wo_b"), w.wo_b, {me.groups.begin * ro, me.groups.end * ro}, true);
-        else
-          slice_weight(out, key("wo_b"), w.wo_b, me.wo_b_rows, false);
-        w.shared.w1 = rows_of(w.shared.w1, me.shared_inter);
-        w.shared.w3 = rows_of(w.shared.w3, me.shared_inter);
-        w.shared.w2 = rows_of(w.shared.w2, me.shared_rows);
-      }
-      if (ep)
+      if (parts->wq_b) slice_weight(out, key("wq_b"), w.wq_b, *parts->wq_b);
+      if (parts->attn_sink) w.attn_sink = slice_part(w.attn_sink, *parts->attn_sink);
+      if (parts->wo_a) slice_weight(out, key("wo_a"), w.wo_a, *parts->wo_a);
+      if (parts->wo_b) slice_weight(out, key("wo_b"), w.wo_b, *parts->wo_b);
+      for (auto [t, part] : {std::pair{&w.shared.w1, parts->shared_in}, {&w.shared.w3, parts->shared_in},
+                             {&w.shared.w2, parts->shared_out}})
+        if (part) *t = slice_part(*t, *part);
+      if (!parts->e_table.empty() && parts->e_table[l]) w.e_table = slice_part(w.e_table, *parts->e_table[l]);
+      if (p.cfg.ep > 1)
         for (int64_t e = 0; e < s.n_experts; ++e)
           if (!me.experts.contains(e)) {
             w.experts[e] = ExpertWeights{};
             for (char const* wn : {"w1", "w3", "w2"}) out.scaled.erase(scaled_expert_key(l, e, wn));
           }
-      int64_t ei = s.engram_index(l);
-      if (ei >= 0 && p.cfg.engram == dist::EngramPlacement::kSharded && p.world > 1) {
-        int64_t C = full.engram_.columns();
-        Range rows{0, 0};
-        if (me.engram_cols.size() > 0) {
-          int64_t c0 = ei * C + me.engram_cols.begin, c1 = ei * C + me.engram_cols.end - 1;
-          rows = {full.engram_.offsets[c0], full.engram_.offsets[c1] + full.engram_.primes[c1]};
-        }
-        if (rows.end > w.e_table.dim(0))
-          return malformed("rank weights: Engram layer " + std::to_string(l) + " table has " +
-                           std::to_string(w.e_table.dim(0)) + " rows, the hash columns need " + std::to_string(rows.end));
-        w.e_table = rows_of(w.e_table, rows);
-      }
     }
-    if (tp) slice_weight(out, scaled_head_key(), out.lm_head, me.vocab, false);
+    if (parts->lm_head) slice_weight(out, scaled_head_key(), out.lm_head, *parts->lm_head);
     return out;
   }
 
@@ -196,8 +132,51 @@ dist::ModelDims model_dims(ModelSpec const& s) {
 }
 
 bool scaled_slice_aligned(DType dtype, int64_t n, Range r, bool cols) {
-  if (!cols && dtype == DType::kF4E2m1x2) return true;  // a scale row per row
-  return r.begin % 32 == 0 && (r.end % 32 == 0 || r.end == n);
+  return scaled_whole_blocks(dtype, n, r.begin, r.end, cols);
+}
+
+Result<RankParts> rank_parts(ModelSpec const& s, dist::ShardingPlan const& p, int rank, EngramTables const& engram) {
+  if (rank < 0 || rank >= p.world)
+    return invalid_argument("rank parts: rank " + std::to_string(rank) + " is outside the plan's " +
+                            std::to_string(p.world) + " ranks");
+  if (!(p.dims == model_dims(s))) return invalid_argument("rank parts: the plan was made for other model dimensions");
+  dist::RankPlan const& me = p.ranks[static_cast<size_t>(rank)];
+  int64_t const hd = s.head_dim, ro = s.o_lora_rank;
+  RankParts out;
+  if (p.cfg.tp > 1) {
+    out.wq_b = WeightPart{me.heads.begin * hd, me.heads.end * hd};
+    out.attn_sink = rows(me.heads);
+    if (!me.gather_heads) out.wo_a = WeightPart{me.groups.begin * ro, me.groups.end * ro};
+    // All-reduce: the columns of the rank's groups (its partial products); else the rows of its output slice.
+    if (!me.gather_heads && p.cfg.attn == dist::AttnCombine::kAllReduce)
+      out.wo_b = WeightPart{me.groups.begin * ro, me.groups.end * ro, true};
+    else
+      out.wo_b = rows(me.wo_b_rows);
+    out.shared_in = rows(me.shared_inter);
+    out.shared_out = rows(me.shared_rows);
+    out.lm_head = rows(me.vocab);
+  }
+  if (p.cfg.engram == dist::EngramPlacement::kSharded && p.world > 1 && !s.engram_layers.empty()) {
+    out.e_table.resize(static_cast<size_t>(s.num_layers));
+    int64_t const C = engram.columns();
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      int64_t const ei = s.engram_index(l);
+      if (ei < 0) continue;
+      // Hash column c of Engram layer ei indexes table rows [offsets[c], offsets[c] + primes[c]) (c = ei·C + column);
+      // the rank's contiguous columns [c0, c1] index the contiguous rows from the first's start to the last's end.
+      Range r{0, 0};
+      if (me.engram_cols.size() > 0) {
+        int64_t const c0 = ei * C + me.engram_cols.begin, c1 = ei * C + me.engram_cols.end - 1;
+        r = {engram.offsets[c0], engram.offsets[c1] + engram.primes[c1]};
+      }
+      int64_t const table_rows = s.engram_num_embeddings[static_cast<size_t>(ei)];
+      if (r.end > table_rows)
+        return malformed("rank parts: Engram layer " + std::to_string(l) + " table has " + std::to_string(table_rows) +
+                         " rows, the hash columns need " + std::to_string(r.end));
+      out.e_table[static_cast<size_t>(l)] = rows(r);
+    }
+  }
+  return out;
 }
 
 namespace {

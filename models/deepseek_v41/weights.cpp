@@ -152,6 +152,86 @@ class Loader {
     out_.scaled[key] = std::move(*sw);
     return t;
   }
+  /// Part `p` of the first present of `names` (the whole tensor's `shape` checked), read alone: with `record` a
+  /// block-scaled tensor whose part is whole scale blocks is recorded as the stored part under `key` (an undefined
+  /// tensor is returned); otherwise its values, →bf16 unless `keep_fp32` (WeightLoadOptions::parts).
+  Result<Tensor> part(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
+                      WeightPart const& p, bool record, bool keep_fp32 = false) {
+    std::string n;
+    for (auto const& c : names) {
+      if (src_.contains(c)) {
+        n = c;
+        break;
+      }
+      if (!src_.is_exl3(c)) continue;
+      if (opts_.keep_exl3)
+        return not_supported(src_.describe() + ": " + c + " is stored as an EXL3 group; a rank's part of it is not read "
+                             "(EXL3 weights are not sliced for ranks)");
+      TESSERA_TRY(check_part(c, shape, p));
+      auto t = exl3(c, shape, keep_fp32, nullptr);  // the whole effective weight, cut
+      if (!t) return t.status();
+      return slice_part(*t, p);
+    }
+    if (n.empty()) return get(names, shape, keep_fp32);  // names the missing tensor
+    auto sh = src_.shape(n);
+    if (!sh) return sh.status();
+    if (*sh != shape)
+      return malformed(src_.describe() + ": tensor " + n + " has shape " + shape_to_string(*sh) + ", expected " +
+                       shape_to_string(shape));
+    TESSERA_TRY(check_part(n, shape, p));
+    if (record) {
+      auto dt = src_.scaled_dtype(n);
+      if (!dt) return dt.status();
+      if (ops::is_block_scaled(*dt) && scaled_whole_blocks(*dt, shape[p.cols ? 1 : 0], p.begin, p.end, p.cols)) {
+        Result<ScaledWeight> sw = ScaledWeight{};
+        if (p.cols && *dt == DType::kF4E2m1x2) {  // no stored column read of packed pairs: the whole tensor, cut
+          sw = src_.load_scaled(n);
+          if (sw && sw->present()) sw = slice_scaled(*sw, p);
+        } else {
+          sw = p.cols ? src_.load_scaled_cols(n, p.begin, p.end) : src_.load_scaled_rows(n, p.begin, p.end);
+        }
+        if (!sw) return sw.status();
+        int64_t const rows = p.cols ? shape[0] : p.size(), cols = p.cols ? p.size() : shape[1];
+        if (sw->dtype != *dt || sw->rows != rows || sw->cols != cols)
+          return malformed(src_.describe() + ": scaled tensor " + n + " stores " + shape_to_string({sw->rows, sw->cols}) +
+                           " for the part, expected " + shape_to_string({rows, cols}));
+        out_.scaled[key] = std::move(*sw);
+        return Tensor{};
+      }
+    }
+    auto t = p.cols ? src_.load_f32_cols(n, p.begin, p.end) : src_.load_f32_rows(n, p.begin, p.end);
+    if (!t) return t.status();
+    if (!keep_fp32) round(*t);
+    return t;
+  }
+  /// OK when part `p` lies inside a tensor `n` of `shape` (columns: a 2-D tensor).
+  Status check_part(std::string const& n, std::vector<int64_t> const& shape, WeightPart const& p) const {
+    bool const has_axis = p.cols ? shape.size() == 2 : !shape.empty();
+    int64_t const extent = has_axis ? shape[p.cols ? 1 : 0] : 0;
+    if (has_axis && p.begin >= 0 && p.begin <= p.end && p.end <= extent) return {};
+    return invalid_argument(src_.describe() + ": tensor " + n + " of shape " + shape_to_string(shape) + " has no " +
+                            (p.cols ? "columns [" : "rows [") + std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                            ") (a rank's part)");
+  }
+  /// projection(), or its part `p` when set.
+  Result<Tensor> projection(std::string const& key, std::vector<std::string> const& names,
+                            std::vector<int64_t> const& shape, std::optional<WeightPart> const& p) {
+    return p ? part(key, names, shape, *p, opts_.keep_scaled_projections) : projection(key, names, shape);
+  }
+  /// linear(), or its part `p` when set (values: linears are not recorded block-scaled).
+  Result<Tensor> linear(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
+                        std::optional<WeightPart> const& p) {
+    return p ? part(key, names, shape, *p, false) : linear(key, names, shape);
+  }
+  /// The part WeightLoadOptions::parts gives `field` (none: the whole tensor).
+  std::optional<WeightPart> part_of(std::optional<WeightPart> RankParts::*field) const {
+    return opts_.parts.*field;
+  }
+  /// The part of layer l's Engram table (none: the whole table).
+  std::optional<WeightPart> e_table_part(int64_t l) const {
+    if (opts_.parts.e_table.empty()) return std::nullopt;
+    return opts_.parts.e_table[static_cast<size_t>(l)];
+  }
   WeightSource const& src() const { return src_; }
 
  private:
@@ -197,16 +277,19 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   TRY_ASSIGN(w.wq_a, ld.projection(key("wq_a"),
                                    lname(l, "attn.wq_a.weight", "self_attn.q_a_proj.weight"), {s.q_lora_rank, D}));
   TRY_ASSIGN(w.q_norm, ld.get(lname(l, "attn.q_norm.weight", "self_attn.q_a_norm.weight"), {s.q_lora_rank}));
-  TRY_ASSIGN(w.wq_b, ld.projection(key("wq_b"),
-                                   lname(l, "attn.wq_b.weight", "self_attn.q_b_proj.weight"), {H * hd, s.q_lora_rank}));
+  TRY_ASSIGN(w.wq_b, ld.projection(key("wq_b"), lname(l, "attn.wq_b.weight", "self_attn.q_b_proj.weight"),
+                                   {H * hd, s.q_lora_rank}, ld.part_of(&RankParts::wq_b)));
   TRY_ASSIGN(w.wkv, ld.projection(key("wkv"), lname(l, "attn.wkv.weight", "self_attn.kv_proj.weight"), {hd, D}));
   TRY_ASSIGN(w.kv_norm, ld.get(lname(l, "attn.kv_norm.weight", "self_attn.kv_norm.weight"), {hd}));
   TRY_ASSIGN(w.wo_a, ld.projection(key("wo_a"), lname(l, "attn.wo_a.weight", "self_attn.o_a_proj.weight"),
-                                   {s.o_groups * s.o_lora_rank, H * hd / s.o_groups}));
+                                   {s.o_groups * s.o_lora_rank, H * hd / s.o_groups}, ld.part_of(&RankParts::wo_a)));
   TRY_ASSIGN(w.wo_b, ld.projection(key("wo_b"),
                                    lname(l, "attn.wo_b.weight", "self_attn.o_b_proj.weight"),
-                                   {D, s.o_groups * s.o_lora_rank}));
-  TRY_ASSIGN(w.attn_sink, ld.get(lname(l, "attn.attn_sink", "self_attn.sinks"), {H}, true));
+                                   {D, s.o_groups * s.o_lora_rank}, ld.part_of(&RankParts::wo_b)));
+  if (auto const p = ld.part_of(&RankParts::attn_sink))
+    TRY_ASSIGN(w.attn_sink, ld.part("", lname(l, "attn.attn_sink", "self_attn.sinks"), {H}, *p, false, true));
+  else
+    TRY_ASSIGN(w.attn_sink, ld.get(lname(l, "attn.attn_sink", "self_attn.sinks"), {H}, true));
   int64_t ratio = s.compress_ratios[l];
   if (s.is_kv_source(l)) {
     TRY_ASSIGN(w.c_wkv, ld.projection(key("c_wkv"),
@@ -259,19 +342,29 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
       TRY_ASSIGN(w.experts[e].w2, ld.linear(scaled_expert_key(l, e, "w2"), lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
     }
   }
+  auto const shared_in = ld.part_of(&RankParts::shared_in);
   TRY_ASSIGN(w.shared.w1, ld.linear(exl3_shared_key(l, "w1"),
-                                    lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D}));
+                                    lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D},
+                                    shared_in));
   TRY_ASSIGN(w.shared.w3, ld.linear(exl3_shared_key(l, "w3"),
-                                    lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D}));
+                                    lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D},
+                                    shared_in));
   TRY_ASSIGN(w.shared.w2, ld.linear(exl3_shared_key(l, "w2"),
-                                    lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I}));
+                                    lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I},
+                                    ld.part_of(&RankParts::shared_out)));
   int64_t ei = s.engram_index(l);
   if (ei >= 0) {
     int64_t de = s.engram_head_dim, C = (s.engram_max_ngram - 1) * s.engram_n_heads;
     int64_t rows = s.engram_num_embeddings[ei];
     auto names = lname(l, "engram.embed.weight", "engram.embed.weight");
     names.push_back("model.engram_tables." + std::to_string(l) + ".weight");
-    TRY_ASSIGN(w.e_table, ld.get(names, {rows, de}));
+    // With a part, rows [p.begin, p.end) of the table and of its scales: row r of the part is table row p.begin + r.
+    auto const part = ld.e_table_part(l);
+    if (part)
+      TRY_ASSIGN(w.e_table, ld.part("", names, {rows, de}, *part, false));
+    else
+      TRY_ASSIGN(w.e_table, ld.get(names, {rows, de}));
+    int64_t const held = part ? part->size() : rows;
     for (auto const& n : names) {
       if (!ld.src().contains(n)) continue;
       auto dt = ld.src().dtype(n);
@@ -280,9 +373,13 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
       // fp8 rows are dequantised with their per-32-channel scales (spec §2.4.3 step 1).
       std::string sn = n.substr(0, n.size() - std::string("weight").size());
       Tensor sc;
-      TRY_ASSIGN(sc, ld.get({sn + "scale", sn + "weight_scale_inv"}, {rows, de / 32}, true));
+      std::vector<std::string> const scale_names{sn + "scale", sn + "weight_scale_inv"};
+      if (part)
+        TRY_ASSIGN(sc, ld.part("", scale_names, {rows, de / 32}, *part, false, true));
+      else
+        TRY_ASSIGN(sc, ld.get(scale_names, {rows, de / 32}, true));
       float* p = w.e_table.data_as<float>();
-      for (int64_t r = 0; r < rows; ++r)
+      for (int64_t r = 0; r < held; ++r)
         for (int64_t c = 0; c < de; ++c) p[r * de + c] *= sc.data_as<float>()[r * (de / 32) + c / 32];
       ld.round(w.e_table);
       break;
@@ -392,6 +489,53 @@ Result<ScaledWeight> WeightSource::load_scaled_cols(std::string const& name, int
                       byte_cols(sw->scales, c0 / 32, (c1 + 31) / 32)};
 }
 
+Result<DType> WeightSource::scaled_dtype(std::string const& name) const {
+  auto sw = load_scaled(name);
+  if (!sw) return sw.status();
+  return sw->dtype;
+}
+
+bool scaled_whole_blocks(DType dtype, int64_t n, int64_t begin, int64_t end, bool cols) {
+  if (!cols && dtype == DType::kF4E2m1x2) return true;  // a scale row per row
+  return begin % 32 == 0 && (end % 32 == 0 || end == n);
+}
+
+bool RankParts::any() const {
+  for (auto const* p : {&wq_b, &attn_sink, &wo_a, &wo_b, &shared_in, &shared_out, &lm_head})
+    if (p->has_value()) return true;
+  for (auto const& p : e_table)
+    if (p) return true;
+  return false;
+}
+
+Tensor slice_part(Tensor const& t, WeightPart p) {
+  if (!p.cols) {
+    int64_t const cols = t.rank() == 1 ? 1 : t.dim(1);
+    float const* src = t.data_as<float>() + p.begin * cols;
+    std::vector<float> v(src, src + p.size() * cols);
+    return t.rank() == 1 ? Tensor::from_floats(v, {p.size()}) : Tensor::from_floats(v, {p.size(), cols});
+  }
+  int64_t const n = t.dim(0), c = t.dim(1);
+  std::vector<float> v(static_cast<size_t>(n * p.size()));
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(&v[i * p.size()], t.data_as<float>() + i * c + p.begin, p.size() * sizeof(float));
+  return Tensor::from_floats(v, {n, p.size()});
+}
+
+ScaledWeight slice_scaled(ScaledWeight const& w, WeightPart p) {
+  bool const fp4 = w.dtype == DType::kF4E2m1x2;
+  if (!p.cols) {
+    // Codes rows [r0, r1); scale rows [r0/32, ⌈r1/32⌉) (FP8 32-row blocks) or [r0, r1) (FP4).
+    int64_t const s0 = fp4 ? p.begin : p.begin / 32, s1 = fp4 ? p.end : (p.end + 31) / 32;
+    ScaledWeight out{w.dtype, p.size(), w.cols, byte_rows(w.codes, p.begin, p.end), byte_rows(w.scales, s0, s1)};
+    return out;
+  }
+  // Code columns (FP4: bytes [c0/2, c1/2), two codes a byte) of every row; scale columns [c0/32, ⌈c1/32⌉).
+  int64_t const q0 = fp4 ? p.begin / 2 : p.begin, q1 = fp4 ? p.end / 2 : p.end;
+  return ScaledWeight{w.dtype, w.rows, p.size(), byte_cols(w.codes, q0, q1),
+                      byte_cols(w.scales, p.begin / 32, (p.end + 31) / 32)};
+}
+
 Tensor exl3_effective_weight(Exl3Weight const& q) {
   ref::Exl3HostLayer L;
   L.k = q.desc.k; L.n = q.desc.n; L.k2 = q.desc.k2; L.codebook = q.desc.codebook;
@@ -429,12 +573,17 @@ Result<Weights> load_weights(ModelSpec const& s, WeightSource const& src, Numeri
     return invalid_argument(src.describe() + ": routed experts [" + std::to_string(opts.routed_begin) + ", " +
                             std::to_string(end) + ") are not a range of the checkpoint's " +
                             std::to_string(s.n_experts) + " routed experts");
+  if (!opts.parts.e_table.empty() && static_cast<int64_t>(opts.parts.e_table.size()) != s.num_layers)
+    return invalid_argument(src.describe() + ": rank parts give Engram table parts of " +
+                            std::to_string(opts.parts.e_table.size()) + " layers, the model has " +
+                            std::to_string(s.num_layers));
   Weights w;
   Loader ld(src, num, opts, w);
   int64_t V = s.vocab_size, D = s.hidden_size;
   TRY_ASSIGN(w.embed, ld.get({"model.embed.weight", "model.embed_tokens.weight", "embed.weight"}, {V, D}));
   TRY_ASSIGN(w.norm, ld.get({"model.norm.weight", "norm.weight"}, {D}));
-  TRY_ASSIGN(w.lm_head, ld.projection(scaled_head_key(), {"lm_head.weight", "head.weight"}, {V, D}));
+  TRY_ASSIGN(w.lm_head, ld.projection(scaled_head_key(), {"lm_head.weight", "head.weight"}, {V, D},
+                                      ld.part_of(&RankParts::lm_head)));
   w.layers.resize(static_cast<size_t>(s.num_layers));
   for (int64_t l = 0; l < s.num_layers; ++l) TESSERA_TRY(load_layer(s, ld, l, w.layers[l]));
   return w;

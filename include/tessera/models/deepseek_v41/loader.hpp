@@ -32,6 +32,8 @@ class CheckpointSource final : public WeightSource {
   Result<Tensor> load_i64(std::string const& name) const override;
   /// Native FP8 linears as kF8E4m3, packed FP4 experts as kF4E2m1x2 (their `.scale` shape checked).
   Result<ScaledWeight> load_scaled(std::string const& name) const override;
+  /// From the checkpoint's header (the scaled weights below), nothing read.
+  Result<DType> scaled_dtype(std::string const& name) const override;
   /// Only rows [r0, r1) of the tensor (block-scaled: their codes and the scale rows covering them) are read.
   Result<Tensor> load_f32_rows(std::string const& name, int64_t r0, int64_t r1) const override;
   /// Only the rows' codes and their scale rows are read (WeightSource::load_scaled_rows).

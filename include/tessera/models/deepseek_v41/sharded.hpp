@@ -27,6 +27,7 @@
 #include "tessera/dist/communicator.hpp"
 #include "tessera/dist/plan.hpp"
 #include "tessera/io/safetensors.hpp"
+#include "tessera/models/deepseek_v41/engram_tables.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/model.hpp"
 
@@ -53,10 +54,21 @@ std::vector<int64_t> widths_of(RankShard const& sh, F range_size) {
 dist::ModelDims model_dims(ModelSpec const& spec);
 
 /// Whether rows (cols = false) or columns (cols = true) [r.begin, r.end) of a block-scaled weight in `dtype` with n
-/// of them in all are whole scale blocks, so that a rank can hold the slice as stored: FP8 (kF8E4m3) rows and
-/// columns come in 32×32 blocks, FP4 (kF4E2m1x2) columns in 32s (its rows have a scale row each). The last block
-/// may be the tensor's partial one (end = n).
+/// of them in all are whole scale blocks, so that a rank can hold the slice as stored: scaled_whole_blocks
+/// (weights.hpp; FP8 rows and columns in 32×32 blocks, FP4 columns in 32s, any FP4 rows; the last block may be the
+/// tensor's partial one).
 bool scaled_slice_aligned(DType dtype, int64_t n, dist::Range r, bool cols);
+
+/// The parts of the split tensors rank `rank` of `plan` holds (weights.hpp RankParts), for a model of `spec` whose
+/// Engram hash layout is `engram` (its offsets and primes):
+///   TP:  wq_b rows [h0·hd, h1·hd), attn_sink [h0, h1), wo_a rows [g0·ro, g1·ro) (none when heads are gathered),
+///        wo_b rows wo_b_rows or, under the all-reduce, columns [g0·ro, g1·ro); shared-expert w1 / w3 rows shared_inter,
+///        w2 rows shared_rows; LM-head rows vocab;
+///   Engram sharded over world > 1: per Engram layer ei the table rows [offsets[c0], offsets[c1] + primes[c1]) of the
+///        rank's hash columns c0 … c1 (column c = ei·C + j), [0, 0) for a rank without columns.
+/// rank_weights cuts exactly these from a whole host model; WeightLoadOptions::parts reads exactly these. Errors: a rank
+/// outside the plan, a plan of other dimensions, hash columns past a table's rows.
+Result<RankParts> rank_parts(ModelSpec const& spec, dist::ShardingPlan const& plan, int rank, EngramTables const& engram);
 
 /// Bytes each rank holds under `plan` for `tensors` (names of any scheme of weights.hpp, `nbytes` as
 /// stored, so quantized checkpoints count their packed bytes): split tensors count their slice, everything
@@ -112,6 +124,7 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
 /// dense tensor stays undefined) when the slice is whole scale blocks (scaled_slice_aligned), else the dense
 /// slice of its values (dequantize_scaled; e.g. o_lora_rank 16 splits wo_a's 32-row FP8 blocks at TP 2) and
 /// no stored form; routed experts outside the rank's range are dropped from Weights::scaled, the others kept whole.
+/// The cuts are rank_parts.
 Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard);
 
 class ShardedState final : public SequenceState {

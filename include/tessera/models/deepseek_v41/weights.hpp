@@ -6,9 +6,10 @@
 /// or misshapen tensor is an error that names it (and the alternatives looked for).
 #pragma once
 
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,9 @@ class WeightSource {
   /// Columns [c0, c1) of load_f32(name) (a 2-D tensor). The default loads the whole tensor and copies the columns;
   /// CheckpointSource reads only them (block-scaled: their codes and the scale columns covering them, any columns).
   virtual Result<Tensor> load_f32_cols(std::string const& name, int64_t c0, int64_t c1) const;
+  /// The block-scaled format `name` is stored in (kF8E4m3, kF4E2m1x2; kF32 when it is not stored block-scaled):
+  /// load_scaled(name).dtype. The default loads the tensor; CheckpointSource answers from the checkpoint's header.
+  virtual Result<DType> scaled_dtype(std::string const& name) const;
   /// Columns [c0, c1) of load_scaled(name) as stored, kF8E4m3 only: codes columns [c0, c1), scale columns
   /// [c0/32, ⌈c1/32⌉) of every scale row; whole 32-column blocks required (c0 a multiple of 32, c1 one or `cols`).
   /// FP4, a range that is not whole blocks or outside the tensor is refused with a message naming the tensor.
@@ -102,6 +106,43 @@ Status check_scaled_row_range(std::string const& where, std::string const& name,
 /// 32-column scale blocks (c0 a multiple of 32; c1 one or `cols`).
 Status check_scaled_col_range(std::string const& where, std::string const& name, DType dtype, int64_t cols, int64_t c0,
                               int64_t c1);
+
+/// Whether rows (cols = false) or columns (cols = true) [begin, end) of a block-scaled weight in `dtype` with n of them
+/// in all are whole scale blocks, so that they can be held as stored: FP8 (kF8E4m3) rows and columns come in 32×32
+/// blocks, FP4 (kF4E2m1x2) columns in 32s (its rows have a scale row each, so any rows are). The last block may be the
+/// tensor's partial one (end = n).
+bool scaled_whole_blocks(DType dtype, int64_t n, int64_t begin, int64_t end, bool cols);
+
+/// Rows [begin, end) of a weight, or columns [begin, end) of a 2-D one (`cols`): the part of a tensor-parallel split
+/// that one rank holds.
+struct WeightPart {
+  int64_t begin = 0, end = 0;
+  bool cols = false;
+  int64_t size() const { return end - begin; }
+  friend bool operator==(WeightPart const&, WeightPart const&) = default;
+};
+
+/// The parts of the tensor-parallel split tensors that one rank holds (rank_parts, sharded.hpp); an absent part is
+/// the whole tensor. Every layer has the same parts except the Engram tables:
+///   wq_b        rows [h0·hd, h1·hd) of the rank's query heads    attn_sink   the heads [h0, h1)
+///   wo_a        rows [g0·ro, g1·ro) of its o-groups               wo_b        output rows, or (all-reduce) the groups' columns
+///   shared_in   shared-expert w1 / w3 rows                        shared_out  shared-expert w2 rows
+///   lm_head     vocabulary rows                                   e_table[l]  rows of layer l's Engram table that the
+///                                                                             rank's hash columns index
+struct RankParts {
+  std::optional<WeightPart> wq_b, attn_sink, wo_a, wo_b, shared_in, shared_out, lm_head;
+  std::vector<std::optional<WeightPart>> e_table;  // [num_layers], or empty: every table whole
+  /// Whether any tensor is cut to a part.
+  bool any() const;
+  friend bool operator==(RankParts const&, RankParts const&) = default;
+};
+
+/// Part `p` of a 1-D or 2-D fp32 tensor (a copy; rows of a 1-D tensor).
+Tensor slice_part(Tensor const& t, WeightPart p);
+/// Part `p` of a block-scaled weight as stored, `p` whole scale blocks (scaled_whole_blocks): rows [r0, r1) of codes
+/// with the scale rows covering them (FP8: [r0/32, ⌈r1/32⌉); FP4: [r0, r1)), or columns [c0, c1) of codes (FP4: bytes
+/// [c0/2, c1/2)) with the scale columns [c0/32, ⌈c1/32⌉) of every scale row. Copies.
+ScaledWeight slice_scaled(ScaledWeight const& w, WeightPart p);
 
 struct ExpertWeights {
   Tensor w1, w3, w2;  // [I, D], [I, D], [D, I]
@@ -183,6 +224,16 @@ struct WeightLoadOptions {
   /// their ExpertWeights stay empty and they get no Weights::scaled entry (a rank's host weights, sharded.hpp).
   /// Fused NEW-format expert tensors are read whole and the range kept.
   int64_t routed_begin = 0, routed_end = -1;
+  /// Only these parts of the tensor-parallel split tensors are read (a rank's host weights, sharded.hpp; none by
+  /// default: every tensor whole): each loaded
+  /// tensor is its part, [end − begin, cols] or [rows, end − begin], exactly the slice rank_weights takes of the whole
+  /// tensor. With keep_scaled_projections a block-scaled projection or head whose part is whole scale blocks
+  /// (scaled_whole_blocks) is recorded as the stored part alone (Weights::scaled; its dense tensor stays undefined;
+  /// FP8 codes and the scales covering them read alone, FP4 columns by a whole read); every other part is read as
+  /// values (WeightSource::load_f32_rows / load_f32_cols, →bf16 unless kept fp32), which for a block-scaled weight
+  /// are dequantize_scaled's. A part outside its tensor is refused naming the tensor; an EXL3 weight's part is refused
+  /// with keep_exl3 (kNotSupported) and otherwise cut from the whole effective weight.
+  RankParts parts;
 };
 
 /// Loads every tensor the spec needs; in bf16 mode every parameter except the fp32-kept ones (mHC,
