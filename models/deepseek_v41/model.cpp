@@ -11,6 +11,7 @@
 
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/models/deepseek_v41/dspark.hpp"
+#include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/core/thread_pool.hpp"
 #include "tessera/ops/engram.hpp"
 #include "tessera/ops/linear.hpp"
@@ -107,6 +108,11 @@ size_t Dsv41State::memory_bytes() const {
 }
 
 Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSource const& src, ModelOptions opts) {
+  return create_(std::move(spec), src, std::move(opts), nullptr);
+}
+
+Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create_(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                        std::shared_ptr<RankShard const> part) {
   TESSERA_TRY(spec.validate());
   std::unique_ptr<Dsv41Model> m(new Dsv41Model());
   // EXL3 linears run as stored (their product, exl3_linear.cpp) unless dequantize_weights asks for their
@@ -122,13 +128,22 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create(ModelSpec spec, WeightSou
   }
   wo.routed_begin = opts.routed_experts_begin;
   wo.routed_end = opts.routed_experts_end;
+  auto e = load_engram_tables(spec, src);  // first: a rank's Engram table parts follow its hash columns
+  if (!e) return e.status();
+  m->engram_ = std::move(*e);
+  if (part) {
+    auto parts = rank_parts(spec, part->plan, part->rank, m->engram_);
+    if (!parts) return parts.status();
+    if (parts->any()) {
+      wo.parts = *parts;
+      m->held_parts_ = std::move(*parts);
+      m->part_ = std::move(part);
+    }
+  }
   auto w = load_weights(spec, src, opts.numerics, wo);
   if (!w) return w.status();
   TESSERA_TRY(check_exl3_weights(spec, *w, false));
   m->w_ = std::move(*w);
-  auto e = load_engram_tables(spec, src);
-  if (!e) return e.status();
-  m->engram_ = std::move(*e);
   auto d = load_dspark_weights(spec, src, opts.numerics);
   if (!d) return d.status();
   m->dspark_ = std::move(*d);
@@ -266,11 +281,21 @@ size_t Dsv41Model::state_bytes_for(int64_t n) const {
   return b;
 }
 
-Status Dsv41Model::forward(std::span<SequenceStep> batch) {
-  if (auto const [e0, e1] = held_routed_experts(); !shard_ && (e0 != 0 || e1 != spec_.n_experts))
+Status Dsv41Model::check_whole() const {
+  if (shard_) return {};  // a rank model: its sharded steps use its parts
+  if (auto const [e0, e1] = held_routed_experts(); e0 != 0 || e1 != spec_.n_experts)
     return invalid_argument("forward: the model holds routed experts [" + std::to_string(e0) + ", " +
                             std::to_string(e1) + ") of " + std::to_string(spec_.n_experts) +
                             " only (a rank's host model: run its rank model)");
+  if (part_)
+    return invalid_argument("forward: the model holds rank " + std::to_string(part_->rank) + "'s parts of the split " +
+                            "weights of a tp " + std::to_string(part_->plan.cfg.tp) + " ep " +
+                            std::to_string(part_->plan.cfg.ep) + " plan only (a rank's host model: run its rank model)");
+  return {};
+}
+
+Status Dsv41Model::forward(std::span<SequenceStep> batch) {
+  TESSERA_TRY(check_whole());
   for (auto const& step : batch) {
     if (!dynamic_cast<Dsv41State*>(step.state)) return invalid_argument("forward: a step has no DeepSeek-V4.1 state");
     if (step.num_logit_rows < 0 || step.num_logit_rows > static_cast<int64_t>(step.tokens.size()))
@@ -312,6 +337,7 @@ std::vector<int64_t> Dsv41Model::hash_ids(Dsv41State const& st, std::span<int32_
 }
 
 Status Dsv41Model::forward_one(Dsv41State& st, std::span<int32_t const> tokens, int64_t num_logit_rows, float* logits) {
+  TESSERA_TRY(check_whole());
   ModelSpec const& s = spec_;
   int64_t S = static_cast<int64_t>(tokens.size());
   if (S == 0) return {};

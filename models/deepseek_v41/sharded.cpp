@@ -41,6 +41,12 @@ void slice_weight(Weights& out, std::string const& key, Tensor& dense, WeightPar
 
 WeightPart rows(Range r) { return {r.begin, r.end, false}; }
 
+std::string plan_text(dist::ParallelConfig const& c) {
+  return "tp " + std::to_string(c.tp) + " ep " + std::to_string(c.ep) +
+         (c.attn == dist::AttnCombine::kAllReduce ? " all-reduce" : "") +
+         (c.engram == dist::EngramPlacement::kSharded ? " Engram-sharded" : " Engram-replicated");
+}
+
 bool has(std::string const& s, char const* sub) { return s.find(sub) != std::string::npos; }
 
 /// The expert id of a per-expert tensor name (`…experts.<e>.…`), or −1.
@@ -75,18 +81,26 @@ struct RankAccess {
                               std::to_string(h0) + ", " + std::to_string(h1) + ")");
     auto parts = rank_parts(s, p, sh.rank, full.engram_);
     if (!parts) return parts.status();
+    if (full.part_ && !(full.held_parts_ == *parts))
+      return invalid_argument("rank weights: the model holds the split tensors' parts of rank " +
+                              std::to_string(full.part_->rank) + " of a " + plan_text(full.part_->plan.cfg) +
+                              " plan (a rank's host model); rank " + std::to_string(sh.rank) + " of this " +
+                              plan_text(p.cfg) + " plan needs other parts");
     Weights out = full.w_;  // shares every tensor (stored forms included); the rank's parts replace some below
     for (int64_t l = 0; l < s.num_layers; ++l) {
       LayerWeights& w = out.layers[l];
       auto key = [l](char const* field) { return scaled_weight_key(l, field); };
-      if (parts->wq_b) slice_weight(out, key("wq_b"), w.wq_b, *parts->wq_b);
-      if (parts->attn_sink) w.attn_sink = slice_part(w.attn_sink, *parts->attn_sink);
-      if (parts->wo_a) slice_weight(out, key("wo_a"), w.wo_a, *parts->wo_a);
-      if (parts->wo_b) slice_weight(out, key("wo_b"), w.wo_b, *parts->wo_b);
-      for (auto [t, part] : {std::pair{&w.shared.w1, parts->shared_in}, {&w.shared.w3, parts->shared_in},
-                             {&w.shared.w2, parts->shared_out}})
-        if (part) *t = slice_part(*t, *part);
-      if (!parts->e_table.empty() && parts->e_table[l]) w.e_table = slice_part(w.e_table, *parts->e_table[l]);
+      // A host model holding parts (load_rank_host_model) was read with exactly these parts: nothing to cut.
+      if (!full.part_) {
+        if (parts->wq_b) slice_weight(out, key("wq_b"), w.wq_b, *parts->wq_b);
+        if (parts->attn_sink) w.attn_sink = slice_part(w.attn_sink, *parts->attn_sink);
+        if (parts->wo_a) slice_weight(out, key("wo_a"), w.wo_a, *parts->wo_a);
+        if (parts->wo_b) slice_weight(out, key("wo_b"), w.wo_b, *parts->wo_b);
+        for (auto [t, part] : {std::pair{&w.shared.w1, parts->shared_in}, {&w.shared.w3, parts->shared_in},
+                               {&w.shared.w2, parts->shared_out}})
+          if (part) *t = slice_part(*t, *part);
+        if (!parts->e_table.empty() && parts->e_table[l]) w.e_table = slice_part(w.e_table, *parts->e_table[l]);
+      }
       if (p.cfg.ep > 1)
         for (int64_t e = 0; e < s.n_experts; ++e)
           if (!me.experts.contains(e)) {
@@ -94,8 +108,16 @@ struct RankAccess {
             for (char const* wn : {"w1", "w3", "w2"}) out.scaled.erase(scaled_expert_key(l, e, wn));
           }
     }
-    if (parts->lm_head) slice_weight(out, scaled_head_key(), out.lm_head, *parts->lm_head);
+    if (!full.part_ && parts->lm_head) slice_weight(out, scaled_head_key(), out.lm_head, *parts->lm_head);
     return out;
+  }
+
+  static Result<std::unique_ptr<Dsv41Model>> host(ModelSpec spec, WeightSource const& src, ModelOptions o,
+                                                  dist::ShardingPlan const& plan, int rank) {
+    auto part = std::make_shared<RankShard>();
+    part->plan = plan;
+    part->rank = rank;
+    return Dsv41Model::create_(std::move(spec), src, std::move(o), std::move(part));
   }
 
   static Result<std::unique_ptr<Dsv41Model>> make(Dsv41Model const& full, std::shared_ptr<RankShard const> sh,
@@ -328,7 +350,7 @@ Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(ModelSpec spec, WeightS
                             std::to_string(spec.hidden_size) + ")");
   auto ro = rank_host_options(std::move(o), plan, rank);
   if (!ro) return ro.status();
-  return Dsv41Model::create(std::move(spec), src, std::move(*ro));
+  return RankAccess::host(std::move(spec), src, std::move(*ro), plan, rank);
 }
 
 Result<RankHost> load_rank_host(std::string const& dir, ModelOptions o, dist::ParallelConfig const& cfg, int rank) {

@@ -163,6 +163,10 @@ class Dsv41Model final : public LanguageModel {
   std::pair<int64_t, int64_t> held_routed_experts() const {
     return {opts_.routed_experts_begin, opts_.routed_experts_end < 0 ? spec_.n_experts : opts_.routed_experts_end};
   }
+  /// The rank whose parts of the tensor-parallel split tensors this host model holds (plan and rank, no communicator;
+  /// load_rank_host_model reads only those parts, rank_parts), or nullptr when it holds every tensor whole. Such a
+  /// model runs no forward (kInvalidArgument) and slices only rank models that need exactly its parts (rank_weights).
+  RankShard const* held_part() const { return part_.get(); }
   /// Bytes of the weight tensors the model references (Weights: dense tensors, stored codes and scales, EXL3
   /// groups); a rank model counts the tensors it shares with the full model as well as its own slices.
   size_t weight_bytes() const;
@@ -190,6 +194,12 @@ class Dsv41Model final : public LanguageModel {
 
  private:
   Dsv41Model() = default;
+  /// create; with `part` (a rank of a plan) only the parts of the split tensors that rank holds are read
+  /// (WeightLoadOptions::parts = rank_parts) and recorded as held_part() when any tensor is cut.
+  static Result<std::unique_ptr<Dsv41Model>> create_(ModelSpec spec, WeightSource const& src, ModelOptions opts,
+                                                     std::shared_ptr<RankShard const> part);
+  /// Why the model cannot run a forward of its own (a host model holding part of the weights), or OK.
+  Status check_whole() const;
   struct Chunk;
   void attention_block(int64_t l, Dsv41State& st, Chunk& c, std::vector<float> const& xa, std::vector<float>& out);
   /// The stored form of projection `field` of layer l (Weights::exl3 / Weights::scaled; neither when dense).
@@ -216,6 +226,9 @@ class Dsv41Model final : public LanguageModel {
   /// This model's rank of a tensor/expert-parallel group (its weights hold the rank's slices);
   /// null = the whole model on one rank.
   std::shared_ptr<RankShard const> shard_;
+  /// held_part(), and the parts it holds (rank_parts of that rank; every part read alone from the checkpoint).
+  std::shared_ptr<RankShard const> part_;
+  RankParts held_parts_;
   friend struct RankAccess;
 };
 

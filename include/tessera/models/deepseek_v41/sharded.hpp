@@ -66,8 +66,8 @@ bool scaled_slice_aligned(DType dtype, int64_t n, dist::Range r, bool cols);
 ///        w2 rows shared_rows; LM-head rows vocab;
 ///   Engram sharded over world > 1: per Engram layer ei the table rows [offsets[c0], offsets[c1] + primes[c1]) of the
 ///        rank's hash columns c0 … c1 (column c = ei·C + j), [0, 0) for a rank without columns.
-/// rank_weights cuts exactly these from a whole host model; WeightLoadOptions::parts reads exactly these. Errors: a rank
-/// outside the plan, a plan of other dimensions, hash columns past a table's rows.
+/// rank_weights cuts exactly these from a whole host model; WeightLoadOptions::parts reads exactly these
+/// (load_rank_host_model). Errors: a rank outside the plan, a plan of other dimensions, hash columns past a table's rows.
 Result<RankParts> rank_parts(ModelSpec const& spec, dist::ShardingPlan const& plan, int rank, EngramTables const& engram);
 
 /// Bytes each rank holds under `plan` for `tensors` (names of any scheme of weights.hpp, `nbytes` as
@@ -95,10 +95,14 @@ Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(std::string const& dir,
 /// otherwise). Error: a rank outside the plan.
 Result<ModelOptions> rank_host_options(ModelOptions o, dist::ShardingPlan const& plan, int rank);
 
-/// Rank `rank`'s host model of `plan` from `src`: Dsv41Model::create with rank_host_options(o, plan, rank). The
-/// checkpoint's routed experts outside the rank's range are not read; the model runs no forward itself and serves
-/// make_rank_model / GpuDsv41Model::create_rank of that rank (and of any rank whose experts it holds). Errors: a
-/// plan made for other dimensions than `spec`'s (model_dims), a rank outside the plan.
+/// Rank `rank`'s host model of `plan` from `src`: Dsv41Model::create with rank_host_options(o, plan, rank), reading
+/// only what the rank holds. The checkpoint's routed experts outside the rank's range are not read, and of the split
+/// tensors only the rank's parts (rank_parts; WeightLoadOptions::parts): rows or columns read alone, block-scaled ones
+/// as stored when whole scale blocks (bf16, weights_as_stored), else their values, so the host holds what rank_weights
+/// would cut from the whole host model, byte for byte. When any tensor is cut the model records it (held_part()). The
+/// model runs no forward itself and serves make_rank_model / GpuDsv41Model::create_rank of that rank (and of any rank
+/// with the same parts and experts). Errors: a plan made for other dimensions than `spec`'s (model_dims), a rank
+/// outside the plan, a part outside its tensor, EXL3 weights held as stored (kNotSupported).
 Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(ModelSpec spec, WeightSource const& src, ModelOptions o,
                                                          dist::ShardingPlan const& plan, int rank);
 
@@ -124,7 +128,8 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
 /// dense tensor stays undefined) when the slice is whole scale blocks (scaled_slice_aligned), else the dense
 /// slice of its values (dequantize_scaled; e.g. o_lora_rank 16 splits wo_a's 32-row FP8 blocks at TP 2) and
 /// no stored form; routed experts outside the rank's range are dropped from Weights::scaled, the others kept whole.
-/// The cuts are rank_parts.
+/// The cuts are rank_parts. From a host model holding a rank's parts (held_part(), load_rank_host_model) nothing is
+/// cut: its tensors are shared as they are, which is the same bytes, and a rank needing other parts is refused.
 Result<Weights> rank_weights(Dsv41Model const& full, RankShard const& shard);
 
 class ShardedState final : public SequenceState {
