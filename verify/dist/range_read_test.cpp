@@ -167,7 +167,7 @@ void check_rank_reads(Folder const& f, bool fp8) {
   }
   if (fp8) {
     BOOST_TEST(stored_reads > 0u);
-    BOOST_TEST(fallbacks > 0u);  // TP 4 splits wo_b's 32-row blocks in two (16 rows a rank)
+    BOOST_TEST(fallbacks > 0u);  // TP 4 splits the shared expert w1 / w3 32-row blocks in two (16 rows a rank)
   }
 }
 
