@@ -2,9 +2,10 @@
 /// One process per rank for `tessera serve --tp/--ep` (servers/cli/serve_ranks.hpp).
 ///
 /// Start-up, on every rank: the NCCL group forms first (TCP rendezvous, then ncclCommInitRank), so slow model
-/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads its host model (load_rank_host:
-/// its routed experts only; in bf16 block-scaled weights held as stored), builds its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits (rank 0 never
-/// listens). Signals: rank 0 drains on SIGTERM/SIGINT as `tessera serve` does and its driver's destruction sends
+/// loads wait inside NCCL rather than against the rendezvous timeout; then each rank loads its host model
+/// (load_rank_host: its routed experts and its parts of the split tensors only; in bf16 block-scaled weights held as
+/// stored), builds its rank model, and all ranks all-gather a start-up flag: if any rank failed, every rank exits
+/// (rank 0 never listens). Signals: rank 0 drains on SIGTERM/SIGINT as `tessera serve` does and its driver's destruction sends
 /// the shutdown; a follower ignores the first SIGTERM/SIGINT (a launcher's Ctrl-C reaches every rank, and rank
 /// 0's drain still needs the followers) and exits at once on a second.
 #include "servers/cli/serve_ranks.hpp"
@@ -53,7 +54,8 @@ Status build_rank(RankBundle& b, server::ServeConfig const& c, dist::ParallelCon
   mo.numerics = c.numerics;
   mo.prune = c.prune;
   int const me = b.nccl->rank();
-  // This rank's host model: its routed experts only; in bf16 block-scaled weights held as stored.
+  // This rank's host model: its routed experts and its parts of the split tensors only; in bf16 block-scaled weights
+  // held as stored.
   auto host = model::dsv41::load_rank_host(c.model_dir, mo, cfg, me);
   if (!host) return Status(host.status().code(), "--model " + c.model_dir + ": " + host.status().message());
   model::dsv41::Dsv41Model* const full = host->model.get();
