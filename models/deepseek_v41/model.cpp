@@ -128,11 +128,10 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create_(ModelSpec spec, WeightSo
   }
   wo.routed_begin = opts.routed_experts_begin;
   wo.routed_end = opts.routed_experts_end;
-  auto e = load_engram_tables(spec, src);  // first: a rank's Engram table parts follow its hash columns
-  if (!e) return e.status();
-  m->engram_ = std::move(*e);
   if (part) {
-    auto parts = rank_parts(spec, part->plan, part->rank, m->engram_);
+    // The Engram table parts follow the hash layout's offsets and primes, which load_engram_tables checks stored
+    // ones against.
+    auto parts = rank_parts(spec, part->plan, part->rank, engram_layout(spec));
     if (!parts) return parts.status();
     if (parts->any()) {
       wo.parts = *parts;
@@ -144,6 +143,9 @@ Result<std::unique_ptr<Dsv41Model>> Dsv41Model::create_(ModelSpec spec, WeightSo
   if (!w) return w.status();
   TESSERA_TRY(check_exl3_weights(spec, *w, false));
   m->w_ = std::move(*w);
+  auto e = load_engram_tables(spec, src);
+  if (!e) return e.status();
+  m->engram_ = std::move(*e);
   auto d = load_dspark_weights(spec, src, opts.numerics);
   if (!d) return d.status();
   m->dspark_ = std::move(*d);
