@@ -299,6 +299,39 @@ class Exl3Format final : public SyntheticFormat {
   mutable uint64_t seed_ = 0;
 };
 
+/// EXL3 experts over the native FP8 trunk: the routed and shared experts as Exl3Format writes them, every other
+/// tensor as NativeFp8Format does (FP8 projections and Engram tables, the rest bf16 / f32). config.json names exl3
+/// with the trunk's FP8 layout as original_quantization_config.
+class MixedFormat final : public SyntheticFormat {
+ public:
+  explicit MixedFormat(double bpw) : exl3_(bpw), bpw_(bpw) {}
+  std::string name() const override {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "mixed:%.2f", bpw_);
+    return buf;
+  }
+  static bool is_expert(TensorSpec const& spec) {
+    return spec.role == Role::kExpertLinear || spec.name.find(".shared_experts.") != std::string::npos;
+  }
+  Status add(io::SafetensorsWriter& w, TensorSpec const& spec, ValueFn values) const override {
+    return is_expert(spec) ? exl3_.add(w, spec, std::move(values)) : fp8_.add(w, spec, std::move(values));
+  }
+  Status add_planned(io::SafetensorsWriter& w, TensorSpec const& spec, std::vector<TensorSpec> const& plan,
+                     uint64_t seed) const override {
+    return is_expert(spec) ? exl3_.add_planned(w, spec, plan, seed) : fp8_.add_planned(w, spec, plan, seed);
+  }
+  std::optional<QuantizationConfig> quantization_config() const override {
+    QuantizationConfig q = *exl3_.quantization_config();
+    q.exl3->original_quantization_config = fp8_.quantization_config()->fp8;
+    return q;
+  }
+
+ private:
+  Exl3Format exl3_;
+  NativeFp8Format fp8_;
+  double bpw_;
+};
+
 }  // namespace
 
 int exl3_synthetic_bits(std::string const& name, std::vector<int64_t> const& shape, double bpw) {
@@ -328,19 +361,22 @@ int exl3_synthetic_bits(std::string const& name, std::vector<int64_t> const& sha
 
 std::unique_ptr<SyntheticFormat> native_fp8_format() { return std::make_unique<NativeFp8Format>(); }
 std::unique_ptr<SyntheticFormat> exl3_format(double bpw) { return std::make_unique<Exl3Format>(bpw); }
+std::unique_ptr<SyntheticFormat> mixed_format(double bpw) { return std::make_unique<MixedFormat>(bpw); }
 
 Result<std::unique_ptr<SyntheticFormat>> synthetic_format(std::string const& spec) {
   if (spec == "fp32") return dense_format(DType::kF32);
   if (spec == "bf16") return dense_format(DType::kBf16);
   if (spec == "fp8") return native_fp8_format();
-  if (spec.rfind("exl3:", 0) == 0) {
+  for (std::string const prefix : {"exl3:", "mixed:"}) {
+    if (spec.rfind(prefix, 0) != 0) continue;
     char* end = nullptr;
-    double b = std::strtod(spec.c_str() + 5, &end);
-    if (end == spec.c_str() + 5 || *end != '\0' || !(b >= 1.0 && b <= 8.0))
-      return invalid_argument("--format exl3:B needs B in [1, 8], got '" + spec + "'");
-    return exl3_format(b);
+    char const* const num = spec.c_str() + prefix.size();
+    double const b = std::strtod(num, &end);
+    if (end == num || *end != '\0' || !(b >= 1.0 && b <= 8.0))
+      return invalid_argument("--format " + prefix + "B needs B in [1, 8], got '" + spec + "'");
+    return prefix == "exl3:" ? exl3_format(b) : mixed_format(b);
   }
-  return invalid_argument("--format must be fp32, bf16, fp8 or exl3:B, got '" + spec + "'");
+  return invalid_argument("--format must be fp32, bf16, fp8, exl3:B or mixed:B, got '" + spec + "'");
 }
 
 }  // namespace tessera::model::dsv41

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-/// `tessera make-synthetic --out DIR --preset tiny|v41-flash [--layers L] [--format fp32|bf16|fp8|exl3:B]
+/// `tessera make-synthetic --out DIR --preset tiny|v41-flash [--layers L] [--format fp32|bf16|fp8|exl3:B|mixed:B]
 /// [--seed S] [--vocab-size V] [--engram-rows N] [--experts E]`: writes config.json + model.safetensors of
 /// seeded random weights in the OLD naming (models/deepseek_v41/synthetic.hpp), streamed tensor by tensor.
 /// tiny = spec/deepseek-v41.md §6 with `--vocab-size` (default 512); v41-flash = the released dimensions
 /// with the first L layers (default 2), `--experts` scales the routed experts down (tests). `--format`:
 /// dense fp32/bf16, the native release layout fp8 (FP8 + ue8m0 blocks, FP4 experts, FP8 Engram tables),
-/// or EXL3 groups at an average of B bits (random trellis codes); `--dtype` is the older spelling of the
+/// EXL3 groups at an average of B bits (random trellis codes), or mixed:B (EXL3 routed and shared experts over the
+/// FP8 trunk); `--dtype` is the older spelling of the
 /// dense formats. `--mtp` adds `--mtp-blocks` (default 3) DSpark blocks `mtp.*` with the shapes of spec §2.8
 /// (the drafter of models/deepseek_v41/dspark.hpp).
 #include <cstdio>
@@ -22,7 +23,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: tessera make-synthetic --out DIR --preset tiny|v41-flash [--layers L]\n"
-    "                              [--format fp32|bf16|fp8|exl3:B] [--seed S] [--vocab-size V]\n"
+    "                              [--format fp32|bf16|fp8|exl3:B|mixed:B] [--seed S] [--vocab-size V]\n"
     "                              [--engram-rows N] [--experts E] [--mtp [--mtp-blocks N]]\n";
 
 /// A non-negative integer option, or -1 with a message.

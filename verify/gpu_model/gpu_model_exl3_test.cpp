@@ -63,16 +63,17 @@ Config exl3_config() {
   return c;
 }
 
-/// A synthetic exl3:2.5 checkpoint of exl3_config (Engram hash data from the golden tiny fixture).
+/// A synthetic exl3:2.5 checkpoint of exl3_config (or another format: mixed:2.5), Engram hash data from the golden
+/// tiny fixture.
 struct Exl3Checkpoint {
   std::filesystem::path dir;
   ModelSpec spec;
   CheckpointSource src;
-  Exl3Checkpoint() {
+  explicit Exl3Checkpoint(SyntheticFormat const& format = *exl3_format(2.5)) {
     dir = std::filesystem::temp_directory_path() /
           ("tessera_exl3_model_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
     Config const c = exl3_config();
-    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 43, *exl3_format(2.5)).status());
+    throw_if_error(write_synthetic_checkpoint(c, dir.string(), 43, format).status());
     spec = spec_from_config(c).value_or_throw();
     throw_if_error(src.open((dir / "model.safetensors").string()));
     throw_if_error(src.open(verify::tiny_dir("fp32") + "/golden.safetensors"));
@@ -256,6 +257,51 @@ BOOST_AUTO_TEST_CASE(exl3_pruned_routing) {
 
 BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
 BOOST_AUTO_TEST_CASE(exl3_fp32) { exl3_model_checks(Numerics::kFp32); }
+
+/// EXL3 experts over the FP8 trunk (`make-synthetic --format mixed:B`): the routed and shared experts are trellis
+/// groups, the projections FP8 blocks (held as stored in bf16), in one model; the GPU model on the CPU op backends ==
+/// the CPU model bit for bit (CUDA: within kCudaVsCpu), batched == alone.
+BOOST_AUTO_TEST_CASE(mixed_exl3_experts_fp8_trunk) {
+  static Exl3Checkpoint ck(*mixed_format(2.5));
+  for (Numerics num : {Numerics::kBf16, Numerics::kFp32}) {
+    BOOST_TEST_CONTEXT((num == Numerics::kBf16 ? "bf16" : "fp32")) {
+      ModelOptions o;
+      o.numerics = num;
+      auto cpu = Dsv41Model::create(ck.spec, ck.src, o).value_or_throw();
+      auto gpu = GpuDsv41Model::create(ck.spec, ck.src, o, kBackend).value_or_throw();
+      for (int64_t l = 0; l < ck.spec.num_layers; ++l) {
+        BOOST_TEST((gpu->routed_experts_dtype(l).value_or_throw() == DType::kI16), "layer " << l);
+        for (char const* f : {"wq_a", "wq_b", "wkv", "wo_a", "wo_b"}) {
+          DType const t = gpu->projection_dtype(scaled_weight_key(l, f)).value_or_throw();
+          // FP8 blocks: as stored in bf16 numerics, decoded to fp32 in fp32 numerics; never a trellis.
+          BOOST_TEST((t == (num == Numerics::kBf16 ? DType::kF8E4m3 : DType::kF32)), l << " " << f);
+        }
+      }
+      auto const prompt = tokens(40, 7), decode = tokens(6, 8);
+      auto const a = prefill_then_decode(*cpu, prompt, decode);
+      auto const b = prefill_then_decode(*gpu, prompt, decode);
+      bool finite = true;
+      for (float v : a) finite &= std::isfinite(v);
+      BOOST_TEST(finite);
+      if (kBackend == Backend::kCpu) {
+        BOOST_TEST(bitwise_equal(b, a), "GPU model (CPU backends) on the mixed checkpoint != CPU model");
+      } else {
+        double const e = rel_rms(b, a);
+        BOOST_TEST(e <= kCudaVsCpu, "CUDA vs CPU model on the mixed checkpoint: relative RMS " << e);
+        BOOST_TEST_MESSAGE("CUDA vs CPU model on the mixed checkpoint: relative RMS " << e);
+      }
+      auto const p2 = tokens(23, 9);
+      auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
+      int64_t const V = ck.spec.vocab_size;
+      std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+      auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
+      SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+      throw_if_error(gpu->forward(steps));
+      BOOST_TEST(bitwise_equal(b1, alone1), "batched != alone (sequence 1)");
+      BOOST_TEST(bitwise_equal(b2, alone2), "batched != alone (sequence 2)");
+    }
+  }
+}
 
 // Per linear: linear_exl3 (the EXL3 product) vs x·Wᵀ over exl3_effective_weight, in fp32, for every EXL3 linear
 // of layer 1 (attention, indexer, compressor, experts) and the head.

@@ -278,6 +278,16 @@ BOOST_AUTO_TEST_CASE(exl3_bits_allocation) {
   BOOST_TEST(!synthetic_format("exl3:9").ok());
   BOOST_TEST(!synthetic_format("int4").ok());
   BOOST_TEST(synthetic_format("exl3:2.8").ok());
+  BOOST_TEST(!synthetic_format("mixed:0.5").ok());
+  BOOST_TEST(!synthetic_format("mixed:").ok());
+  auto mixed = synthetic_format("mixed:2.8");
+  BOOST_TEST_REQUIRE(mixed.ok());
+  BOOST_TEST((*mixed)->name() == "mixed:2.80");
+  auto q = (*mixed)->quantization_config();
+  BOOST_TEST_REQUIRE(q.has_value());
+  BOOST_TEST(q->quant_method == "exl3");
+  BOOST_TEST_REQUIRE(q->exl3.has_value());
+  BOOST_TEST(q->exl3->original_quantization_config.has_value());  // the FP8 trunk's layout
 }
 
 // The loader reads the native layout dequantised (code · scale) with logical shapes, and the CPU model

@@ -96,13 +96,18 @@ std::unique_ptr<SyntheticFormat> native_fp8_format();
 /// exl3_synthetic_bits.
 std::unique_ptr<SyntheticFormat> exl3_format(double bits_per_weight);
 
+/// EXL3 experts over the native FP8 trunk: the routed and shared experts as exl3_format(bits_per_weight) writes them
+/// (at their exl3_synthetic_bits), every other tensor as native_fp8_format() does; config.json's quantization_config
+/// is exl3 with the FP8 layout as original_quantization_config.
+std::unique_ptr<SyntheticFormat> mixed_format(double bits_per_weight);
+
 /// K of a tensor of the EXL3 synthetic format at `bpw`: head 6; attention projections 5 (6 on layer 0),
 /// indexer wk 8, shared experts and Engram wkv 5; routed experts floor(bpw), promoted +1 per layer, end
 /// layers first (distance to the nearer end of the released 40-layer stack, lower layer first on ties),
 /// while the released model's bit budget bpw · Σ k·n allows. 0 for tensors that stay dense.
 int exl3_synthetic_bits(std::string const& name, std::vector<int64_t> const& shape, double bpw);
 
-/// Parses a make-synthetic `--format` value: fp32, bf16, fp8, or exl3:B (B in [1, 8]).
+/// Parses a make-synthetic `--format` value: fp32, bf16, fp8, exl3:B or mixed:B (B in [1, 8]).
 Result<std::unique_ptr<SyntheticFormat>> synthetic_format(std::string const& spec);
 
 /// The configurations make-synthetic knows.
