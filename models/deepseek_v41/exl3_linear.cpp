@@ -26,21 +26,26 @@ void to_f16_rows(float const* x, int64_t x_stride, int64_t rows, int64_t cols, u
 
 void linear_exl3(ExecContext& ctx, float const* x, int64_t rows, Exl3Weight const& q, float* out, DType md) {
   if (rows == 0) return;
-  int64_t const k = q.desc.k, n = q.desc.n;
+  int64_t const k = q.desc.k, n = q.desc.n, m = q.outputs();
   std::vector<uint16_t> x16(static_cast<size_t>(rows * k));
   to_f16_rows(x, k, rows, k, x16.data());
+  // A weight keeping outputs [kept_begin, kept_end) computes its n covering outputs, then keeps those columns.
+  std::vector<float> full(m == n ? 0 : static_cast<size_t>(rows * n));
+  float* y = m == n ? out : full.data();
   ops::Exl3GemmDesc d{q.desc, rows, DType::kF32, false};
   ops::Exl3GemmArgs a;
   a.x = TensorView<Fp16 const, 2>(reinterpret_cast<Fp16 const*>(x16.data()), {rows, k});
   a.trellis = q.trellis.view_as<int16_t const, 3>();
   a.suh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(q.suh.data()), {k});
   a.svh = TensorView<Fp16 const, 1>(reinterpret_cast<Fp16 const*>(q.svh.data()), {n});
-  a.y_f32 = TensorView<float, 2>(out, {rows, n});
+  a.y_f32 = TensorView<float, 2>(y, {rows, n});
   ExecContext cpu = ctx;
   cpu.backend = Backend::kCpu;
   throw_if_error(ops::Exl3Gemm<Backend::kCpu>::run(d, a, cpu));
+  if (m != n)
+    for (int64_t r = 0; r < rows; ++r) std::copy(y + r * n + q.kept_begin, y + r * n + q.kept_begin + m, out + r * m);
   if (md == DType::kBf16)
-    for (int64_t i = 0; i < rows * n; ++i) out[i] = round_to_bf16(out[i]);
+    for (int64_t i = 0; i < rows * m; ++i) out[i] = round_to_bf16(out[i]);
 }
 
 void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, Exl3Weight const* q, float* out, DType md) {
@@ -50,7 +55,7 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, Exl
 
 std::vector<Exl3Weight> exl3_split_outputs(Exl3Weight const& q, int64_t groups) {
   int64_t const n = q.desc.n, ng = n / groups;
-  if (groups <= 0 || n % groups != 0 || ng % 128 != 0)
+  if (groups <= 0 || n % groups != 0 || ng % 128 != 0 || q.kept_end >= 0)
     throw Error(not_supported("EXL3 group " + q.name + ": " + std::to_string(n) + " outputs cannot be split into " +
                               std::to_string(groups) + " groups on 128-column Hadamard blocks (spec/exl3.md §1.4)"));
   int64_t const tk = q.desc.k / 16, tn = n / 16, tg = ng / 16, wpt = q.trellis.dim(2);
@@ -86,6 +91,22 @@ void linear_exl3_grouped(ExecContext& ctx, float const* x, int64_t rows, Exl3Wei
   }
 }
 
+void expert_act_mixed(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w1, Exl3Weight const* q1,
+                      Tensor const& w3, Exl3Weight const* q3, float const* weights, float limit, DType md, float* act) {
+  int64_t const I = linear_out(w1, {q1, nullptr});
+  std::vector<float> u(static_cast<size_t>(rows * I));
+  linear(ctx, x, rows, w1, q1, act, md);
+  linear(ctx, x, rows, w3, q3, u.data(), md);
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < I; ++i) {
+      float gv = act[j * I + i], uv = u[j * I + i];
+      if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
+      float v = ref::silu(gv, md) * uv;
+      if (weights) v = weights[j] * v;
+      act[j * I + i] = ref::round_md(v, md);
+    }
+}
+
 bool layer_has_exl3_experts(Weights const& w, int64_t l, int64_t experts) {
   for (char const* wn : {"w1", "w3", "w2"}) {
     if (w.exl3_of(exl3_shared_key(l, wn))) return true;
@@ -106,19 +127,12 @@ void moe_experts_mixed(ExecContext& ctx, ModelSpec const& s, Weights const& wts,
                     std::vector<int64_t> const& slots, std::vector<int64_t> const& src_rows, bool weighted) {
     int64_t const m = static_cast<int64_t>(slots.size());
     if (m == 0) return;
-    std::vector<float> xe(static_cast<size_t>(m * D)), g(static_cast<size_t>(m * I)), u(static_cast<size_t>(m * I)),
-        ye(static_cast<size_t>(m * D));
+    std::vector<float> xe(static_cast<size_t>(m * D)), g(static_cast<size_t>(m * I)), ye(static_cast<size_t>(m * D)),
+        wj(weighted ? static_cast<size_t>(m) : 0);
     for (int64_t j = 0; j < m; ++j) std::copy(x + src_rows[j] * D, x + (src_rows[j] + 1) * D, xe.begin() + j * D);
-    linear(ctx, xe.data(), m, ew.w1, wts.exl3_of(k1), g.data(), md);
-    linear(ctx, xe.data(), m, ew.w3, wts.exl3_of(k3), u.data(), md);
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t i = 0; i < I; ++i) {
-        float gv = g[j * I + i], uv = u[j * I + i];
-        if (limit > 0.f) { uv = std::clamp(uv, -limit, limit); gv = std::min(gv, limit); }
-        float v = ref::silu(gv, md) * uv;
-        if (weighted) v = weights[slots[j]] * v;
-        g[j * I + i] = ref::round_md(v, md);
-      }
+    for (int64_t j = 0; j < static_cast<int64_t>(wj.size()); ++j) wj[j] = weights[slots[j]];
+    expert_act_mixed(ctx, xe.data(), m, ew.w1, wts.exl3_of(k1), ew.w3, wts.exl3_of(k3), weighted ? wj.data() : nullptr,
+                     limit, md, g.data());
     linear(ctx, g.data(), m, ew.w2, wts.exl3_of(k2), ye.data(), md);
     for (int64_t j = 0; j < m; ++j) std::copy(ye.begin() + j * D, ye.begin() + (j + 1) * D, y.begin() + slots[j] * D);
   };
@@ -151,8 +165,27 @@ void moe_experts_mixed(ExecContext& ctx, ModelSpec const& s, Weights const& wts,
 Status check_exl3_weights(ModelSpec const& s, Weights const& w, bool sharded) {
   if (w.exl3.empty()) return {};
   if (sharded)
-    return not_supported("EXL3 linears (" + w.exl3.begin()->second.name +
-                         ") in a tensor/expert-parallel model are not supported yet");
+    // The rank's MoE (shard_moe) runs a layer's experts as EXL3 exactly when its shared expert is EXL3, so every
+    // expert linear of such a layer must be EXL3 and no other layer may have one.
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      int64_t exl3 = 0, held = 0;
+      for (char const* wn : {"w1", "w3", "w2"}) {
+        exl3 += w.exl3_of(exl3_shared_key(l, wn)) != nullptr;
+        ++held;
+        for (int64_t e = 0; e < s.n_experts; ++e) {
+          LayerWeights const& lw = w.layers[static_cast<size_t>(l)];
+          bool const x = w.exl3_of(scaled_expert_key(l, e, wn)) != nullptr;
+          if (!x && !lw.experts[static_cast<size_t>(e)].w1.defined() && !w.scaled_of(scaled_expert_key(l, e, wn)))
+            continue;  // not held (a rank's host model): no linear to compare
+          exl3 += x;
+          ++held;
+        }
+      }
+      if (exl3 != 0 && exl3 != held)
+        return not_supported("layer " + std::to_string(l) + " mixes EXL3 and dense expert linears (" +
+                             std::to_string(exl3) + " of " + std::to_string(held) +
+                             " EXL3); a tensor/expert-parallel model needs all or none of a layer's experts in EXL3");
+    }
   for (auto const& [key, q] : w.exl3) {
     if (key.size() > 5 && key.compare(key.size() - 5, 5, ".wo_a") == 0) {
       int64_t const ro = s.o_lora_rank;

@@ -323,6 +323,9 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create_rank(Dsv41Model con
   TESSERA_TRY(check_pruning(opts.prune, spec));
   auto hw = rank_weights(full, *shard);  // shares the replicated tensors with `full`; copies the slices
   if (!hw) return hw.status();
+  if (!hw->exl3.empty())
+    return not_supported("create_rank: EXL3 linears (" + hw->exl3.begin()->second.name +
+                         ") in a GPU rank model are not supported yet (the CPU rank model, make_rank_model, runs them)");
   std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
   m->impl_ = std::make_unique<Impl>();
   Impl& I = *m->impl_;

@@ -65,7 +65,7 @@ void linear(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w, Sto
 }
 
 int64_t linear_out(Tensor const& w, StoredLinear q) {
-  if (q.exl3) return q.exl3->desc.n;
+  if (q.exl3) return q.exl3->outputs();
   if (q.scaled) return q.scaled->rows;
   return w.dim(0);
 }

@@ -66,14 +66,20 @@ std::vector<Exl3Weight> exl3_split_outputs(Exl3Weight const& q, int64_t groups);
 /// out columns [g·n/G, (g+1)·n/G) through output slice g.
 void linear_exl3_grouped(ExecContext& ctx, float const* x, int64_t rows, Exl3Weight const& q, int64_t groups, float* out,
                          DType md);
+/// The expert activation of moe_experts_mixed for `rows` rows x [rows, D]: act[j, i] = →md(w_j·silu(min(g, L))·
+/// clamp(u, ±L)) with g, u = →md(x_j·W1ᵀ), →md(x_j·W3ᵀ) (EXL3 when q1 / q3 are set, else the dense w1 / w3; the
+/// silu rounded in md), w_j = weights[j] (the factor omitted when weights is null), L = limit (no clamp when 0),
+/// over the I outputs W1 yields: act [rows, I].
+void expert_act_mixed(ExecContext& ctx, float const* x, int64_t rows, Tensor const& w1, Exl3Weight const* q1,
+                      Tensor const& w3, Exl3Weight const* q3, float const* weights, float limit, DType md, float* act);
 /// Whether layer l has any EXL3 routed or shared expert linear (the MoE then runs moe_experts_mixed).
 bool layer_has_exl3_experts(Weights const& w, int64_t l, int64_t experts);
 /// MoeExperts' arithmetic with each expert linear dense or EXL3: x [rows, D], ids / weights [rows, top_k]
 /// (id −1 skipped), out [rows, D].
 void moe_experts_mixed(ExecContext& ctx, ModelSpec const& s, Weights const& w, int64_t l, float const* x,
                        int32_t const* ids, float const* weights, int64_t rows, DType md, float* out);
-/// What the models cannot run yet with EXL3 weights: sharded models, a grouped wo_a whose groups split a
-/// 128-column Hadamard block.
+/// What the models cannot run with EXL3 weights: a grouped wo_a whose groups split a 128-column Hadamard block; in a
+/// sharded model (rank_weights) also a layer whose held expert linears (routed and shared) are partly EXL3.
 Status check_exl3_weights(ModelSpec const& s, Weights const& w, bool sharded);
 
 // Tensor/expert-parallel steps of one rank (sharded_forward.cpp; plans in dist/plan.hpp). Each replaces

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
@@ -19,24 +20,32 @@ namespace {
 
 using dist::Range;
 
-/// Replaces weight `key` (dense tensor `dense`) of `out` by its part `p`. A weight held block-scaled
-/// (out.scaled[key]) keeps its stored form when the part is whole scale blocks (scaled_whole_blocks): the rank then
-/// holds only the stored part; otherwise it holds the part of the weight's values (dequantize_scaled) and no stored
-/// form. WeightLoadOptions::parts reads exactly this from a checkpoint.
-void slice_weight(Weights& out, std::string const& key, Tensor& dense, WeightPart p) {
+/// Replaces weight `key` (dense tensor `dense`) of `out` by its part `p`. An EXL3 weight (out.exl3[key]) becomes its
+/// EXL3 part (slice_exl3: output rows as the 128-column blocks covering them, input columns on 128-input blocks only).
+/// A weight held block-scaled (out.scaled[key]) keeps its stored form when the part is whole scale blocks
+/// (scaled_whole_blocks): the rank then holds only the stored part; otherwise it holds the part of the weight's values
+/// (dequantize_scaled) and no stored form. WeightLoadOptions::parts reads exactly this from a checkpoint.
+Status slice_weight(Weights& out, std::string const& key, Tensor& dense, WeightPart p) {
+  if (auto x = out.exl3.find(key); x != out.exl3.end()) {
+    auto q = slice_exl3(x->second, p);
+    if (!q) return q.status();
+    x->second = std::move(*q);
+    return {};
+  }
   auto it = out.scaled.find(key);
   if (it == out.scaled.end()) {
     dense = slice_part(dense, p);
-    return;
+    return {};
   }
   ScaledWeight const& sw = it->second;
   if (scaled_whole_blocks(sw.dtype, p.cols ? sw.cols : sw.rows, p.begin, p.end, p.cols)) {
     it->second = slice_scaled(sw, p);
     dense = Tensor{};
-    return;
+    return {};
   }
   dense = slice_part(dense_weight(dense, &sw), p);
   out.scaled.erase(it);
+  return {};
 }
 
 WeightPart rows(Range r) { return {r.begin, r.end, false}; }
@@ -92,23 +101,26 @@ struct RankAccess {
       auto key = [l](char const* field) { return scaled_weight_key(l, field); };
       // A host model holding parts (load_rank_host_model) was read with exactly these parts: nothing to cut.
       if (!full.part_) {
-        if (parts->wq_b) slice_weight(out, key("wq_b"), w.wq_b, *parts->wq_b);
+        if (parts->wq_b) TESSERA_TRY(slice_weight(out, key("wq_b"), w.wq_b, *parts->wq_b));
         if (parts->attn_sink) w.attn_sink = slice_part(w.attn_sink, *parts->attn_sink);
-        if (parts->wo_a) slice_weight(out, key("wo_a"), w.wo_a, *parts->wo_a);
-        if (parts->wo_b) slice_weight(out, key("wo_b"), w.wo_b, *parts->wo_b);
-        for (auto [t, part] : {std::pair{&w.shared.w1, parts->shared_in}, {&w.shared.w3, parts->shared_in},
-                               {&w.shared.w2, parts->shared_out}})
-          if (part) *t = slice_part(*t, *part);
+        if (parts->wo_a) TESSERA_TRY(slice_weight(out, key("wo_a"), w.wo_a, *parts->wo_a));
+        if (parts->wo_b) TESSERA_TRY(slice_weight(out, key("wo_b"), w.wo_b, *parts->wo_b));
+        for (auto [wn, t, part] : {std::tuple{"w1", &w.shared.w1, parts->shared_in}, {"w3", &w.shared.w3, parts->shared_in},
+                                   {"w2", &w.shared.w2, parts->shared_out}})
+          if (part) TESSERA_TRY(slice_weight(out, exl3_shared_key(l, wn), *t, *part));
         if (!parts->e_table.empty() && parts->e_table[l]) w.e_table = slice_part(w.e_table, *parts->e_table[l]);
       }
       if (p.cfg.ep > 1)
         for (int64_t e = 0; e < s.n_experts; ++e)
           if (!me.experts.contains(e)) {
             w.experts[e] = ExpertWeights{};
-            for (char const* wn : {"w1", "w3", "w2"}) out.scaled.erase(scaled_expert_key(l, e, wn));
+            for (char const* wn : {"w1", "w3", "w2"}) {
+              out.scaled.erase(scaled_expert_key(l, e, wn));
+              out.exl3.erase(scaled_expert_key(l, e, wn));
+            }
           }
     }
-    if (!full.part_ && parts->lm_head) slice_weight(out, scaled_head_key(), out.lm_head, *parts->lm_head);
+    if (!full.part_ && parts->lm_head) TESSERA_TRY(slice_weight(out, scaled_head_key(), out.lm_head, *parts->lm_head));
     return out;
   }
 

@@ -10,8 +10,12 @@
 /// change a sum that starts from +0).
 /// A weight held as a block-scaled slice (rank_weights) enters these dots as its values, the dequantised bf16
 /// weights (ops::Linear's block-scaled weights, rows widened for wo_a and the routed experts): the same operands.
+/// An EXL3 weight's part (slice_exl3) gives its outputs' bits of the whole EXL3 product: each output is its column's
+/// float64 sum over all inputs and its own 128-block's output Hadamard, the same on every rank. Under the all-reduce
+/// wo_b is an input split (spec/exl3.md §1.4): partial products, fp32 epilogue each, summed in rank order, →md once.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "models/deepseek_v41/model_internal.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
@@ -71,15 +75,27 @@ void shard_attention_out(RankShard const& sh, ExecContext& ctx, ModelSpec const&
   dist::Range const groups = tp ? me.groups : dist::Range{0, G};
   int64_t const Gl = groups.size();
   std::vector<float> y(static_cast<size_t>(S * Gl * ro));
-  // Rows of the groups in `groups` (all of them when replicated); a block-scaled slice widened for the call.
-  Tensor const wa_t = dense_weight(w.wo_a, all.scaled_of(scaled_weight_key(l, "wo_a")));
-  float const* wa = wa_t.data_as<float>();
-  for (int64_t r = 0; r < S; ++r)
-    for (int64_t gi = 0; gi < Gl; ++gi) {
-      int64_t const g = groups.begin + gi;
-      ref::linear_row_fma_seq(&(*src)[r * heads_here * hd + (g * hpg - first_head) * hd], wa + gi * ro * gw, gw, ro,
-                      &y[r * Gl * ro + gi * ro], md);
-    }
+  if (Exl3Weight const* qa = all.exl3_of(scaled_weight_key(l, "wo_a"))) {
+    // EXL3: the grouped product over the held groups (their tile columns and svh, suh shared; spec/exl3.md §1.4),
+    // group gi's input the head outputs of group groups.begin + gi.
+    std::vector<float> xg(static_cast<size_t>(S * Gl * gw));
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t gi = 0; gi < Gl; ++gi) {
+        float const* from = &(*src)[r * heads_here * hd + ((groups.begin + gi) * hpg - first_head) * hd];
+        std::copy(from, from + gw, xg.begin() + (r * Gl + gi) * gw);
+      }
+    linear_exl3_grouped(ctx, xg.data(), S, *qa, Gl, y.data(), md);
+  } else {
+    // Rows of the groups in `groups` (all of them when replicated); a block-scaled slice widened for the call.
+    Tensor const wa_t = dense_weight(w.wo_a, all.scaled_of(scaled_weight_key(l, "wo_a")));
+    float const* wa = wa_t.data_as<float>();
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t gi = 0; gi < Gl; ++gi) {
+        int64_t const g = groups.begin + gi;
+        ref::linear_row_fma_seq(&(*src)[r * heads_here * hd + (g * hpg - first_head) * hd], wa + gi * ro * gw, gw, ro,
+                                &y[r * Gl * ro + gi * ro], md);
+      }
+  }
   out.assign(static_cast<size_t>(S * D), 0.f);
   if (!tp) {
     linear(ctx, y.data(), S, w.wo_b, wo_b, out.data(), md);
@@ -147,7 +163,29 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weight
     if (ids[i] >= 0) pairs[ep ? owner(ids[i]) : sh.rank].push_back(i);
   auto const& mine = pairs[sh.rank];
   std::vector<float> local(mine.size() * D, 0.f);
-  pool.parallel_for(static_cast<int64_t>(mine.size()), [&](int64_t b, int64_t e) {
+  // EXL3 layers (check_exl3_weights: every expert linear EXL3 exactly when the shared expert's is) run
+  // moe_experts_mixed's arithmetic: y = →md(EXL3_w2(act)) stored as is (the single-rank y of the slot).
+  bool const exl3 = all.exl3_of(exl3_shared_key(l, "w1")) != nullptr;
+  if (exl3) {
+    // Each held expert's pairs as the rows of one call: the EXL3 linears are row-invariant.
+    std::map<int32_t, std::vector<int64_t>> by_expert;  // expert id → indices into `mine`
+    for (size_t j = 0; j < mine.size(); ++j) by_expert[ids[mine[j]]].push_back(static_cast<int64_t>(j));
+    for (auto const& [e, js] : by_expert) {
+      int64_t const m = static_cast<int64_t>(js.size());
+      std::vector<float> xe(static_cast<size_t>(m * D)), we(static_cast<size_t>(m)), act(static_cast<size_t>(m * I)),
+          ye(static_cast<size_t>(m * D));
+      for (int64_t j = 0; j < m; ++j) {
+        int64_t const i = mine[js[j]];
+        std::copy(&xa[(i / K) * D], &xa[(i / K) * D] + D, xe.begin() + j * D);
+        we[j] = wts[i];
+      }
+      ExpertWeights const& ex = w.experts[e];
+      expert_act_mixed(ctx, xe.data(), m, ex.w1, all.exl3_of(scaled_expert_key(l, e, "w1")), ex.w3,
+                       all.exl3_of(scaled_expert_key(l, e, "w3")), we.data(), L, md, act.data());
+      linear(ctx, act.data(), m, ex.w2, all.exl3_of(scaled_expert_key(l, e, "w2")), ye.data(), md);
+      for (int64_t j = 0; j < m; ++j) std::copy(ye.begin() + j * D, ye.begin() + (j + 1) * D, local.begin() + js[j] * D);
+    }
+  } else pool.parallel_for(static_cast<int64_t>(mine.size()), [&](int64_t b, int64_t e) {
     std::vector<float> scratch(static_cast<size_t>(2 * I)), wrow(static_cast<size_t>(std::max(D, I)));
     for (int64_t j = b; j < e; ++j) {
       int64_t const i = mine[j];
@@ -193,7 +231,10 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weight
   dist::Range const orows = tp ? me.shared_rows : dist::Range{0, D};
   std::vector<float> a(static_cast<size_t>(S * ir.size()));
   float const *w1 = w.shared.w1.data_as<float>(), *w3 = w.shared.w3.data_as<float>(), *w2 = w.shared.w2.data_as<float>();
-  pool.parallel_for(S, [&](int64_t b, int64_t e) {
+  if (exl3)
+    expert_act_mixed(ctx, xa.data(), S, w.shared.w1, all.exl3_of(exl3_shared_key(l, "w1")), w.shared.w3,
+                     all.exl3_of(exl3_shared_key(l, "w3")), nullptr, L, md, a.data());
+  else pool.parallel_for(S, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       for (int64_t i = 0; i < ir.size(); ++i) {
         float g = ref::round_md(ref::gemm_dot(&xa[r * D], w1 + i * D, D, md), md);
@@ -204,7 +245,8 @@ void shard_moe(RankShard const& sh, ExecContext& ctx, ModelSpec const& s, Weight
   });
   if (tp) a = gather_cols(sh, a, S, widths_of(sh, [](dist::RankPlan const& r) { return r.shared_inter.size(); }));
   std::vector<float> ys(static_cast<size_t>(S * orows.size()));
-  pool.parallel_for(S, [&](int64_t b, int64_t e) {
+  if (exl3) linear(ctx, a.data(), S, w.shared.w2, all.exl3_of(exl3_shared_key(l, "w2")), ys.data(), md);
+  else pool.parallel_for(S, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       for (int64_t o = 0; o < orows.size(); ++o) ys[r * orows.size() + o] = ref::round_md(ref::gemm_dot(&a[r * I], w2 + o * I, I, md), md);
   });

@@ -5,6 +5,7 @@
 /// routed experts.
 #include "tessera/models/deepseek_v41/weights.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -164,10 +165,19 @@ class Loader {
         break;
       }
       if (!src_.is_exl3(c)) continue;
-      if (opts_.keep_exl3)
-        return not_supported(src_.describe() + ": " + c + " is stored as an EXL3 group; a rank's part of it is not read "
-                             "(EXL3 weights are not sliced for ranks)");
       TESSERA_TRY(check_part(c, shape, p));
+      if (opts_.keep_exl3 && !key.empty()) {  // the whole group read, its part kept (slice_exl3)
+        auto q = src_.load_exl3(c);
+        if (!q) return q.status();
+        if (q->desc.n != shape[0] || q->desc.k != shape[1])
+          return malformed(src_.describe() + ": EXL3 group " + q->name + " stores a " + std::to_string(q->desc.k) +
+                           " → " + std::to_string(q->desc.n) + " linear, expected weight " + c + " of shape " +
+                           shape_to_string(shape));
+        auto qp = slice_exl3(*q, p);
+        if (!qp) return qp.status();
+        out_.exl3[key] = std::move(*qp);
+        return Tensor{};
+      }
       auto t = exl3(c, shape, keep_fp32, nullptr);  // the whole effective weight, cut
       if (!t) return t.status();
       return slice_part(*t, p);
@@ -536,17 +546,58 @@ ScaledWeight slice_scaled(ScaledWeight const& w, WeightPart p) {
                       byte_cols(w.scales, p.begin / 32, (p.end + 31) / 32)};
 }
 
+Result<Exl3Weight> slice_exl3(Exl3Weight const& q, WeightPart p) {
+  int64_t const k = q.desc.k, n = q.desc.n, tn = n / 16, wpt = q.trellis.dim(2);
+  auto range = [&] { return std::to_string(p.begin) + ", " + std::to_string(p.end) + ")"; };
+  if (q.kept_end >= 0) return not_supported("EXL3 group " + q.name + " already keeps part of its outputs; not cut again");
+  if (p.begin < 0 || p.begin > p.end || p.end > (p.cols ? k : n))
+    return invalid_argument("EXL3 group " + q.name + " has no " + (p.cols ? "input" : "output") + "s [" + range());
+  Exl3Weight out;
+  out.desc = q.desc;
+  out.name = q.name;
+  int16_t const* src = q.trellis.data_as<int16_t>();
+  if (p.cols) {
+    if (p.begin % 128 != 0 || p.end % 128 != 0)
+      return not_supported("EXL3 group " + q.name + ": inputs [" + range() + " cut a 128-input Hadamard block "
+                           "(spec/exl3.md §1.4 splits inputs on multiples of 128)");
+    int64_t const t0 = p.begin / 16, t1 = p.end / 16;
+    out.desc.k = p.size();
+    out.trellis = Tensor::zeros(DType::kI16, {t1 - t0, tn, wpt});
+    // Tile rows [t0, t1): trellis[t0 : t1, :, :], contiguous.
+    std::memcpy(out.trellis.data_as<int16_t>(), src + t0 * tn * wpt, static_cast<size_t>((t1 - t0) * tn * wpt) * sizeof(int16_t));
+    out.suh.assign(q.suh.begin() + p.begin, q.suh.begin() + p.end);
+    out.svh = q.svh;
+    return out;
+  }
+  int64_t const b0 = p.begin / 128 * 128, b1 = std::min(n, (p.end + 127) / 128 * 128);
+  int64_t const c0 = b0 / 16, tc = (b1 - b0) / 16, tk = k / 16;
+  out.desc.n = b1 - b0;
+  out.trellis = Tensor::zeros(DType::kI16, {tk, tc, wpt});
+  int16_t* dst = out.trellis.data_as<int16_t>();
+  // Tile columns [c0, c0 + tc) of every tile row: trellis[:, c0 : c0 + tc, :].
+  for (int64_t a = 0; a < tk; ++a)
+    std::memcpy(dst + a * tc * wpt, src + (a * tn + c0) * wpt, static_cast<size_t>(tc * wpt) * sizeof(int16_t));
+  out.suh = q.suh;
+  out.svh.assign(q.svh.begin() + b0, q.svh.begin() + b1);
+  if (p.begin != b0 || p.end != b1) {
+    out.kept_begin = p.begin - b0;
+    out.kept_end = p.end - b0;
+  }
+  return out;
+}
+
 Tensor exl3_effective_weight(Exl3Weight const& q) {
   ref::Exl3HostLayer L;
   L.k = q.desc.k; L.n = q.desc.n; L.k2 = q.desc.k2; L.codebook = q.desc.codebook;
   L.trellis = q.trellis.data_as<int16_t>();
   L.suh = q.suh.data(); L.svh = q.svh.data();
   std::vector<double> const w = ref::exl3_dense_weight(L, ref::exl3_decode_inner(L).data());  // [k, n]
-  Tensor t = Tensor::zeros(DType::kF32, {L.n, L.k});
+  int64_t const j0 = q.kept_begin, n = q.outputs();  // the outputs the linear yields
+  Tensor t = Tensor::zeros(DType::kF32, {n, L.k});
   float* o = t.data_as<float>();
-  parallel_for(L.n, [&](int64_t b, int64_t e) {  // elementwise: any split gives the same values
+  parallel_for(n, [&](int64_t b, int64_t e) {  // elementwise: any split gives the same values
     for (int64_t j = b; j < e; ++j)
-      for (int64_t i = 0; i < L.k; ++i) o[j * L.k + i] = static_cast<float>(w[static_cast<size_t>(i * L.n + j)]);
+      for (int64_t i = 0; i < L.k; ++i) o[j * L.k + i] = static_cast<float>(w[static_cast<size_t>(i * L.n + j0 + j)]);
   });
   return t;
 }

@@ -102,7 +102,7 @@ Result<ModelOptions> rank_host_options(ModelOptions o, dist::ShardingPlan const&
 /// would cut from the whole host model, byte for byte. When any tensor is cut the model records it (held_part()). The
 /// model runs no forward itself and serves make_rank_model / GpuDsv41Model::create_rank of that rank (and of any rank
 /// with the same parts and experts). Errors: a plan made for other dimensions than `spec`'s (model_dims), a rank
-/// outside the plan, a part outside its tensor, EXL3 weights held as stored (kNotSupported).
+/// outside the plan, a part outside its tensor, an EXL3 input split off 128-input blocks (kNotSupported).
 Result<std::unique_ptr<Dsv41Model>> load_rank_host_model(ModelSpec spec, WeightSource const& src, ModelOptions o,
                                                          dist::ShardingPlan const& plan, int rank);
 
@@ -122,7 +122,12 @@ Result<std::unique_ptr<Dsv41Model>> make_rank_model(Dsv41Model const& full, std:
 /// The weights rank `shard.rank` holds: `full`'s with the plan's slices copied (wq_b / attn_sink heads, wo_a
 /// groups, wo_b rows or columns, shared-expert rows, LM-head rows, Engram table rows of the rank's hash
 /// columns) and the routed experts outside the rank's range left empty (undefined tensors; the vector keeps
-/// n_routed_experts entries); every other tensor is shared with `full`, not copied. EXL3 weights: kNotSupported.
+/// n_routed_experts entries); every other tensor is shared with `full`, not copied.
+/// EXL3 weights (Weights::exl3) stay EXL3: a split one becomes its EXL3 part (slice_exl3, weights.hpp): output rows as
+/// the trellis tile columns and svh of the 128-column blocks covering them (suh whole; the rank keeps its rows of their
+/// outputs), the all-reduce wo_b's input columns as tile rows and suh (svh whole), refused (kNotSupported) when they are
+/// not on 128-input blocks; routed experts outside the rank's range are dropped from Weights::exl3, the others kept
+/// whole. A layer whose expert linears are partly EXL3 is refused (kNotSupported, check_exl3_weights).
 /// Block-scaled weights `full` holds as stored (Weights::scaled, ModelOptions::weights_as_stored) stay stored:
 /// a split one becomes the stored slice (its rows or columns of codes and the scale blocks covering them; the
 /// dense tensor stays undefined) when the slice is whole scale blocks (scaled_slice_aligned), else the dense

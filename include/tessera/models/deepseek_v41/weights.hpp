@@ -42,10 +42,17 @@ struct Exl3Weight {
   Tensor trellis;                   // I16 [k/16, n/16, 8·k2]: the checkpoint's words, an owned copy
   std::vector<uint16_t> suh, svh;   // fp16 bits [k], [n] (legacy packed signs expanded to ±1)
   std::string name;                 // the group's prefix P, for messages
+  /// The outputs [kept_begin, kept_end) of the n computed that the linear yields; kept_end −1: all n. Set on a rank's
+  /// part whose output bounds are not on 128-column Hadamard blocks: it holds the whole blocks covering the part
+  /// (slice_exl3), computes them and keeps the part's columns.
+  int64_t kept_begin = 0, kept_end = -1;
+  /// Output features the linear yields.
+  int64_t outputs() const { return kept_end < 0 ? desc.n : kept_end - kept_begin; }
 };
 
 /// The effective dense weight of an EXL3 linear as the model's [out, in] fp32 tensor: W = diag(suh) H W' H
-/// diag(svh) (spec/exl3.md §4.2) summed in float64 and rounded once to fp32 (Wᵀ, row o = output o).
+/// diag(svh) (spec/exl3.md §4.2) summed in float64 and rounded once to fp32 (Wᵀ, row o = output o; the kept outputs
+/// only, Exl3Weight::outputs()).
 Tensor exl3_effective_weight(Exl3Weight const& w);
 
 /// Where tensors come from (a checkpoint, a test fixture). Float tensors of any float dtype are returned
@@ -143,6 +150,18 @@ Tensor slice_part(Tensor const& t, WeightPart p);
 /// with the scale rows covering them (FP8: [r0/32, ⌈r1/32⌉); FP4: [r0, r1)), or columns [c0, c1) of codes (FP4: bytes
 /// [c0/2, c1/2)) with the scale columns [c0/32, ⌈c1/32⌉) of every scale row. Copies.
 ScaledWeight slice_scaled(ScaledWeight const& w, WeightPart p);
+/// Part `p` of an EXL3 linear as stored (spec/exl3.md §1.4; W [out, in] = n × k, so rows are outputs), copies:
+///   rows [n0, n1):    the 128-column blocks covering them, [b0, b1) = [128·⌊n0/128⌋, min(n, 128·⌈n1/128⌉)): trellis
+///                     tile columns [b0/16, b1/16) of every tile row, svh[b0:b1], suh whole; kept [n0 − b0, n1 − b0)
+///                     when the part is not [b0, b1) itself. Each output is computed exactly as in the whole linear
+///                     (its column's sum and its own 128-block's output Hadamard), so the part's outputs are bits of
+///                     the whole product;
+///   columns [k0, k1): an input split, trellis tile rows [k0/16, k1/16), suh[k0:k1], svh whole: the linear then gives
+///                     the partial product over those inputs (the sum of the parts equals the whole product up to the
+///                     roundings of the partial epilogues). k0 and k1 must be multiples of 128 (no input Hadamard block
+///                     cut), else kNotSupported naming the group.
+/// A weight that already keeps part of its outputs is not cut again (kNotSupported).
+Result<Exl3Weight> slice_exl3(Exl3Weight const& q, WeightPart p);
 
 struct ExpertWeights {
   Tensor w1, w3, w2;  // [I, D], [I, D], [D, I]
@@ -231,8 +250,9 @@ struct WeightLoadOptions {
   /// (scaled_whole_blocks) is recorded as the stored part alone (Weights::scaled; its dense tensor stays undefined;
   /// FP8 codes and the scales covering them read alone, FP4 columns by a whole read); every other part is read as
   /// values (WeightSource::load_f32_rows / load_f32_cols, →bf16 unless kept fp32), which for a block-scaled weight
-  /// are dequantize_scaled's. A part outside its tensor is refused naming the tensor; an EXL3 weight's part is refused
-  /// with keep_exl3 (kNotSupported) and otherwise cut from the whole effective weight.
+  /// are dequantize_scaled's. A part outside its tensor is refused naming the tensor; an EXL3 weight's part is, with
+  /// keep_exl3, its EXL3 part (slice_exl3 of the group, which is read whole; an input split off 128-input blocks is
+  /// kNotSupported) and otherwise cut from the whole effective weight.
   RankParts parts;
 };
 
