@@ -28,6 +28,8 @@
 #include <random>
 
 #include "models/deepseek_v41/model_internal.hpp"
+#include "tessera/dist/communicator.hpp"
+#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
@@ -328,6 +330,12 @@ BOOST_AUTO_TEST_CASE(refusals) {
   BOOST_TEST((s.code() == StatusCode::kNotSupported));
   BOOST_TEST(s.message().find("layer 1 mixes EXL3 and dense expert linears") != std::string::npos, s.message());
   BOOST_TEST(check_exl3_weights(full(Numerics::kFp32).spec(), all, true).ok());
+  // The GPU rank model does not take EXL3 parts yet: refused with a message naming the CPU rank model.
+  auto comms = dist::InProcessCommunicator::create(2);
+  auto sh = std::make_shared<RankShard>(RankShard{plan_of(verify::tp_ep(2, 1)), 0, comms[0].get()});
+  auto g = GpuDsv41Model::create_rank(full(Numerics::kFp32), sh, opts(Numerics::kFp32), Backend::kCpu);
+  BOOST_TEST((g.status().code() == StatusCode::kNotSupported));
+  BOOST_TEST(g.status().message().find("make_rank_model") != std::string::npos, g.status().message());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
