@@ -16,6 +16,7 @@
 
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
+#include "verify/gpu_model/gpu_model_fixture.hpp"  // verify::bitwise_equal
 #include "verify/model/fixture.hpp"
 
 namespace tessera::verify {
@@ -223,10 +224,6 @@ inline std::vector<float> schedule_logits(model::LanguageModel& m, std::vector<i
     pos += chunk;
   }
   return all;
-}
-
-inline bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 /// Runs the schedule on rank models made from hosts[r] (one per rank) as threads over an in-process group; every

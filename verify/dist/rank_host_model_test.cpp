@@ -17,6 +17,7 @@
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "verify/common/random.hpp"
+#include "verify/dist/rank_host_check.hpp"
 #include "verify/dist/synthetic_folder.hpp"
 #include "verify/model/fixture.hpp"
 
@@ -65,26 +66,6 @@ size_t stored_bytes(Weights const& w) {
   return b;
 }
 
-/// Logits of prefill chunks of 7, 1 and 12 tokens (every row) and 6 decode steps.
-std::vector<float> schedule_logits(LanguageModel& m, std::vector<int32_t> const& toks) {
-  int64_t const V = m.info().vocab_size;
-  auto st = m.new_sequence();
-  std::vector<float> all;
-  size_t pos = 0;
-  for (size_t chunk : {7u, 1u, 12u, 1u, 1u, 1u, 1u, 1u, 1u}) {
-    std::vector<float> lg(chunk * V);
-    SequenceStep s{st.get(), std::span<int32_t const>(toks.data() + pos, chunk), static_cast<int64_t>(chunk), lg.data()};
-    throw_if_error(m.forward(std::span<SequenceStep>(&s, 1)));
-    all.insert(all.end(), lg.begin(), lg.end());
-    pos += chunk;
-  }
-  return all;
-}
-
-bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(dist_rank_host_model)
@@ -121,7 +102,7 @@ BOOST_AUTO_TEST_CASE(bf16_ranks_hold_the_stored_slices_bit_for_bit) {
   std::mt19937_64 g(verify::test_seed(72));
   std::vector<int32_t> toks(32);
   for (auto& t : toks) t = static_cast<int32_t>(g() % 512);
-  auto const base = schedule_logits(*dense, toks);
+  auto const base = verify::schedule_logits(*dense, toks);
   for (auto const& c : {cfg(2, 1), cfg(4, 1), cfg(1, 2), cfg(1, 4), cfg(2, 2)}) {
     auto const plan = dist::make_plan(model_dims(spec), c).value_or_throw();
     auto const want = plan_memory(plan, spec, want_tensors);
@@ -137,7 +118,7 @@ BOOST_AUTO_TEST_CASE(bf16_ranks_hold_the_stored_slices_bit_for_bit) {
       BOOST_TEST_REQUIRE(s.weight_bytes() < d.weight_bytes());
       BOOST_TEST(d.weight_bytes() - s.weight_bytes() == saved, "rank " << r << " " << name_of(c));
     }
-    BOOST_TEST(bitwise_equal(schedule_logits(*stored_ranks, toks), base), name_of(c) << ": ranks vs one dense rank");
+    BOOST_TEST(verify::bitwise_equal(verify::schedule_logits(*stored_ranks, toks), base), name_of(c) << ": ranks vs one dense rank");
   }
 }
 
