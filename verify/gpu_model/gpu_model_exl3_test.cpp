@@ -120,6 +120,21 @@ double rel_rms(std::vector<float> const& a, std::vector<float> const& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+/// Batched == alone (row invariance): the 40-token `prompt` and a 23-token prompt in one pass, each equal bit for bit
+/// to its run alone.
+void expect_batched_equals_alone(GpuDsv41Model& gpu, std::vector<int32_t> const& prompt) {
+  BOOST_TEST_REQUIRE(prompt.size() == 40u);
+  auto const p2 = tokens(23, 9);
+  auto const alone1 = verify::run_all(gpu, prompt, 40), alone2 = verify::run_all(gpu, p2, 23);
+  int64_t const V = gpu.info().vocab_size;
+  std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+  auto s1 = gpu.new_sequence(), s2 = gpu.new_sequence();
+  SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+  throw_if_error(gpu.forward(steps));
+  BOOST_TEST(bitwise_equal(b1, alone1), "batched != alone (sequence 1)");
+  BOOST_TEST(bitwise_equal(b2, alone2), "batched != alone (sequence 2)");
+}
+
 void exl3_model_checks(Numerics num) {
   Exl3Checkpoint& ck = ckpt();
   ModelOptions o;
@@ -158,16 +173,7 @@ void exl3_model_checks(Numerics num) {
   BOOST_TEST(ed <= kEndToEnd);
   BOOST_TEST(ed > 0.0);  // different arithmetic: the fp16 roundings of x and xh are real
 
-  // Batched == alone (row invariance): two sequences of different lengths in one pass.
-  auto const p2 = tokens(23, 9);
-  auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
-  int64_t const V = ck.spec.vocab_size;
-  std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
-  auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
-  SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
-  throw_if_error(gpu->forward(steps));
-  BOOST_TEST(bitwise_equal(b1, alone1), "batched != alone (sequence 1)");
-  BOOST_TEST(bitwise_equal(b2, alone2), "batched != alone (sequence 2)");
+  expect_batched_equals_alone(*gpu, prompt);
   // Chunked prefill == one shot on the CPU model (its EXL3 linears are row-wise too).
   BOOST_TEST(bitwise_equal(verify::run_chunked(*cpu, prompt, 7), verify::run_all(*cpu, prompt, 40)));
 }
@@ -290,15 +296,7 @@ BOOST_AUTO_TEST_CASE(mixed_exl3_experts_fp8_trunk) {
         BOOST_TEST(e <= kCudaVsCpu, "CUDA vs CPU model on the mixed checkpoint: relative RMS " << e);
         BOOST_TEST_MESSAGE("CUDA vs CPU model on the mixed checkpoint: relative RMS " << e);
       }
-      auto const p2 = tokens(23, 9);
-      auto const alone1 = verify::run_all(*gpu, prompt, 40), alone2 = verify::run_all(*gpu, p2, 23);
-      int64_t const V = ck.spec.vocab_size;
-      std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
-      auto s1 = gpu->new_sequence(), s2 = gpu->new_sequence();
-      SequenceStep steps[] = {{s1.get(), prompt, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
-      throw_if_error(gpu->forward(steps));
-      BOOST_TEST(bitwise_equal(b1, alone1), "batched != alone (sequence 1)");
-      BOOST_TEST(bitwise_equal(b2, alone2), "batched != alone (sequence 2)");
+      expect_batched_equals_alone(*gpu, prompt);
     }
   }
 }
