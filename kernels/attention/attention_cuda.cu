@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -278,8 +279,79 @@ Status Attention<Backend::kCuda>::validate(AttentionDesc const& d, AttentionArgs
 
 namespace {
 
-/// The tensor-core kernel for head_dim HD (attention_tc.cuh): one block per (row, 16 heads).
+/// The tensor-core kernel's variant: m-tiles of 16 heads per block and where it reads the keys.
+struct TcVariant {
+  int mtiles = 1;
+  bool bf16_keys = false;
+};
+
+/// 2 m-tiles when the launch still has two blocks per SM with 32 heads a block (prefill, wide batches: each block
+/// reads its keys once per 32 heads instead of 16) and the shared memory fits, else 1.
 template <int HD>
+int attention_tc_auto_mtiles(AttentionDesc const& d, ExecContext const& ctx) {
+  namespace k = kernels::attention_tc;
+  if (d.heads <= k::kHeadTile) return 1;
+  int sms = ctx.device.num_sms;
+  if (sms <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+  }
+  int64_t const blocks2 = d.rows * ((d.heads + 2 * k::kHeadTile - 1) / (2 * k::kHeadTile));
+  bool const fits = static_cast<size_t>(k::Smem<HD, 2>(static_cast<int>(d.max_row_keys)).total) <= device::smem_optin_bytes(ctx);
+  return fits && blocks2 >= 2 * static_cast<int64_t>(sms) ? 2 : 1;
+}
+
+/// ctx.impl_override 1 … 4 forces a variant (tests): 1 / 2 m-tiles with fp32 key reads, 3 / 4 with bf16 keys.
+/// Otherwise TESSERA_ATTN_MTILES=1|2 and TESSERA_ATTN_BF16_KEYS=0|1 (benchmarks), else attention_tc_auto_mtiles and
+/// bf16 keys when the rows list at least as many keys as the pool holds (the conversion reads the pool once, 6 bytes
+/// a value; each listing then reads 2 bytes a value instead of 4, twice per block). The values never depend on the
+/// variant.
+template <int HD>
+TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
+  static int const forced_mtiles = [] {
+    char const* e = std::getenv("TESSERA_ATTN_MTILES");
+    return e && (std::string(e) == "1" || std::string(e) == "2") ? std::atoi(e) : 0;
+  }();
+  static int const forced_bf16 = [] {
+    char const* e = std::getenv("TESSERA_ATTN_BF16_KEYS");
+    return e && (std::string(e) == "0" || std::string(e) == "1") ? std::atoi(e) : -1;
+  }();
+  if (ctx.impl_override >= 1 && ctx.impl_override <= 4) return {(ctx.impl_override - 1) % 2 + 1, ctx.impl_override >= 3};
+  TcVariant v;
+  v.bf16_keys = forced_bf16 >= 0 ? forced_bf16 == 1 : d.rows * d.max_row_keys >= d.num_keys;
+  v.mtiles = forced_mtiles ? forced_mtiles : attention_tc_auto_mtiles<HD>(d, ctx);
+  return v;
+}
+
+/// Device scratch from ctx.workspace when it is large enough, else a stream-ordered allocation freed after the
+/// launch (stream order keeps it alive until the kernel has run).
+struct KeyScratch {
+  void* ptr = nullptr;
+  bool owned = false;
+  cudaStream_t stream = nullptr;
+  Status acquire(ExecContext& ctx, size_t bytes) {
+    stream = reinterpret_cast<cudaStream_t>(ctx.stream);
+    if (ctx.workspace && ctx.workspace_bytes >= bytes) {
+      ptr = ctx.workspace;
+      return {};
+    }
+    owned = true;
+    cudaError_t const e = cudaMallocAsync(&ptr, bytes, stream);
+    if (e != cudaSuccess) {
+      ptr = nullptr;
+      return Status(StatusCode::kCudaError, std::string("attention (CUDA) bf16 keys: ") + cudaGetErrorString(e));
+    }
+    return {};
+  }
+  ~KeyScratch() {
+    if (owned && ptr) cudaFreeAsync(ptr, stream);
+  }
+};
+
+/// The tensor-core kernel for head_dim HD, MT m-tiles and the key source (attention_tc.cuh): one block per (row,
+/// MT·16 heads).
+template <int HD, int MT, bool kBf16Keys>
 Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
   namespace k = kernels::attention_tc;
   k::Params p;
@@ -303,12 +375,33 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
   p.nnz = a.key_ids.shape[0];
   p.max_keys = static_cast<int>(d.max_row_keys);
   p.scale = d.scale;
-  size_t const smem = static_cast<size_t>(k::Smem<HD>(p.max_keys).total);
-  TESSERA_TRY(device::allow_dynamic_smem(k::attention_tc_kernel<HD>, smem, ctx, "attention (CUDA, tensor cores)"));
-  int64_t const blocks = d.rows * ((d.heads + k::kHeadTile - 1) / k::kHeadTile);
+  size_t const smem = static_cast<size_t>(k::Smem<HD, MT>(p.max_keys).total);
+  TESSERA_TRY(device::allow_dynamic_smem(k::attention_tc_kernel<HD, MT, kBf16Keys>, smem, ctx,
+                                         "attention (CUDA, tensor cores)"));
+  int64_t const blocks = d.rows * ((d.heads + MT * k::kHeadTile - 1) / (MT * k::kHeadTile));
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
-  k::attention_tc_kernel<HD><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  KeyScratch scratch;
+  if constexpr (kBf16Keys) {
+    int64_t const n = d.num_keys * HD;
+    TESSERA_TRY(scratch.acquire(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(uint16_t)));
+    auto* kb = static_cast<uint16_t*>(scratch.ptr);
+    if (n > 0) {
+      int64_t const grid = std::min<int64_t>((n + 255) / 256, int64_t{4096});
+      k::keys_to_bf16_kernel<<<static_cast<unsigned>(grid), 256, 0, ctx.stream>>>(a.keys.data, n, kb);
+      TESSERA_TRY(device::launch_status("attention (CUDA) bf16 keys"));
+    }
+    p.keys_bf16 = kb;
+  }
+  k::attention_tc_kernel<HD, MT, kBf16Keys><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
   return device::launch_status("attention (CUDA) tensor-core kernel");
+}
+
+template <int HD>
+Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
+  TcVariant const v = attention_tc_variant<HD>(d, ctx);
+  if (v.bf16_keys)
+    return v.mtiles == 2 ? run_attention_tc<HD, 2, true>(d, a, ctx) : run_attention_tc<HD, 1, true>(d, a, ctx);
+  return v.mtiles == 2 ? run_attention_tc<HD, 2, false>(d, a, ctx) : run_attention_tc<HD, 1, false>(d, a, ctx);
 }
 
 }  // namespace

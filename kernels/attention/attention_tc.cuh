@@ -3,8 +3,11 @@
 /// values as the CUDA-core kernel of attention_cuda.cu, bit for bit, for head_dim HD ∈ {64, 128, 256, 512} and rows
 /// of at most AttentionDesc::max_row_keys ≤ kMaxKeys listed keys.
 ///
-/// One block of kWarps warps per (query row, tile of kHeadTile = 16 heads): the heads are the M = 16 rows of
-/// mma.sync m16n8k16 (rows past `heads` are zero), so a row's keys are read once per 16 heads, not once per head.
+/// One block of kWarps warps per (query row, tile of MT·16 heads): each 16 heads are the M = 16 rows of one
+/// mma.sync m16n8k16 (rows past `heads` are zero), and the MT m-tiles share every key fragment a warp loads, so a
+/// row's keys are read twice (logits, P·V) per MT·16 heads. MT = 1 gives the most blocks (decode rows); MT = 2
+/// halves the key traffic of prefill rows (the released 64 heads: 4 → 2 blocks per row). Each head's chains are
+/// the same for every MT, so the bits do not depend on it.
 ///   1. logits: D[h][u] = Σ_i q[h][i]·k_u[i] as the mma chain over 16-channel blocks i = 0, 16, … (ref::dot_tc's
 ///      order, which the chain is: linear_tc.cuh), N = 8 keys per tile; l = →bf16(→bf16(D)·scale) into p_s.
 ///   2. softmax per head (one warp): m = max(σ_h, max_u l_u) (exact in any order); e_u = expf(l_u − m); the
@@ -15,7 +18,9 @@
 ///      keys whose column / 16 is its index; its A operand is p at the keys' positions col % 16 (absent
 ///      positions +0: zero products take no part), its B operand those keys' rows; one chain per 8 channels,
 ///      d ← mma(P_j, V_j, d) for the blocks in column order. o = →bf16(d).
-/// Operands enter as bf16 (→bf16 of the fp32 inputs, the op's contract). A row whose CSR offsets are inconsistent,
+/// Operands enter as bf16 (→bf16 of the fp32 inputs, the op's contract). With kBf16Keys the key rows are read from
+/// Params::keys_bf16, the same →bf16 of every key value made once per launch (keys_to_bf16_kernel), so a listed key
+/// costs half the bytes of its fp32 row; the operands, and so the bits, are the same. A row whose CSR offsets are inconsistent,
 /// which lists more than max_row_keys keys, a key id out of range or columns that do not increase gets NaN in
 /// its output, as the CUDA-core kernel does for the first two. No atomics; a row's result depends on nothing else.
 #pragma once
@@ -32,12 +37,14 @@ namespace tessera::kernels::attention_tc {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kHeadTile = 16;   // heads per block: the M of one mma tile
-constexpr int kMaxKeys = 1024;  // listed keys per row (p_s holds 16 heads × R fp32)
+constexpr int kHeadTile = 16;   // heads per m-tile: the M of one mma tile
+constexpr int kMaxKeys = 1024;  // listed keys per row (p_s holds MT·16 heads × R fp32)
+constexpr int kMaxMTiles = 2;   // m-tiles per block (MT ∈ {1, 2})
 
 struct Params {
   float const* q = nullptr;              // [rows, heads·HD], row stride q_stride
   float const* keys = nullptr;           // [num_keys, HD], row stride key_stride (8-byte aligned, even stride)
+  uint16_t const* keys_bf16 = nullptr;   // kBf16Keys: [num_keys, HD] →bf16 of keys (bits), row stride key_stride
   int64_t const* row_offsets = nullptr;  // [rows + 1] (with row_ends: [rows])
   int64_t const* row_ends = nullptr;     // optional [rows]: row r ends at row_ends[r]
   int32_t const* key_ids = nullptr;      // [nnz]
@@ -52,16 +59,17 @@ struct Params {
   float scale = 0.f;
 };
 
-/// Shared memory, in bytes, for HD and a bound of max_keys listed keys per row.
-template <int HD>
+/// Shared memory, in bytes, for HD, MT m-tiles and a bound of max_keys listed keys per row (HD = 512, MT = 2,
+/// 1,024 keys: 203 KB; MT = 1: 122 KB).
+template <int HD, int MT>
 struct Smem {
   static constexpr int kQld = HD + 8;  // bf16 per q row: (2·HD + 16) mod 128 = 16, conflict-free ldmatrix phases
   int R, q_off, p_off, id_off, col_off, slot_off, perm_off, lane_off, total;
   __host__ __device__ explicit Smem(int max_keys) {
     R = (max_keys + 31) / 32 * 32;
     q_off = 0;
-    p_off = q_off + kHeadTile * kQld * 2;            // float [16][R]: logits, exps, probabilities
-    id_off = p_off + kHeadTile * R * 4;              // int32 [R]: key ids
+    p_off = q_off + MT * kHeadTile * kQld * 2;       // float [MT·16][R]: logits, exps, probabilities
+    id_off = p_off + MT * kHeadTile * R * 4;         // int32 [R]: key ids
     col_off = id_off + R * 4;                        // int32 [R]: columns
     slot_off = col_off + R * 4;                      // int16 [R][16]: block j, position → listed key (−1: none)
     perm_off = slot_off + R * 16 * 2;                // int16 [R]: listed keys grouped by column lane, listed order
@@ -74,17 +82,26 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(bf16_bits_from_float(lo)) | (static_cast<uint32_t>(bf16_bits_from_float(hi)) << 16);
 }
 
-template <int HD>
+/// keys_bf16[i] = →bf16(keys[i]) (RNE bits, as pack_bf16x2) for the n values of a contiguous key pool.
+__global__ void keys_to_bf16_kernel(float const* keys, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bf16_bits_from_float(keys[i]);
+}
+
+template <int HD, int MT, bool kBf16Keys>
 __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) {
   static_assert(HD % 64 == 0 && HD <= 512, "HD: whole n8 tiles per warp in P·V, 8 accumulators at most");
+  static_assert(MT >= 1 && MT <= kMaxMTiles);
+  constexpr int kBlockHeads = MT * kHeadTile;
   using tc_linear::block_step;
   using tc_linear::ldmatrix_x4;
   using tc_linear::smem_addr;
-  constexpr int kQld = Smem<HD>::kQld;
+  constexpr int kQld = Smem<HD, MT>::kQld;
   constexpr int kKb = HD / 16;             // 16-channel blocks of q·k
   constexpr int kNt = HD / 8 / kWarps;     // P·V n8 tiles per warp
   extern __shared__ __align__(16) unsigned char smem[];
-  Smem<HD> const L(p.max_keys);
+  Smem<HD, MT> const L(p.max_keys);
   int const R = L.R;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem + L.q_off);
   float* p_s = reinterpret_cast<float*>(smem + L.p_off);
@@ -98,9 +115,9 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
 
   int const tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int const g = lane >> 2, c2 = (lane & 3) * 2;
-  int64_t const tiles = (p.heads + kHeadTile - 1) / kHeadTile;
-  int64_t const row = blockIdx.x / tiles, h0 = (blockIdx.x % tiles) * kHeadTile;
-  int const hn = static_cast<int>(p.heads - h0 < kHeadTile ? p.heads - h0 : kHeadTile);
+  int64_t const tiles = (p.heads + kBlockHeads - 1) / kBlockHeads;
+  int64_t const row = blockIdx.x / tiles, h0 = (blockIdx.x % tiles) * kBlockHeads;
+  int const hn = static_cast<int>(p.heads - h0 < kBlockHeads ? p.heads - h0 : kBlockHeads);
   int64_t const k0 = p.row_offsets[row], k1 = p.row_ends ? p.row_ends[row] : p.row_offsets[row + 1];
   auto poison = [&] {
     for (int i = tid; i < hn * HD; i += kThreads) p.out[row * p.out_stride + (h0 + i / HD) * HD + i % HD] = NAN;
@@ -111,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
   }
   int const nk = static_cast<int>(k1 - k0);
 
-  // q of the tile's heads as bf16 (rows past `heads` +0); the row's ids and columns.
-  for (int i = tid; i < kHeadTile * HD; i += kThreads) {
+  // q of the block's heads as bf16 (rows past `heads` +0); the row's ids and columns.
+  for (int i = tid; i < kBlockHeads * HD; i += kThreads) {
     int const hl = i / HD, c = i % HD;
     q_s[hl * kQld + c] = hl < hn ? bf16_bits_from_float(p.q[row * p.q_stride + (h0 + hl) * HD + c]) : 0;
   }
@@ -198,44 +215,58 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
     }
   }
 
-  // 1. Logits, 8 keys per warp tile.
+  // 1. Logits, 8 keys per warp tile; the key fragments feed the MT m-tiles' chains in turn.
   int const ntiles = (nk + 7) / 8;
   for (int t = warp; t < ntiles; t += kWarps) {
     int const un = t * 8 + g;
-    float const* kr = un < nk ? p.keys + static_cast<int64_t>(id_s[un]) * p.key_stride : nullptr;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    int64_t const kro = un < nk ? static_cast<int64_t>(id_s[un]) * p.key_stride : -1;  // the key row's offset
+    float d[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) d[mt][0] = d[mt][1] = d[mt][2] = d[mt][3] = 0.f;
     constexpr int kU = kKb < 8 ? kKb : 8;
 #pragma unroll
     for (int kb0 = 0; kb0 < kKb; kb0 += kU) {
       uint32_t b[kU][2];
 #pragma unroll
       for (int i = 0; i < kU; ++i) {
-        float2 lo = make_float2(0.f, 0.f), hi = lo;
-        if (kr) {
-          lo = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + c2));
-          hi = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + 8 + c2));
+        if constexpr (kBf16Keys) {
+          uint16_t const* kr = p.keys_bf16 + (kro >= 0 ? kro : 0);
+          b[i][0] = kro >= 0 ? __ldg(reinterpret_cast<uint32_t const*>(kr + (kb0 + i) * 16 + c2)) : 0u;
+          b[i][1] = kro >= 0 ? __ldg(reinterpret_cast<uint32_t const*>(kr + (kb0 + i) * 16 + 8 + c2)) : 0u;
+        } else {
+          float const* kr = p.keys + (kro >= 0 ? kro : 0);
+          float2 lo = make_float2(0.f, 0.f), hi = lo;
+          if (kro >= 0) {
+            lo = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + c2));
+            hi = __ldg(reinterpret_cast<float2 const*>(kr + (kb0 + i) * 16 + 8 + c2));
+          }
+          b[i][0] = pack_bf16x2(lo.x, lo.y);
+          b[i][1] = pack_bf16x2(hi.x, hi.y);
         }
-        b[i][0] = pack_bf16x2(lo.x, lo.y);
-        b[i][1] = pack_bf16x2(hi.x, hi.y);
       }
 #pragma unroll
-      for (int i = 0; i < kU; ++i) {
-        uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(q_s + (lane & 15) * kQld + (kb0 + i) * 16 + (lane >> 4) * 8));
-        block_step<ops::TcMma::kK16>(d, a, b[i][0], b[i][1]);
-      }
+      for (int i = 0; i < kU; ++i)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          uint32_t a[4];
+          ldmatrix_x4(a, smem_addr(q_s + (mt * kHeadTile + (lane & 15)) * kQld + (kb0 + i) * 16 + (lane >> 4) * 8));
+          block_step<ops::TcMma::kK16>(d[mt], a, b[i][0], b[i][1]);
+        }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      int const u = t * 8 + c2 + (i & 1);
-      if (u < nk) p_s[(g + (i >> 1) * 8) * R + u] = round_to_bf16(__fmul_rn(round_to_bf16(d[i]), p.scale));
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int const u = t * 8 + c2 + (i & 1);
+        if (u < nk)
+          p_s[(mt * kHeadTile + g + (i >> 1) * 8) * R + u] = round_to_bf16(__fmul_rn(round_to_bf16(d[mt][i]), p.scale));
+      }
   }
   __syncthreads();
 
   // 2. Softmax per head, one warp each.
   int64_t const sink_col = p.sink_cols ? p.sink_cols[row] : nk;
-  for (int hl = warp; hl < kHeadTile; hl += kWarps) {
+  for (int hl = warp; hl < kBlockHeads; hl += kWarps) {
     float* ph = p_s + hl * R;
     if (hl >= hn) {  // padding rows of the tile: zero probabilities
       for (int u = lane; u < nk; u += 32) ph[u] = 0.f;
@@ -265,41 +296,60 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
   }
   __syncthreads();
 
-  // 3. P·V over the column blocks in order; n8 tile w + kWarps·i of the channels per warp. The next block's
-  // operands are loaded before the current block's mma chain step.
-  float acc[kNt][4];
+  // 3. P·V over the column blocks in order; n8 tiles kNt·w + i of the channels per warp (a warp's channels are
+  // contiguous: its loads of one key row fill whole 32-byte sectors), for each m-tile. The
+  // next block's operands are loaded before the current block's mma chain steps; a block's value fragments (bf16
+  // pairs, as the mma takes them) feed the MT m-tiles' chains.
+  float acc[MT][kNt][4];
 #pragma unroll
-  for (int i = 0; i < kNt; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  auto load_block = [&](int j, uint32_t (&a)[4], float (&v)[kNt][4]) {
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < kNt; ++i) acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+  auto load_block = [&](int j, uint32_t (&a)[MT][4], uint32_t (&v)[kNt][2]) {
     int16_t const* sl = slot_s + j * 16;
     int const us[4] = {sl[c2], sl[c2 + 1], sl[c2 + 8], sl[c2 + 9]};
-    float pv[2][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int mt = 0; mt < MT; ++mt) {
+      float pv[2][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) pv[r][e] = us[e] >= 0 ? p_s[(g + 8 * r) * R + us[e]] : 0.f;
-    a[0] = pack_bf16x2(pv[0][0], pv[0][1]);
-    a[1] = pack_bf16x2(pv[1][0], pv[1][1]);
-    a[2] = pack_bf16x2(pv[0][2], pv[0][3]);
-    a[3] = pack_bf16x2(pv[1][2], pv[1][3]);
-    float const* kr[4];
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) kr[e] = us[e] >= 0 ? p.keys + static_cast<int64_t>(id_s[us[e]]) * p.key_stride : nullptr;
+        for (int e = 0; e < 4; ++e) pv[r][e] = us[e] >= 0 ? p_s[(mt * kHeadTile + g + 8 * r) * R + us[e]] : 0.f;
+      a[mt][0] = pack_bf16x2(pv[0][0], pv[0][1]);
+      a[mt][1] = pack_bf16x2(pv[1][0], pv[1][1]);
+      a[mt][2] = pack_bf16x2(pv[0][2], pv[0][3]);
+      a[mt][3] = pack_bf16x2(pv[1][2], pv[1][3]);
+    }
+    int64_t kro[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) kro[e] = us[e] >= 0 ? static_cast<int64_t>(id_s[us[e]]) * p.key_stride : -1;
 #pragma unroll
     for (int i = 0; i < kNt; ++i) {
-      int const ch = (warp + i * kWarps) * 8 + g;
+      int const ch = (warp * kNt + i) * 8 + g;
+      if constexpr (kBf16Keys) {
+        uint32_t x[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[i][e] = kr[e] ? __ldg(kr[e] + ch) : 0.f;
+        for (int e = 0; e < 4; ++e) x[e] = kro[e] >= 0 ? __ldg(p.keys_bf16 + kro[e] + ch) : 0u;
+        v[i][0] = x[0] | (x[1] << 16);
+        v[i][1] = x[2] | (x[3] << 16);
+      } else {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = kro[e] >= 0 ? __ldg(p.keys + kro[e] + ch) : 0.f;
+        v[i][0] = pack_bf16x2(x[0], x[1]);
+        v[i][1] = pack_bf16x2(x[2], x[3]);
+      }
     }
   };
-  auto mma_block = [&](uint32_t const (&a)[4], float const (&v)[kNt][4]) {
+  auto mma_block = [&](uint32_t const (&a)[MT][4], uint32_t const (&v)[kNt][2]) {
 #pragma unroll
     for (int i = 0; i < kNt; ++i)
-      block_step<ops::TcMma::kK16>(acc[i], a, pack_bf16x2(v[i][0], v[i][1]), pack_bf16x2(v[i][2], v[i][3]));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) block_step<ops::TcMma::kK16>(acc[mt][i], a[mt], v[i][0], v[i][1]);
   };
   if (nb > 0) {  // two register sets, named (not indexed) so they stay in registers
-    uint32_t a0[4], a1[4];
-    float v0[kNt][4], v1[kNt][4];
+    uint32_t a0[MT][4], a1[MT][4];
+    uint32_t v0[kNt][2], v1[kNt][2];
     load_block(0, a0, v0);
     for (int j = 0; j < nb; j += 2) {
       if (j + 1 < nb) load_block(j + 1, a1, v1);
@@ -311,17 +361,19 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
     }
   }
 #pragma unroll
-  for (int i = 0; i < kNt; ++i) {
-    int const ch = (warp + i * kWarps) * 8 + c2;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      int const hl = g + 8 * r;
-      if (hl >= hn) continue;
-      float* o = p.out + row * p.out_stride + (h0 + hl) * HD + ch;
-      o[0] = round_to_bf16(acc[i][2 * r]);
-      o[1] = round_to_bf16(acc[i][2 * r + 1]);
+    for (int i = 0; i < kNt; ++i) {
+      int const ch = (warp * kNt + i) * 8 + c2;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        int const hl = mt * kHeadTile + g + 8 * r;
+        if (hl >= hn) continue;
+        float* o = p.out + row * p.out_stride + (h0 + hl) * HD + ch;
+        o[0] = round_to_bf16(acc[mt][i][2 * r]);
+        o[1] = round_to_bf16(acc[mt][i][2 * r + 1]);
+      }
     }
-  }
 }
 
 }  // namespace tessera::kernels::attention_tc

@@ -10,9 +10,10 @@
 ///   * a row's bits do not depend on the batch or the chunk split;
 ///   * bad arguments give errors, a bad key id poisons only its row;
 ///   * bf16 on the tensor cores (AttentionDesc::max_row_keys ≤ 1024, attention_tc.cuh) equals the CUDA-core
-///     kernel bit for bit (outputs and probabilities), every case above and sparse logit-row columns (key_cols)
-///     at head_dim 64–512, 3–64 heads and rows of up to 1024 keys; a row over its bound or with columns that do
-///     not increase is poisoned.
+///     kernel bit for bit (outputs and probabilities) in each variant (16 or 32 heads per block, keys read as fp32
+///     or from a bf16 copy), every case above and
+///     sparse logit-row columns (key_cols) at head_dim 64–512, 3–64 heads and rows of up to 1024 keys; a row over
+///     its bound or with columns that do not increase is poisoned.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -127,13 +128,24 @@ ops::AttentionArgs dev_args(AttnCase const& c, DevBuf<float> const& q, DevBuf<fl
   return a;
 }
 
-AttnOut run_gpu(AttnCase const& c, bool with_probs = true, Path path = Path::kCudaCores) {
+/// The tensor-core kernel's variants, forced through ExecContext::impl_override: 16 or 32 heads per block, keys read
+/// as fp32 or from the launch's bf16 copy (attention_cuda.cu).
+constexpr int kTcVariants[] = {1, 2, 3, 4};
+char const* tc_variant_name(int v) {
+  static char const* const names[] = {"auto", "16 heads, fp32 keys", "32 heads, fp32 keys", "16 heads, bf16 keys",
+                                      "32 heads, bf16 keys"};
+  return names[v];
+}
+
+/// variant (tensor cores): one of kTcVariants (0: the launch's own choice).
+AttnOut run_gpu(AttnCase const& c, bool with_probs = true, Path path = Path::kCudaCores, int variant = 0) {
   int64_t const nnz = static_cast<int64_t>(c.ids.size());
   DevBuf<float> q(c.q), k(c.keys), sinks(c.sinks), out(c.d.rows * c.d.heads * c.d.head_dim), probs(c.d.heads * nnz);
   DevBuf<int64_t> off(c.off);
   DevBuf<int32_t> ids(c.ids), cols(c.cols), sink_cols(c.sink_cols);
   ExecContext ctx;
   ctx.backend = Backend::kCuda;
+  if (variant > 0) ctx.impl_override = variant;
   ops::AttentionArgs a = dev_args(c, q, k, off, ids, sinks, out, with_probs ? &probs : nullptr);
   if (!c.cols.empty()) {
     a.key_cols = cols.cview<1>({nnz});
@@ -195,12 +207,14 @@ AttnCase slice_rows(AttnCase const& c, int64_t r0, int64_t r1) {
   return s;
 }
 
-/// bf16: the tensor-core kernel gives the CUDA-core kernel's bits (outputs and probabilities).
+/// bf16: the tensor-core kernel gives the CUDA-core kernel's bits (outputs and probabilities) in each variant.
 void expect_tc_equal(AttnCase const& c, AttnOut const& cuda_cores, bool with_probs = true) {
   if (c.d.md != DType::kBf16) return;
-  AttnOut const t = run_gpu(c, with_probs, Path::kTensorCores);
-  BOOST_TEST(bit_mismatches(t.out, cuda_cores.out) == 0);
-  if (with_probs) BOOST_TEST(bit_mismatches(t.probs, cuda_cores.probs) == 0);
+  for (int v : kTcVariants) {
+    AttnOut const t = run_gpu(c, with_probs, Path::kTensorCores, v);
+    BOOST_TEST(bit_mismatches(t.out, cuda_cores.out) == 0, tc_variant_name(v));
+    if (with_probs) BOOST_TEST(bit_mismatches(t.probs, cuda_cores.probs) == 0, tc_variant_name(v));
+  }
 }
 
 }  // namespace
@@ -416,18 +430,21 @@ BOOST_AUTO_TEST_CASE(tensor_cores_on_sparse_columns) {
     }
     AttnOut const cpu = run_cpu(c), cuda_cores = run_gpu(c);
     expect_close(c, cpu, cuda_cores);
-    AttnOut const t = run_gpu(c, true, Path::kTensorCores);
-    int64_t const out_diff = bit_mismatches(t.out, cuda_cores.out), p_diff = bit_mismatches(t.probs, cuda_cores.probs);
-    BOOST_TEST(out_diff == 0);
-    BOOST_TEST(p_diff == 0);
-    BOOST_TEST_MESSAGE("tensor cores, heads " << s.heads << " hd " << s.hd << " rows " << s.rows << ": " << out_diff
-                                              << " of " << t.out.size() << " outputs differ from the CUDA-core kernel");
-    AttnCase one = slice_rows(c, 1, 2);
-    one.cols.assign(c.cols.begin() + c.off[1], c.cols.begin() + c.off[2]);
-    one.sink_cols = {c.sink_cols[1]};
-    AttnOut const alone = run_gpu(one, false, Path::kTensorCores);
-    int64_t const w = s.heads * s.hd;
-    BOOST_TEST(bit_mismatches(alone.out, std::vector<float>(t.out.begin() + w, t.out.begin() + 2 * w)) == 0);
+    for (int v : kTcVariants) {
+      AttnOut const t = run_gpu(c, true, Path::kTensorCores, v);
+      int64_t const out_diff = bit_mismatches(t.out, cuda_cores.out), p_diff = bit_mismatches(t.probs, cuda_cores.probs);
+      BOOST_TEST(out_diff == 0, tc_variant_name(v));
+      BOOST_TEST(p_diff == 0, tc_variant_name(v));
+      BOOST_TEST_MESSAGE("tensor cores (" << tc_variant_name(v) << "), heads " << s.heads << " hd " << s.hd << " rows "
+                                          << s.rows << ": " << out_diff << " of " << t.out.size()
+                                          << " outputs differ from the CUDA-core kernel");
+      AttnCase one = slice_rows(c, 1, 2);
+      one.cols.assign(c.cols.begin() + c.off[1], c.cols.begin() + c.off[2]);
+      one.sink_cols = {c.sink_cols[1]};
+      AttnOut const alone = run_gpu(one, false, Path::kTensorCores, v % 4 + 1);  // another variant
+      int64_t const w = s.heads * s.hd;
+      BOOST_TEST(bit_mismatches(alone.out, std::vector<float>(t.out.begin() + w, t.out.begin() + 2 * w)) == 0);
+    }
   }
 }
 
@@ -456,20 +473,23 @@ BOOST_AUTO_TEST_CASE(tensor_cores_poison_bad_rows) {
   BOOST_TEST(!ops::Attention<Backend::kCuda>::validate(d, a).ok());
   // A bound one below the longest rows' length: those rows are over it.
   int64_t const longest = longest_row(c);
-  ExecContext ctx;
-  ctx.backend = Backend::kCuda;
   d.max_row_keys = longest - 1;
-  BOOST_TEST_REQUIRE(ops::Attention<Backend::kCuda>::run(d, a, ctx).ok());
-  std::vector<float> o = out.host();
-  for (int64_t r = 0; r < c.d.rows; ++r) {
-    bool any_nan = false, same = true;
-    for (int64_t i = 0; i < w; ++i) {
-      any_nan |= std::isnan(o[r * w + i]);
-      same &= std::bit_cast<uint32_t>(o[r * w + i]) == std::bit_cast<uint32_t>(good.out[r * w + i]);
+  for (int v : kTcVariants) {
+    ExecContext ctx;
+    ctx.backend = Backend::kCuda;
+    ctx.impl_override = v;
+    BOOST_TEST_REQUIRE(ops::Attention<Backend::kCuda>::run(d, a, ctx).ok());
+    std::vector<float> o = out.host();
+    for (int64_t r = 0; r < c.d.rows; ++r) {
+      bool any_nan = false, same = true;
+      for (int64_t i = 0; i < w; ++i) {
+        any_nan |= std::isnan(o[r * w + i]);
+        same &= std::bit_cast<uint32_t>(o[r * w + i]) == std::bit_cast<uint32_t>(good.out[r * w + i]);
+      }
+      bool const poisoned = r == 2 || c.off[r + 1] - c.off[r] == longest;
+      BOOST_TEST(any_nan == poisoned, tc_variant_name(v) << ", row " << r);
+      if (!poisoned) BOOST_TEST(same, tc_variant_name(v) << ", row " << r);
     }
-    bool const poisoned = r == 2 || c.off[r + 1] - c.off[r] == longest;
-    BOOST_TEST(any_nan == poisoned, "row " << r);
-    if (!poisoned) BOOST_TEST(same, "row " << r);
   }
 }
 
