@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_tc.cuh"
+#include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/core/fmath.hpp"
 #include "tessera/device/arith.cuh"
@@ -324,31 +325,6 @@ TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
   return v;
 }
 
-/// Device scratch from ctx.workspace when it is large enough, else a stream-ordered allocation freed after the
-/// launch (stream order keeps it alive until the kernel has run).
-struct KeyScratch {
-  void* ptr = nullptr;
-  bool owned = false;
-  cudaStream_t stream = nullptr;
-  Status acquire(ExecContext& ctx, size_t bytes) {
-    stream = reinterpret_cast<cudaStream_t>(ctx.stream);
-    if (ctx.workspace && ctx.workspace_bytes >= bytes) {
-      ptr = ctx.workspace;
-      return {};
-    }
-    owned = true;
-    cudaError_t const e = cudaMallocAsync(&ptr, bytes, stream);
-    if (e != cudaSuccess) {
-      ptr = nullptr;
-      return Status(StatusCode::kCudaError, std::string("attention (CUDA) bf16 keys: ") + cudaGetErrorString(e));
-    }
-    return {};
-  }
-  ~KeyScratch() {
-    if (owned && ptr) cudaFreeAsync(ptr, stream);
-  }
-};
-
 /// The tensor-core kernel for head_dim HD, MT m-tiles and the key source (attention_tc.cuh): one block per (row,
 /// MT·16 heads).
 template <int HD, int MT, bool kBf16Keys>
@@ -380,7 +356,7 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
                                          "attention (CUDA, tensor cores)"));
   int64_t const blocks = d.rows * ((d.heads + MT * k::kHeadTile - 1) / (MT * k::kHeadTile));
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
-  KeyScratch scratch;
+  kernels::Scratch scratch;  // ctx.workspace or a stream-ordered allocation, alive until the kernel has run
   if constexpr (kBf16Keys) {
     int64_t const n = d.num_keys * HD;
     TESSERA_TRY(scratch.acquire(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(uint16_t)));
