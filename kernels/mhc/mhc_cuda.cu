@@ -19,6 +19,8 @@
 ///   MhcCollapse / MhcExpand: one thread per output element, Σ over streams in the reference's order.
 ///     No transcendental: bitwise equal to the CPU.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/fmath.hpp"
@@ -270,6 +272,108 @@ __global__ void __launch_bounds__(128) mhc_mix_partial_rows_kernel(MhcMixParams 
     for (int j = 0; j < 12; ++j) out[j] = acc[i][j];
   }
 }
+
+// ---- 2''. chunk sums and their total in one pass (long prefills): a block of 64 rows walks every 128-k group of
+// n·D in order, so ref::dot's total m_o = S[0, o] + S[1, o] + … is formed as the chunks complete instead of through
+// [rows, chunks, nm] scratch (503 MB per mix at 8,192 rows, written once and read back by the finish). Warp w forms
+// chunk 4g + w of every row and output exactly as mhc_mix_partial_rows_kernel (lane (gr, h): rows gr + 16i, outputs
+// 12h + j; each chain from +0 over the chunk's 32 k in order, f_k = fmul_rn(x_k, r)); the four chunks' sums go through
+// shared memory and warp w' adds them in chunk order to the totals of rows 16w' … 16w' + 15 (lane l: row 16w' + l/2,
+// outputs 12(l%2) + j), the first chunk taken as is. x and fn tiles arrive by cp.async one group ahead. Writes
+// part[row, o] = m_o (chunks = 1 for the finish). Same operations, same order: the same bits. Requires what the
+// row tile requires, and rows ≥ kTotalsMinRows (64-row blocks fill the GPU only then).
+constexpr int kTotalsMinRows = 4096;
+
+__global__ void __launch_bounds__(128) mhc_mix_totals_kernel(MhcMixParams const p) {
+  extern __shared__ __align__(16) float tot_smem[];
+  float* const x_s = tot_smem;                                          // [2][64][kRowsTileLd] raw x
+  float* const w_s = x_s + 2 * kRowsTileRows * kRowsTileLd;             // [2][24][kRowsTileLd]
+  float* const s_s = w_s + 2 * kRowsTileNm * kRowsTileLd;               // [4 chunks][64 rows][24]
+  int64_t const nd = p.n * p.d, groups = p.chunks / kRowsTileChunks;
+  int64_t const r0 = static_cast<int64_t>(blockIdx.x) * kRowsTileRows;
+  int const nr = static_cast<int>(p.rows - r0 < kRowsTileRows ? p.rows - r0 : kRowsTileRows);
+  int const tid = static_cast<int>(threadIdx.x), cc = tid >> 5, lane = tid & 31, gr = lane >> 1, h = lane & 1;
+  constexpr int kQ = kRowsTileChunks * 32 / 4;  // float4 per staged row
+  auto issue = [&](int64_t g, int buf) {
+    int64_t const k0 = g * kRowsTileChunks * 32;
+    float* const xb = x_s + buf * kRowsTileRows * kRowsTileLd;
+    float* const wb = w_s + buf * kRowsTileNm * kRowsTileLd;
+    for (int e = tid; e < kRowsTileRows * kQ; e += 128) {
+      int const r = e / kQ, c = e % kQ;
+      int const rr = r < nr ? r : nr - 1;  // rows past the last repeat it; their chains are never stored
+      uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(xb + r * kRowsTileLd + 4 * c));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(p.x + (r0 + rr) * nd + k0 + 4 * c) : "memory");
+    }
+    for (int e = tid; e < kRowsTileNm * kQ; e += 128) {
+      int const o = e / kQ, c = e % kQ;
+      uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(wb + o * kRowsTileLd + 4 * c));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(p.fn + o * nd + k0 + 4 * c) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  float rinv[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) rinv[i] = gr + 16 * i < nr ? __ldg(p.rinv + r0 + gr + 16 * i) : 0.f;
+  int const trow = 16 * cc + (lane >> 1), to = 12 * (lane & 1);  // this lane's totals: row trow, outputs to + j
+  float tot[12];
+  issue(0, 0);
+  for (int64_t g = 0; g < groups; ++g) {
+    int const buf = static_cast<int>(g & 1);
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();  // group g's tiles landed for every thread; group g − 1's tiles and sums are consumed
+    if (g + 1 < groups) issue(g + 1, buf ^ 1);
+    float const* const xb = x_s + buf * kRowsTileRows * kRowsTileLd;
+    float const* const wb = w_s + buf * kRowsTileNm * kRowsTileLd;
+    float acc[4][12];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 12; ++j) acc[i][j] = 0.f;  // each chunk from +0 (kDotCarry false)
+#pragma unroll 2
+    for (int q = 0; q < 8; ++q) {  // k = 32·cc + 4q .. + 3
+      int const kk = cc * 32 + 4 * q;
+      float4 fv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float4 const v = *reinterpret_cast<float4 const*>(xb + (gr + 16 * i) * kRowsTileLd + kk);
+        fv[i] = make_float4(__fmul_rn(v.x, rinv[i]), __fmul_rn(v.y, rinv[i]), __fmul_rn(v.z, rinv[i]),
+                            __fmul_rn(v.w, rinv[i]));  // rms_norm_row's f_k
+      }
+#pragma unroll
+      for (int j = 0; j < 12; ++j) {
+        float4 const wv = *reinterpret_cast<float4 const*>(wb + (12 * h + j) * kRowsTileLd + kk);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float a = acc[i][j];
+          a = __fmaf_rn(fv[i].x, wv.x, a);  // std::fma(f_k, fn_ok, acc), k in order
+          a = __fmaf_rn(fv[i].y, wv.y, a);
+          a = __fmaf_rn(fv[i].z, wv.z, a);
+          acc[i][j] = __fmaf_rn(fv[i].w, wv.w, a);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 12; ++j) s_s[(cc * kRowsTileRows + gr + 16 * i) * kRowsTileNm + 12 * h + j] = acc[i][j];
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kRowsTileChunks; ++c)
+#pragma unroll
+      for (int j = 0; j < 12; ++j) {
+        float const v = s_s[(c * kRowsTileRows + trow) * kRowsTileNm + to + j];
+        tot[j] = g == 0 && c == 0 ? v : __fadd_rn(tot[j], v);  // chunk order; the first chunk taken as is
+      }
+  }
+  if (trow < nr) {
+    float* const out = p.part + (r0 + trow) * kRowsTileNm + to;
+#pragma unroll
+    for (int j = 0; j < 12; ++j) out[j] = tot[j];
+  }
+}
+
+constexpr size_t kTotalsSmemBytes =
+    (2 * kRowsTileRows * kRowsTileLd + 2 * kRowsTileNm * kRowsTileLd + kRowsTileChunks * kRowsTileRows * kRowsTileNm) * 4;
 
 // ---- 3. chunk order, then the reference's scalar tail ------------------------------------------------------
 
@@ -580,6 +684,33 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   p.chunks = ceil_div(nd, device::kDotChunk);
   p.group_chunks = static_cast<int>(std::clamp<int64_t>(kPartPairs / nm, 1, kMaxGroupChunks));
   int64_t const groups = ceil_div(p.chunks, p.group_chunks);
+  // Many rows (prefill): the 64-row block tile where its layout applies; the same chunk sums either way.
+  bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
+                         reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
+                         a.x.stride[0] == nd;
+  static bool const totals_on = [] {  // TESSERA_MHC_TOTALS=0 keeps the slabs (benchmarks; the values are the same)
+    char const* e = std::getenv("TESSERA_MHC_TOTALS");
+    return !(e && std::string(e) == "0");
+  }();
+  if (totals_on && rows_tile && d.rows >= kTotalsMinRows && nd <= kRmsRowTile && d.rows <= 0x7fffffff) {
+    // r of every row, then the chunk sums' totals [rows, nm] in one pass, then the epilogue (warp per row, one chunk).
+    Scratch ws;
+    size_t const rinv_all = align256(static_cast<size_t>(d.rows) * sizeof(float));
+    TESSERA_TRY(ws.acquire(ctx, rinv_all + static_cast<size_t>(d.rows * nm) * sizeof(float)));
+    MhcMixParams q = p;
+    q.rows = d.rows;
+    q.rinv = static_cast<float*>(ws.ptr);
+    q.part = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + rinv_all);
+    TESSERA_TRY(cuda_status(allow_smem<mhc_rms_kernel<kRmsRowTile>>(kRmsRowTile * 4), "mhc_mix: shared memory attribute"));
+    TESSERA_TRY(cuda_status(allow_smem<mhc_mix_totals_kernel>(kTotalsSmemBytes), "mhc_mix: shared memory attribute"));
+    mhc_rms_kernel<kRmsRowTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsRowTile * 4, ws.stream>>>(q);
+    TESSERA_TRY(launch_status("mhc_rms_kernel"));
+    mhc_mix_totals_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kRowsTileRows)), 128, kTotalsSmemBytes, ws.stream>>>(q);
+    TESSERA_TRY(launch_status("mhc_mix_totals_kernel"));
+    q.chunks = 1;
+    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+    return launch_status("mhc_mix_finish_kernel");
+  }
   // Scratch per row: r and the chunk sums, 4 + 640 × 24 × 4 B ≈ 61 KB at n·D = 20480. Rows run in slabs
   // of at most kScratchBudget (546 rows there), so a long prefill does not allocate rows × 61 KB at once.
   constexpr size_t kScratchBudget = size_t{32} << 20;
@@ -595,10 +726,6 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
   int const rt = slab <= 1 ? 1 : slab <= 2 ? 2 : slab <= 4 ? 4 : kMaxRowTile;
   if (groups * ceil_div(slab, rt) > 0x7fffffff) return invalid_argument("mhc_mix: n·D too large for one grid");
   unsigned const part_threads = static_cast<unsigned>(ceil_div(nm * p.group_chunks, 32) * 32);
-  // Many rows (prefill): the 64-row block tile where its layout applies; the same chunk sums either way.
-  bool const rows_tile = d.rows >= kRowsTileMinRows && n == 4 && nd % (kRowsTileChunks * 32) == 0 &&
-                         reinterpret_cast<uintptr_t>(a.x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.fn.data) % 16 == 0 &&
-                         a.x.stride[0] == nd;
   bool const row_rms = nd <= kRmsRowTile;
   if (row_rms)
     TESSERA_TRY(cuda_status(allow_smem<mhc_rms_kernel<kRmsRowTile>>(kRmsRowTile * 4), "mhc_mix: shared memory attribute"));

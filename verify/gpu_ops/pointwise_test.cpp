@@ -314,7 +314,8 @@ BOOST_AUTO_TEST_CASE(mhc_mix_collapse_expand) {
 // MhcMix's split projection against the CPU op, bitwise, on fresh inputs per case: every row tile of the
 // chunk-sum kernel (1, 2, 4, 8 rows: rows 1, 2, 7 and 64 / 300 with a partial last tile), two scratch slabs
 // (600 rows of the released shape: 546 + 54), lane_sum's 4-wide (n·D % 128 == 0) and 1-wide orders, partial
-// last chunks and chunk groups, and nm = 80 (n = 8: one chunk per block). fn ~ N(0, 1/n·D) so the mix outputs
+// last chunks and chunk groups, nm = 80 (n = 8: one chunk per block), and from 4,096 rows the one-pass chunk sums and
+// totals (mhc_mix_totals_kernel; its last row alone takes the split path). fn ~ N(0, 1/n·D) so the mix outputs
 // are O(1) and neither the sigmoids nor the softmax saturate; output buffers start as NaN so an unwritten
 // element fails the finiteness check (count_bit_diffs counts two NaNs as equal).
 BOOST_AUTO_TEST_CASE(mhc_mix_split_bitwise) {
@@ -328,6 +329,8 @@ BOOST_AUTO_TEST_CASE(mhc_mix_split_bitwise) {
       {3, 37, {1, 2, 7, 64, 300}},         // n·D = 111: chunks 32, 32, 32, 15 in one group; lane_sum 1-wide
       {8, 129, {1, 7, 64}},                // nm = 80, one chunk per block, n·D = 1032 (last chunk 8 wide)
       {4, 5121, {1, 7}},                   // n·D = 20484 (past the released width): last chunk 4 wide
+      {4, 1280, {4161}},                   // from kTotalsMinRows rows: chunk sums and totals in one pass (last block 1 row)
+      {4, 5120, {4096}},                   // the same at the released width (160 groups of 4 chunks)
   };
   uint64_t salt = 0;
   for (DType const md : {DType::kF32, DType::kBf16})
