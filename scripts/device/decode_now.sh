@@ -15,7 +15,8 @@
 #            (space-separated regexes), then its SASS view with per-instruction stall samples as CSV
 #            (src_<kernel>.csv, the report src_<kernel>.ncu-rep beside it). SAMPLING: ncu's --warp-sampling-interval
 #            (default 0: every 2^5 cycles; the default "auto" gave 28 samples for a 30 µs kernel).
-#   prefill: bench_model prefill at PREFILL (default 1024,8192) on fp8 1- and 3-layer checkpoints per build, then the
+#   prefill: bench_model prefill at PREFILL (default 1024,8192) on fp8 1- and 3-layer checkpoints per build (or per
+#            VARIANTS="build[+ENV=VALUE] ...", e.g. cur+TESSERA_ATTN_MTILES=1 cur+TESSERA_MHC_TOTALS=0), then the
 #            ncu kernel time of one PREFILL_PROFILE-token prefill (default 1024) of MODEL (default flash3e32).
 #   check:   the GPU op suites (pointwise, moe_engram, linear, linear_scaled, moe_scaled), the GPU model suite,
 #            verify golden --device cuda (GOLDEN, default "fp32 bf16"), and tc_bench --quant per block-scaled path
@@ -138,10 +139,11 @@ if [ "$mode" = source ]; then  # SASS lines of a decode step's first launch matc
 fi
 if [ "$mode" = prefill ]; then  # prefill tok/s at PREFILL lengths, then ncu kernel time of one PREFILL_PROFILE prefill
   make_syn flash3e32 3 fp8
-  for b in $builds; do
-    timeout 200 $(bm $b) --device cuda --dtype bf16 --model $S/flash1e32 --model $S/flash3e32 --prefill ${PREFILL:-1024,8192} \
-      --batches "" > $R/prefill_$b.jsonl 2> $R/prefill_$b.err
-    echo "[$b] prefill rc=$? ${SECONDS}s"; grep -E '"prefill' $R/prefill_$b.jsonl; tail -2 $R/prefill_$b.err
+  for v in ${VARIANTS:-$builds}; do  # build[+ENV=VALUE], as for bench (e.g. cur+TESSERA_ATTN_MTILES=1)
+    b=${v%%+*}; e=""; [ "$v" != "$b" ] && e=${v#*+}
+    timeout 200 env $e $(bm $b) --device cuda --dtype bf16 --model $S/flash1e32 --model $S/flash3e32 --prefill ${PREFILL:-1024,8192} \
+      --batches "" > $R/prefill_$v.jsonl 2> $R/prefill_$v.err
+    echo "[$v] prefill rc=$? ${SECONDS}s"; grep -E '"prefill' $R/prefill_$v.jsonl; tail -2 $R/prefill_$v.err
   done
   # Two timed prefills of PREFILL_PROFILE tokens minus the warm-up-only run, over 2 (PREFILL_PROFILE=0: none).
   [ "${PREFILL_PROFILE:-1024}" = 0 ] && exit 0
