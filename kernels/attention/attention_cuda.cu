@@ -304,10 +304,13 @@ int attention_tc_auto_mtiles(AttentionDesc const& d, ExecContext const& ctx) {
 }
 
 /// ctx.impl_override 1 … 4 forces a variant (tests): 1 / 2 m-tiles with fp32 key reads, 3 / 4 with bf16 keys.
-/// Otherwise TESSERA_ATTN_MTILES=1|2 and TESSERA_ATTN_BF16_KEYS=0|1 (benchmarks), else attention_tc_auto_mtiles and
-/// bf16 keys when the rows list at least as many keys as the pool holds (the conversion reads the pool once, 6 bytes
-/// a value; each listing then reads 2 bytes a value instead of 4, twice per block). The values never depend on the
-/// variant.
+/// Otherwise TESSERA_ATTN_MTILES=1|2 and TESSERA_ATTN_BF16_KEYS=0|1 (benchmarks), else bf16 keys when the rows list
+/// at least as many keys as the pool holds (the conversion reads the pool once, 6 bytes a value; each listing then
+/// reads 2 bytes a value instead of 4, twice per block) and, with bf16 keys only, attention_tc_auto_mtiles: the
+/// 2-m-tile fp32-key variant holds two m-tiles of fp32 key fragments (a 4-byte spill at HD 512) and
+/// ran an 8K prefill slower than the one-m-tile fp32-key kernel before it (H100: 79.7 against 74.5 ms a layer;
+/// bf16 keys with 2 m-tiles 62.2, with 1 m-tile 63.2).
+/// The values never depend on the variant.
 template <int HD>
 TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
   static int const forced_mtiles = [] {
@@ -321,7 +324,7 @@ TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
   if (ctx.impl_override >= 1 && ctx.impl_override <= 4) return {(ctx.impl_override - 1) % 2 + 1, ctx.impl_override >= 3};
   TcVariant v;
   v.bf16_keys = forced_bf16 >= 0 ? forced_bf16 == 1 : d.rows * d.max_row_keys >= d.num_keys;
-  v.mtiles = forced_mtiles ? forced_mtiles : attention_tc_auto_mtiles<HD>(d, ctx);
+  v.mtiles = forced_mtiles ? forced_mtiles : v.bf16_keys ? attention_tc_auto_mtiles<HD>(d, ctx) : 1;
   return v;
 }
 
