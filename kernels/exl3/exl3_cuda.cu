@@ -219,20 +219,35 @@ struct Scratch {
 /// on different streams never share one. Grown stream-ordered on demand; never returned.
 Status gemv_tickets(cudaStream_t stream, size_t count, uint32_t** out) {
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, std::pair<uint32_t*, size_t>> pool;
+  struct Tickets {
+    uint32_t* ptr = nullptr;
+    size_t capacity = 0;
+    bool plain = false;  // cudaMalloc'd while recording: never freed
+  };
+  static std::map<std::pair<int, cudaStream_t>, Tickets> pool;
   int dev = 0;
   TESSERA_TRY(cuda_status(cudaGetDevice(&dev), "device query"));
   std::lock_guard<std::mutex> lock(mu);
   auto& e = pool[{dev, stream}];
-  if (e.second < count) {
+  if (e.capacity < count) {
     size_t const cap = std::max<size_t>(count, 4096);
     void* ptr = nullptr;
-    TESSERA_TRY(cuda_status(cudaMallocAsync(&ptr, cap * sizeof(uint32_t), stream), "ticket allocation"));
-    TESSERA_TRY(cuda_status(cudaMemsetAsync(ptr, 0, cap * sizeof(uint32_t), stream), "ticket reset"));
-    if (e.first) TESSERA_TRY(cuda_status(cudaFreeAsync(e.first, stream), "ticket release"));
-    e = {static_cast<uint32_t*>(ptr), cap};
+    cudaStreamCaptureStatus rec = cudaStreamCaptureStatusNone;
+    TESSERA_TRY(cuda_status(cudaStreamIsCapturing(stream, &rec), "capture query"));
+    if (rec != cudaStreamCaptureStatusNone) {
+      // Grown while the stream records a graph: a stream-ordered allocation would belong to the graph, so a plain
+      // one, zeroed by a recorded memset (each replay repeats it; the counters are zero at rest anyway). The old
+      // array stays allocated: executables recorded before may still name it.
+      TESSERA_TRY(cuda_status(cudaMalloc(&ptr, cap * sizeof(uint32_t)), "ticket allocation"));
+      TESSERA_TRY(cuda_status(cudaMemsetAsync(ptr, 0, cap * sizeof(uint32_t), stream), "ticket reset"));
+    } else {
+      TESSERA_TRY(cuda_status(cudaMallocAsync(&ptr, cap * sizeof(uint32_t), stream), "ticket allocation"));
+      TESSERA_TRY(cuda_status(cudaMemsetAsync(ptr, 0, cap * sizeof(uint32_t), stream), "ticket reset"));
+      if (e.ptr && !e.plain) TESSERA_TRY(cuda_status(cudaFreeAsync(e.ptr, stream), "ticket release"));
+    }
+    e = {static_cast<uint32_t*>(ptr), cap, rec != cudaStreamCaptureStatusNone};
   }
-  *out = e.first;
+  *out = e.ptr;
   return {};
 }
 

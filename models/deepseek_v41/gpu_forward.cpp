@@ -6,7 +6,9 @@
 /// look-back (hash ids are computed on the host), the cutoff-tie and quantiser-boundary flags (downloaded
 /// once per pass), and the per-sequence counts. Uploads: one block per pass (positions, compressor group
 /// positions, hash ids, tokens). The same code runs on the CPU op backends in host memory (Backend::kCpu,
-/// the CI check of the composition).
+/// the CI check of the composition). In CUDA-graph mode (gpu::GraphCapture) each layer and the head is recorded
+/// from the stream as it is enqueued and launched as one graph segment: the host work and its order are the
+/// eager pass's, the uploads inside a segment read a pinned stage that lives until the pass's synchronisation.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -397,8 +399,20 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
       else route_ranges.push_back({sq.row0, sq.row0 + sq.S, prune});
     }
 
+    // CUDA-graph mode: each layer, then the head, recorded and launched as one segment (a pass with a route
+    // observer reads the router's output inside the layer, so it runs eagerly).
+    gpu::GraphCapture* const graph = graphs && !route_observer && !shard ? graphs.get() : nullptr;
+    struct RecordingGuard {
+      gpu::GraphCapture* g;
+      gpu::Mem& m;
+      ~RecordingGuard() {
+        if (g) g->abort(m);
+      }
+    } recording_guard{graph, mem};
+
     for (int64_t l = 0; l < L; ++l) {
       size_t const layer_mark = tmp.mark();
+      if (graph) throw_if_error(graph->begin(mem));
       gpu::GpuLayerWeights const& lw = w.layers[static_cast<size_t>(l)];
       int64_t const ei = s.engram_index(l);
       if (ei >= 0) {
@@ -525,9 +539,11 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
                                              dv2(X2, N, nD)});
       std::swap(X, X2);
       std::swap(pre, f_pre);
+      if (graph) throw_if_error(graph->end_and_launch(mem, static_cast<size_t>(l)));
       tmp.release(layer_mark);
     }
     // Final collapse with the last site's pre, norm, LM head (§2.7).
+    if (graph) throw_if_error(graph->begin(mem));
     run<ops::MhcCollapse>(ctx, ops::MhcCollapseDesc{N, n, D, md},
                           ops::MhcCollapseArgs{dcv2(X, N, nD), dcv2(pre, N, n), dv2(h, N, D)});
     run<ops::RmsNorm>(ctx, ops::RmsNormDesc{N, D, s.rms_eps, true, md},
@@ -567,6 +583,7 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         k += sq.logit_rows;
       }
     }
+    if (graph) throw_if_error(graph->end_and_launch(mem, static_cast<size_t>(L)));
     copy_merged(cs, downloads, Copy::kDevToHost);
     std::vector<uint8_t> host_flags(b.flag_used);
     throw_if_error(cs.copy(host_flags.data(), b.flag_arena, b.flag_used, Copy::kDevToHost));
@@ -590,6 +607,7 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
     auto* d_commit = keep.get<gpu::RowCopy>(static_cast<int64_t>(commit.size()));
     throw_if_error(cs.copy(d_commit, commit.data(), commit.size() * sizeof(gpu::RowCopy), Copy::kHostToDev));
     throw_if_error(cs.sync());  // logits and flags are on the host, every kernel before the commit has run
+    if (graph) graph->release_stage();
 
     // Each state's new tie / boundary records, sorted by (layer, stage): the order the sequence alone
     // records them. Staged and room reserved before the commit, so nothing after it allocates.
@@ -639,10 +657,12 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
       st.length_ += sq.S;
     }
   } catch (Error const& e) {
-    rollback_pass(cs, b);
+    rollback_pass(cs, b);  // synchronises: no launched segment still reads the stage
+    if (graphs) graphs->release_stage();
     return e.status();
   } catch (std::bad_alloc const&) {
     rollback_pass(cs, b);
+    if (graphs) graphs->release_stage();
     return Status(StatusCode::kOutOfMemory, "forward: host allocation failed");
   }
   return {};

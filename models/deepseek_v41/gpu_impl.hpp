@@ -48,6 +48,8 @@ struct GpuDsv41Model::Impl {
   std::vector<float> main_inv_freq, compress_inv_freq;
   std::vector<void*> expert_masks;  // per layer: the backend's copy of opts.prune.expert_mask[l] (empty = none)
   GpuDsv41Model::RouteObserver route_observer;
+  /// The CUDA-graph mode's recorder and executable graphs (null: eager launches).
+  std::unique_ptr<gpu::GraphCapture> graphs;
   /// A rank model's place in its group (null: the whole model); its weights hold the rank's slices, and the
   /// forward runs the sharded steps (gpu_sharded.cpp) at the query heads, attention output, Engram rows, MoE
   /// and LM head.

@@ -41,12 +41,17 @@
 
 namespace tessera::model::dsv41::gpu {
 
+class HostStage;
+
 /// Memory of the model's backend. kCuda: cudaMalloc'd memory, copies ordered on `stream`; kCpu: host
 /// memory, copies immediate.
 struct Mem {
   enum class Copy : uint8_t { kHostToDev, kDevToHost, kDevToDev };
   Backend backend = Backend::kCuda;
   CUstream_st* stream = nullptr;
+  /// Set while `stream` records a CUDA graph (GraphCapture): a recorded copy reads its source when the graph
+  /// runs, so host-to-device copies take their bytes from here (stable until the pass has synchronised).
+  HostStage* stage = nullptr;
   Device tag() const { return backend == Backend::kCuda ? Device::kCuda : Device::kCpu; }
   Result<void*> alloc(size_t bytes) const;
   void free(void* p) const;
@@ -56,6 +61,62 @@ struct Mem {
   Status open(DeviceInfo* info);
   /// Synchronises and destroys the stream (kCuda).
   void close();
+};
+
+/// Pinned host bytes for the host-to-device copies a CUDA graph records (Mem::stage): chunks of at least 1 MiB,
+/// bump-allocated, kept across passes (reset() once the pass's graphs have run), so a steady state allocates none.
+class HostStage {
+ public:
+  HostStage() = default;
+  HostStage(HostStage const&) = delete;
+  HostStage& operator=(HostStage const&) = delete;
+  ~HostStage();
+  /// A stable copy of `bytes` bytes at `src` (16-byte aligned).
+  Result<void const*> put(void const* src, size_t bytes);
+  void reset();
+  size_t capacity() const;
+
+ private:
+  struct Chunk {
+    unsigned char* p;
+    size_t cap, used;
+  };
+  std::vector<Chunk> chunks_;
+  size_t cur_ = 0;
+};
+
+/// The forward's CUDA-graph mode (ModelOptions::cuda_graphs): each segment of a pass (a layer; the head) is
+/// recorded from `stream` (relaxed stream capture: the host work between launches runs as in eager mode, and
+/// recording executes nothing), then launched through an executable graph kept per segment index. The next pass's
+/// recording of the same segment updates that executable graph in place (cudaGraphExecUpdate: same topology, new
+/// kernel parameters, copy addresses and sizes) and instantiates a new one only when the topology changed, so a
+/// steady decode replays the same executables. The launched work is the eager stream's, in its order: the same
+/// kernels with the same parameters, hence the same bits.
+class GraphCapture {
+ public:
+  struct Counts {
+    int64_t launches = 0, updates = 0, instantiations = 0;
+  };
+  GraphCapture() = default;
+  GraphCapture(GraphCapture const&) = delete;
+  GraphCapture& operator=(GraphCapture const&) = delete;
+  ~GraphCapture();
+  /// Starts recording `mem.stream` and points mem.stage at the host stage.
+  Status begin(Mem& mem);
+  /// Ends the recording and launches it as segment `segment`'s executable graph.
+  Status end_and_launch(Mem& mem, size_t segment);
+  /// Ends an open recording and drops it (a failed pass); nothing of it ran.
+  void abort(Mem& mem);
+  bool recording() const { return recording_; }
+  /// Releases the staged host bytes; call after the pass's graphs have completed (a synchronisation).
+  void release_stage() { stage_.reset(); }
+  Counts const& counts() const { return counts_; }
+
+ private:
+  std::vector<void*> exec_;  // cudaGraphExec_t per segment (nullptr: none yet)
+  HostStage stage_;
+  Counts counts_;
+  bool recording_ = false;
 };
 
 /// A caching pool of blocks of the backend's memory in power-of-two size classes. Thread-safe (a state may

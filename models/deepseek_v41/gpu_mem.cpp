@@ -63,6 +63,15 @@ Status Mem::copy(void* dst, void const* src, size_t bytes, Copy kind) const {
     return {};
   }
 #if TESSERA_WITH_CUDA
+  if (stage) {  // recording a graph: the copy runs when the graph does
+    if (kind == Copy::kDevToHost)
+      return Status(StatusCode::kInternal, "a device-to-host copy inside a recorded graph segment");
+    if (kind == Copy::kHostToDev) {
+      auto staged = stage->put(src, bytes);
+      if (!staged) return staged.status();
+      src = *staged;
+    }
+  }
   cudaMemcpyKind k = kind == Copy::kHostToDev ? cudaMemcpyHostToDevice
                      : kind == Copy::kDevToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
   return cuda_ok(cudaMemcpyAsync(dst, src, bytes, k, reinterpret_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");
@@ -75,6 +84,7 @@ Status Mem::copy(void* dst, void const* src, size_t bytes, Copy kind) const {
 Status Mem::sync() const {
   if (backend == Backend::kCpu) return {};
 #if TESSERA_WITH_CUDA
+  if (stage) return Status(StatusCode::kInternal, "a stream synchronisation inside a recorded graph segment");
   return cuda_ok(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 #else
   return {};
@@ -111,6 +121,118 @@ void Mem::close() {
   }
 #endif
   stream = nullptr;
+}
+
+HostStage::~HostStage() {
+#if TESSERA_WITH_CUDA
+  for (Chunk const& c : chunks_) cudaFreeHost(c.p);
+#endif
+}
+
+Result<void const*> HostStage::put(void const* src, size_t bytes) {
+#if TESSERA_WITH_CUDA
+  size_t const need = (bytes + 15) & ~size_t{15};
+  while (cur_ < chunks_.size() && chunks_[cur_].used + need > chunks_[cur_].cap) ++cur_;
+  if (cur_ == chunks_.size()) {
+    size_t const cap = std::max<size_t>(need, size_t{1} << 20);
+    void* p = nullptr;
+    TESSERA_TRY(cuda_ok(cudaHostAlloc(&p, cap, cudaHostAllocDefault), "cudaHostAlloc (graph upload stage)"));
+    chunks_.push_back({static_cast<unsigned char*>(p), cap, 0});
+  }
+  Chunk& c = chunks_[cur_];
+  unsigned char* dst = c.p + c.used;
+  std::memcpy(dst, src, bytes);
+  c.used += need;
+  return static_cast<void const*>(dst);
+#else
+  (void)src, (void)bytes;
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+void HostStage::reset() {
+  for (Chunk& c : chunks_) c.used = 0;
+  cur_ = 0;
+}
+
+size_t HostStage::capacity() const {
+  size_t n = 0;
+  for (Chunk const& c : chunks_) n += c.cap;
+  return n;
+}
+
+GraphCapture::~GraphCapture() {
+#if TESSERA_WITH_CUDA
+  for (void* e : exec_)
+    if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
+#endif
+}
+
+Status GraphCapture::begin(Mem& mem) {
+  if (mem.backend != Backend::kCuda) return not_supported("CUDA graphs need the CUDA backend");
+  if (recording_) return Status(StatusCode::kInternal, "GraphCapture::begin: already recording");
+#if TESSERA_WITH_CUDA
+  // Relaxed: the host work between launches (pool blocks from cudaMalloc, pinned stage chunks) stays legal.
+  TESSERA_TRY(cuda_ok(cudaStreamBeginCapture(reinterpret_cast<cudaStream_t>(mem.stream), cudaStreamCaptureModeRelaxed),
+                      "cudaStreamBeginCapture"));
+  recording_ = true;
+  mem.stage = &stage_;
+  return {};
+#else
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+Status GraphCapture::end_and_launch(Mem& mem, size_t segment) {
+  if (!recording_) return Status(StatusCode::kInternal, "GraphCapture::end_and_launch: not recording");
+#if TESSERA_WITH_CUDA
+  auto const stream = reinterpret_cast<cudaStream_t>(mem.stream);
+  recording_ = false;
+  mem.stage = nullptr;
+  cudaGraph_t graph = nullptr;
+  TESSERA_TRY(cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture"));
+  struct GraphGuard {
+    cudaGraph_t g;
+    ~GraphGuard() { if (g) cudaGraphDestroy(g); }
+  } guard{graph};
+  if (exec_.size() <= segment) exec_.resize(segment + 1, nullptr);
+  auto exec = static_cast<cudaGraphExec_t>(exec_[segment]);
+  bool updated = false;
+  if (exec) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess) {
+      updated = true;
+    } else {
+      cudaGetLastError();  // a topology change is not an error of the pass: instantiate below
+      cudaGraphExecDestroy(exec);
+      exec_[segment] = exec = nullptr;
+    }
+  }
+  if (!updated) {
+    TESSERA_TRY(cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
+    exec_[segment] = exec;
+    ++counts_.instantiations;
+  } else {
+    ++counts_.updates;
+  }
+  TESSERA_TRY(cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"));
+  ++counts_.launches;
+  return {};
+#else
+  return not_supported("Tessera was built without CUDA");
+#endif
+}
+
+void GraphCapture::abort(Mem& mem) {
+  if (!recording_) return;
+  recording_ = false;
+  mem.stage = nullptr;
+#if TESSERA_WITH_CUDA
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(reinterpret_cast<cudaStream_t>(mem.stream), &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+#endif
 }
 
 DevicePool::~DevicePool() {

@@ -3,7 +3,9 @@
 /// batches, clone, truncate, state sizes) on the backend's memory (gpu_mem.cpp). The forward is
 /// gpu_forward.cpp and gpu_attention.cpp (gpu_forward.hpp).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
@@ -362,8 +364,18 @@ Status GpuDsv41Model::Impl::finish_create(GpuDsv41Model& m, Weights const& host,
   info.device = backend == Backend::kCuda ? "cuda" : "cpu";
   info.dtype = md == DType::kBf16 ? "bf16" : "fp32";
   ExpertPruning prune = std::move(o.prune);
+  bool const asked = o.cuda_graphs;
+  bool graphs_on = asked;
+  if (char const* e = std::getenv("TESSERA_CUDA_GRAPHS"); e && (std::string(e) == "0" || std::string(e) == "1"))
+    graphs_on = std::string(e) == "1";
   opts = std::move(o);
-  return m.set_pruning(std::move(prune));
+  opts.cuda_graphs = false;
+  TESSERA_TRY(m.set_pruning(std::move(prune)));
+  // Asked of a model that cannot record (CPU backends, ranks): kNotSupported from create, unless only the
+  // environment asked (benchmarks set it for every model they build).
+  if (graphs_on)
+    if (Status st = m.set_cuda_graphs(true); !st.ok() && (asked || st.code() != StatusCode::kNotSupported)) return st;
+  return {};
 }
 
 Status GpuDsv41Model::set_pruning(ExpertPruning p) {
@@ -391,6 +403,29 @@ Status GpuDsv41Model::set_pruning(ExpertPruning p) {
 ExpertPruning const& GpuDsv41Model::pruning() const { return impl_->opts.prune; }
 
 void GpuDsv41Model::set_route_observer(RouteObserver observer) { impl_->route_observer = std::move(observer); }
+
+Status GpuDsv41Model::set_cuda_graphs(bool on) {
+  Impl& I = *impl_;
+  if (!on) {
+    TESSERA_TRY(I.mem.sync());  // no launched graph still runs when its executable goes
+    I.graphs.reset();
+    I.opts.cuda_graphs = false;
+    return {};
+  }
+  if (I.mem.backend != Backend::kCuda) return not_supported("CUDA graphs: the model runs on the CPU op backends");
+  if (I.shard) return not_supported("CUDA graphs: a rank model's collectives run between the recorded segments");
+  if (!I.graphs) I.graphs = std::make_unique<gpu::GraphCapture>();
+  I.opts.cuda_graphs = true;
+  return {};
+}
+
+bool GpuDsv41Model::cuda_graphs() const { return impl_->graphs != nullptr; }
+
+GpuDsv41Model::GraphCounts GpuDsv41Model::graph_counts() const {
+  if (!impl_->graphs) return {};
+  auto const& c = impl_->graphs->counts();
+  return {c.launches, c.updates, c.instantiations};
+}
 
 GpuDsv41Model::~GpuDsv41Model() = default;
 

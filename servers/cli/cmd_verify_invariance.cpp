@@ -24,7 +24,7 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
                  "usage: tessera verify invariance --model DIR|stub [--device cpu|cuda] [--numerics fp32|bf16] [--decode-tokens 16]\n"
                  "         [--prompt-lengths 5,37,130,600] [--seed S] [--report-json F]\n"
                  "Runs the exactness gates (chunked prefill, batched == alone, snapshot/restore, keyed sampling,\n"
-                 "drafted == serial; graph == eager is SKIP until graph capture exists); exit 1 if any gate fails.\n");
+                 "drafted == serial, graph == eager: --device cuda only); exit 1 if any gate fails.\n");
     return a.has("help") && a.error().empty() ? 0 : 2;
   }
   harness::InvarianceOptions o;
@@ -66,6 +66,15 @@ int cmd_verify_invariance(std::vector<std::string> const& args) {
         auto* ds = dynamic_cast<model::dsv41::Dsv41State*>(&st);
         return ds ? model::dsv41::make_dspark_drafter(*dm, *ds) : nullptr;
       };
+    if (auto* gm = dynamic_cast<model::dsv41::GpuDsv41Model*>(loaded->get())) {
+      o.set_graphs = [gm](bool on) { return gm->set_cuda_graphs(on); };
+      o.graph_counts = [gm](bool* replayed) {
+        auto const c = gm->graph_counts();
+        *replayed = c.updates > 0;
+        return std::to_string(c.launches) + " segments launched, " + std::to_string(c.updates) + " updated in place, " +
+               std::to_string(c.instantiations) + " instantiated";
+      };
+    }
     m = std::move(*loaded);
   }
   auto const& info = m->info();

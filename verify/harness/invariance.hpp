@@ -13,7 +13,10 @@
 ///                     depths, DSpark when given, and always-right / always-wrong / random oracle drafters
 ///                     gives the serial reply and the serial state (next-step logits bitwise), greedy and
 ///                     T > 0 (invariance_draft.cpp);
-///   graph == eager:   SKIP until the build has graph capture — a gate is never PASS unless run.
+///   graph == eager:   with the model's CUDA-graph mode on (InvarianceOptions::set_graphs), each prompt alone and
+///                     all of them staggered equal the eager references bitwise, with executable graphs replayed
+///                     (updated in place) across steps; SKIP when the model has no such mode — a gate is never PASS
+///                     unless run.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,12 @@ struct InvarianceOptions {
   float temperature = 0.8f, top_p = 0.95f;
   /// The model's own drafter for a sequence (DSpark); empty when the model has none.
   std::function<std::unique_ptr<model::Drafter>(model::SequenceState&)> dspark;
+  /// Switches the model's CUDA-graph mode (GpuDsv41Model::set_cuda_graphs); empty, or an error on true, makes
+  /// graph == eager SKIP with its message.
+  std::function<Status(bool)> set_graphs;
+  /// Describes the graph counters (launched, updated in place, instantiated) for the gate's evidence; the gate
+  /// fails unless some executable was replayed after an update (`replayed` true).
+  std::function<std::string(bool* replayed)> graph_counts;
 };
 
 std::vector<GateResult> run_invariance(model::LanguageModel& m, InvarianceOptions const& opt);

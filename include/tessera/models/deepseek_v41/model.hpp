@@ -142,6 +142,10 @@ struct ModelOptions {
   /// GPU model: bytes of one page of a sequence's growing state (compressed-KV entries, index keys); a
   /// sequence holds at most one partly used page per layer and family. Tests set small pages.
   int64_t state_page_bytes = 64 << 10;
+  /// GPU model on CUDA: run each forward's layers and head as CUDA graphs, recorded per segment and replayed through
+  /// executable graphs updated in place (GpuDsv41Model::set_cuda_graphs; the same kernels and parameters as
+  /// eager launches, so the same bits). The environment's TESSERA_CUDA_GRAPHS=0|1 overrides it at creation.
+  bool cuda_graphs = false;
 };
 
 class Dsv41Model final : public LanguageModel {
