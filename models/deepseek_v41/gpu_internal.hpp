@@ -87,16 +87,18 @@ class HostStage {
 
 /// The forward's CUDA-graph mode (ModelOptions::cuda_graphs): each segment of a pass (a layer; the head) is
 /// recorded from `stream` (relaxed stream capture: the host work between launches runs as in eager mode, and
-/// recording executes nothing), then launched through an executable graph kept per segment index. The next pass's
-/// recording of the same segment updates that executable graph in place (cudaGraphExecUpdate: same topology, new
-/// kernel parameters, copy addresses and sizes) and instantiates a new one only when the topology changed, so a
-/// steady decode replays the same executables. The launched work is the eager stream's, in its order: the same
+/// recording executes nothing), then launched through an executable graph. Each segment index keeps up to
+/// kShapesPerSegment executables keyed by the recording's shape (its nodes' kinds and kernels, in order): a recording
+/// whose shape is cached updates that executable in place (cudaGraphExecUpdate: new kernel parameters and grids, copy
+/// addresses and sizes), and only a new shape is instantiated, so a decode whose layers alternate between a few
+/// shapes (a compressor group completing every `ratio` tokens) replays the same executables. The launched work is the eager stream's, in its order: the same
 /// kernels with the same parameters, hence the same bits.
 class GraphCapture {
  public:
   struct Counts {
     int64_t launches = 0, updates = 0, instantiations = 0;
   };
+  static constexpr size_t kShapesPerSegment = 4;
   GraphCapture() = default;
   GraphCapture(GraphCapture const&) = delete;
   GraphCapture& operator=(GraphCapture const&) = delete;
@@ -113,7 +115,13 @@ class GraphCapture {
   Counts const& counts() const { return counts_; }
 
  private:
-  std::vector<void*> exec_;  // cudaGraphExec_t per segment (nullptr: none yet)
+  struct Exec {
+    uint64_t shape = 0;
+    void* exec = nullptr;  // cudaGraphExec_t
+    uint64_t last_use = 0;
+  };
+  std::vector<std::vector<Exec>> exec_;  // per segment, at most kShapesPerSegment
+  uint64_t clock_ = 0;
   HostStage stage_;
   Counts counts_;
   bool recording_ = false;

@@ -163,10 +163,38 @@ size_t HostStage::capacity() const {
 
 GraphCapture::~GraphCapture() {
 #if TESSERA_WITH_CUDA
-  for (void* e : exec_)
-    if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
+  for (auto const& seg : exec_)
+    for (Exec const& e : seg) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e.exec));
 #endif
 }
+
+#if TESSERA_WITH_CUDA
+namespace {
+/// FNV-1a over the recording's nodes in creation order: each node's kind and, for kernels, the function.
+Result<uint64_t> graph_shape(cudaGraph_t g) {
+  size_t n = 0;
+  TESSERA_TRY(cuda_ok(cudaGraphGetNodes(g, nullptr, &n), "cudaGraphGetNodes"));
+  std::vector<cudaGraphNode_t> nodes(n);
+  TESSERA_TRY(cuda_ok(cudaGraphGetNodes(g, nodes.data(), &n), "cudaGraphGetNodes"));
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  mix(n);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    TESSERA_TRY(cuda_ok(cudaGraphNodeGetType(node, &t), "cudaGraphNodeGetType"));
+    mix(static_cast<uint64_t>(t));
+    if (t == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams kp{};
+      TESSERA_TRY(cuda_ok(cudaGraphKernelNodeGetParams(node, &kp), "cudaGraphKernelNodeGetParams"));
+      mix(reinterpret_cast<uintptr_t>(kp.func));
+    }
+  }
+  return h;
+}
+}  // namespace
+#endif
 
 Status GraphCapture::begin(Mem& mem) {
   if (mem.backend != Backend::kCuda) return not_supported("CUDA graphs need the CUDA backend");
@@ -195,27 +223,37 @@ Status GraphCapture::end_and_launch(Mem& mem, size_t segment) {
     cudaGraph_t g;
     ~GraphGuard() { if (g) cudaGraphDestroy(g); }
   } guard{graph};
-  if (exec_.size() <= segment) exec_.resize(segment + 1, nullptr);
-  auto exec = static_cast<cudaGraphExec_t>(exec_[segment]);
-  bool updated = false;
-  if (exec) {
+  auto const shape = graph_shape(graph);
+  if (!shape) return shape.status();
+  if (exec_.size() <= segment) exec_.resize(segment + 1);
+  std::vector<Exec>& cached = exec_[segment];
+  auto it = std::find_if(cached.begin(), cached.end(), [&](Exec const& e) { return e.shape == *shape; });
+  if (it != cached.end()) {
     cudaGraphExecUpdateResultInfo info{};
-    if (cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess) {
-      updated = true;
-    } else {
-      cudaGetLastError();  // a topology change is not an error of the pass: instantiate below
-      cudaGraphExecDestroy(exec);
-      exec_[segment] = exec = nullptr;
+    if (cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(it->exec), graph, &info) == cudaSuccess) {
+      ++counts_.updates;
+    } else {  // same kinds and kernels, parameters an update cannot take: a new executable below
+      cudaGetLastError();
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(it->exec));
+      cached.erase(it);
+      it = cached.end();
     }
   }
-  if (!updated) {
+  if (it == cached.end()) {
+    if (cached.size() == kShapesPerSegment) {  // the least recently used shape goes
+      auto lru = std::min_element(cached.begin(), cached.end(),
+                                  [](Exec const& a, Exec const& b) { return a.last_use < b.last_use; });
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(lru->exec));
+      cached.erase(lru);
+    }
+    cudaGraphExec_t exec = nullptr;
     TESSERA_TRY(cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
-    exec_[segment] = exec;
+    cached.push_back({*shape, exec, 0});
+    it = cached.end() - 1;
     ++counts_.instantiations;
-  } else {
-    ++counts_.updates;
   }
-  TESSERA_TRY(cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"));
+  it->last_use = ++clock_;
+  TESSERA_TRY(cuda_ok(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->exec), stream), "cudaGraphLaunch"));
   ++counts_.launches;
   return {};
 #else
