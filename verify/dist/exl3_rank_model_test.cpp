@@ -10,8 +10,8 @@
 ///     element by element, independent of slice_exl3): output rows [n0, n1) → covering blocks [b0, b1), trellis
 ///     [:, b0/16 : b1/16, :], svh[b0:b1], suh whole, kept [n0 − b0, n1 − b0), the group's n recorded (whole_n);
 ///     input columns → trellis [k0/16 : k1/16], suh[k0:k1], svh whole; held routed experts whole, the others absent;
-///   * the bytes a rank holds in EXL3 form are exactly those parts', and its dense tensors of the split weights stay
-///     undefined (no dequantised copy);
+///   * the bytes a rank holds in EXL3 form are exactly those parts', which plan_memory counts for the checkpoint's
+///     EXL3 tensors (trellis, suh, svh), and its dense tensors of the split weights stay undefined (no dequantised copy);
 ///   * gather plans (TP 2, TP 4 head gather, EP 2, TP = EP = 2): chunked prefill + decode logits of the rank models
 ///     (thread ranks, in-process communicator) equal the single-rank model's bit for bit (fp32 and, at TP = EP = 2,
 ///     bf16): a part's outputs are bits of the whole EXL3 product (each output is its column's float64 sum over all
@@ -140,11 +140,24 @@ std::optional<Exl3Weight> expected(Exl3Weight const& q, std::string const& key, 
   return p ? hand_part(q, *p) : q;
 }
 
+/// The checkpoint's EXL3 group tensors: `P.trellis`, `P.suh`, `P.svh` (the codebook markers left out).
+std::vector<io::TensorInfo> exl3_tensors() {
+  std::vector<io::TensorInfo> out;
+  auto const ckpt = io::Checkpoint::open(folder().checkpoint()).value_or_throw();
+  for (auto const& t : ckpt.tensors())
+    for (char const* suffix : {".trellis", ".suh", ".svh"})
+      if (t.name.size() > std::strlen(suffix) && t.name.compare(t.name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+        out.push_back(t);
+  BOOST_TEST_REQUIRE(!out.empty());
+  return out;
+}
+
 /// Checks every rank's EXL3 parts of `cfg` against the hand cut; counts the parts with kept rows and the exact slices.
 void check_parts(Numerics n, dist::ParallelConfig cfg, int* kept_seen, int* exact_seen) {
   Dsv41Model const& m = full(n);
   Weights const all = whole_weights(m);
   auto const plan = plan_of(cfg);
+  auto const memory = plan_memory(plan, m.spec(), exl3_tensors());
   for (int r = 0; r < plan.world; ++r) {
     RankShard sh{plan, r, nullptr};
     Weights const w = rank_weights(m, sh).value_or_throw();
@@ -163,6 +176,8 @@ void check_parts(Numerics n, dist::ParallelConfig cfg, int* kept_seen, int* exac
     for (auto const& [key, q] : w.exl3) held += exl3_bytes(q);
     BOOST_TEST(w.exl3.size() <= all.exl3.size());
     BOOST_TEST(held == want_bytes, verify::tp_ep_name(cfg) << " rank " << r << ": EXL3 bytes held");
+    // plan_memory of the checkpoint's EXL3 tensors (trellis, suh, svh; markers aside) counts exactly these parts.
+    BOOST_TEST(held == memory[static_cast<size_t>(r)], verify::tp_ep_name(cfg) << " rank " << r << ": plan_memory");
     // No dense copy of a split EXL3 weight.
     for (auto const& L : w.layers) {
       BOOST_TEST(!L.wq_b.defined());
