@@ -2,7 +2,7 @@
 /// Glue kernels of the GPU model's EXL3 linears (models/deepseek_v41/gpu_exl3.cpp; host twins there, same
 /// arithmetic; the contract in models/deepseek_v41/exl3_linear.cpp):
 ///   to_f16        out[r, c] = →fp16(x[r·stride + c]) (RNE)
-///   store_md      dst[r·stride + c] = →md(src[r, c])
+///   store_md      dst[r·stride + c] = →md(src[r·src_stride + c])
 ///   exl3_moe_act  act[a, i] = →fp16(→md(w_a·(silu(min(g, L))·clamp(u, ±L)))), g, u = →md(G / U[a, i])
 ///   moe_act       act[a, i] = →md(silu(min(g, L))·clamp(u, ±L)) in fp32 (the sharded shared expert)
 ///   moe_combine   out[t, :] = →md(Σ_{a in list(t)} →md(Y[a, :]) + →md(Ysh[t, :])), list(t) in ascending expert
@@ -30,11 +30,11 @@ __global__ void to_f16_kernel(float const* x, int64_t stride, int64_t cols, uint
     out[r * cols + c] = __half_as_ushort(__float2half_rn(x[r * stride + c]));
 }
 
-__global__ void store_md_kernel(float const* src, int64_t cols, float* dst, int64_t stride, bool bf16) {
+__global__ void store_md_kernel(float const* src, int64_t src_stride, int64_t cols, float* dst, int64_t stride, bool bf16) {
   int64_t const r = blockIdx.y;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[r * stride + c] = device::round_md(src[r * cols + c], bf16);
+    dst[r * stride + c] = device::round_md(src[r * src_stride + c], bf16);
 }
 
 /// Out uint16_t: fp16 bits of the activation (EXL3 inputs); float: the activation itself.
@@ -203,11 +203,11 @@ Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_
   return status_of(cudaGetLastError(), "to_f16");
 }
 
-Status launch_store_md(CUstream_st* stream, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride,
-                       bool bf16) {
+Status launch_store_md(CUstream_st* stream, float const* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+                       int64_t stride, bool bf16) {
   if (rows == 0 || cols == 0) return {};
   if (rows > 65535) return invalid_argument("store_md: more than 65535 rows");
-  store_md_kernel<<<grid_of(rows, cols), 256, 0, stream>>>(src, cols, dst, stride, bf16);
+  store_md_kernel<<<grid_of(rows, cols), 256, 0, stream>>>(src, src_stride, cols, dst, stride, bf16);
   return status_of(cudaGetLastError(), "store_md");
 }
 

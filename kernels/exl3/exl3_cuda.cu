@@ -418,6 +418,7 @@ Status Exl3Gemm<Backend::kCuda>::check(Exl3GemmDesc const& d, DeviceInfo const& 
   if (!exl3_cuda_supports_k2(d.layer.k2)) return not_supported("exl3 CUDA: half-integer rates are CPU-only");
   if (d.out_type != DType::kF16 && d.out_type != DType::kF32) return not_supported("exl3 gemm: output must be f16 or f32");
   if (d.num_rows < 0 || d.num_rows > 0x7FFFFFFF) return invalid_argument("exl3 gemm: row count out of range");
+  TESSERA_TRY(check_exl3_chunk_n(d));
   return kx::check_device(dev);
 }
 
@@ -433,11 +434,15 @@ int gemm_tactic(Exl3GemmDesc const& d, int impl_override) {
   if (d.num_rows <= 16) return d.num_rows == 1 && kx::gemv_fuses_transform(d.layer.k / 16, d.layer.n / 16) ? 1 : 5;
   return !d.strict_rows && d.num_rows >= kExl3DecodeOnceMinRows ? 4 : 2;
 }
+/// The chunk count S of the chunk chain: chosen for chunk_n (a part of a wider layer sums in its order), else n.
+int gemm_chunks(Exl3GemmDesc const& d) {
+  return kx::exl3_num_chunks(static_cast<int>(d.layer.k / 16), static_cast<int>((d.chunk_n ? d.chunk_n : d.layer.n) / 16));
+}
 size_t gemm_workspace(Exl3GemmDesc const& d, int tactic) {
   auto const m = static_cast<size_t>(d.num_rows), k = static_cast<size_t>(d.layer.k), n = static_cast<size_t>(d.layer.n);
   size_t const xh = kx::align256(m * k * 2);
   if (tactic == 4) return xh + kx::align256(k * n * 2) + kx::align256(m * n * 4) + kx::kLtWorkspaceBytes;
-  int const s = kx::exl3_num_chunks(static_cast<int>(k / 16), static_cast<int>(n / 16));
+  int const s = gemm_chunks(d);
   size_t const chunks = tactic == 1 || tactic == 5 ? static_cast<size_t>(s) : 1;
   return xh + kx::align256(chunks * m * n * 4);
 }
@@ -517,7 +522,7 @@ Status Exl3Gemm<Backend::kCuda>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& 
     p.n = l.n;
     p.tiles_k = static_cast<int>(l.k / 16);
     p.tiles_n = static_cast<int>(l.n / 16);
-    p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
+    p.num_chunks = gemm_chunks(d);
     p.chunk_tiles = p.tiles_k / p.num_chunks;
     if (gemv) {
       ep.num_chunks = p.num_chunks;

@@ -35,16 +35,20 @@ Status to_f16(Mem const& m, float const* x, int64_t stride, int64_t rows, int64_
   return {};
 }
 
-Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride, bool bf16) {
+Status store_md(Mem const& m, float const* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst, int64_t stride,
+                bool bf16) {
   if (m.backend == Backend::kCuda) {
 #if TESSERA_WITH_CUDA
-    return launch_store_md(m.stream, src, rows, cols, dst, stride, bf16);
+    return launch_store_md(m.stream, src, src_stride, rows, cols, dst, stride, bf16);
 #else
     return not_supported("Tessera was built without CUDA");
 #endif
   }
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * stride + c] = bf16 ? round_to_bf16(src[r * cols + c]) : src[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c) {
+      float const v = src[r * src_stride + c];
+      dst[r * stride + c] = bf16 ? round_to_bf16(v) : v;
+    }
   return {};
 }
 
@@ -160,6 +164,10 @@ Status moe_group(Mem const& m, MoeGroupParams const& p) {
 Status upload_exl3(Mem const& mem, GpuWeights& w, Exl3Weight const& q, int64_t groups, DevTensor* out) {
   *out = {};
   std::vector<Exl3Weight> split;
+  if (groups > 1 && q.kept_end >= 0)
+    return not_supported("EXL3 group " + q.name + ": a part keeping outputs [" + std::to_string(q.kept_begin) + ", " +
+                         std::to_string(q.kept_end) + ") of its covering blocks cannot be run as " +
+                         std::to_string(groups) + " grouped slices");
   if (groups > 1) {
     try {
       split = exl3_split_outputs(q, groups);
@@ -167,12 +175,16 @@ Status upload_exl3(Mem const& mem, GpuWeights& w, Exl3Weight const& q, int64_t g
       return e.status();
     }
   }
-  out->rows = q.desc.n;
+  out->rows = q.outputs();
   out->cols = q.desc.k;
   out->dtype = DType::kI16;
   out->exl3 = q.desc;
   out->exl3.n = q.desc.n / groups;
   out->exl3_groups = groups;
+  out->exl3_kept_begin = q.kept_begin;
+  // Grouped slices are products of their own width on one rank as on all (the single-rank wo_a is uploaded in the
+  // same o_lora_rank-wide slices), so only an ungrouped part sums in its whole group's chunk order.
+  out->exl3_chunk_n = groups == 1 ? q.whole_n : 0;
   size_t const tbytes = q.trellis.nbytes(), kb = q.suh.size() * 2, nb = q.svh.size() * 2;
   auto alloc = [&](size_t bytes) -> Result<void*> {
     auto p = mem.alloc(bytes);
@@ -238,8 +250,9 @@ void gemm_slice(ExecContext& ctx, DevTensor const& w, int64_t g, uint16_t const*
   a.svh = TensorView<Fp16 const, 1>(static_cast<Fp16 const*>(w.svh) + g * l.n, {l.n}, kDev);
   a.y_f32 = TensorView<float, 2>(y, {rows, l.n}, kDev);
   // strict_rows: the chunk chain at every row count, so chunked == one-shot and batched == alone stay exact
-  // (the decode-once path from ops::kExl3DecodeOnceMinRows rows sums in cuBLAS's order).
-  throw_if_error(exl3_gemm(ctx, ops::Exl3GemmDesc{l, rows, DType::kF32, false, true}, a));
+  // (the decode-once path from ops::kExl3DecodeOnceMinRows rows sums in cuBLAS's order). chunk_n: a rank's output
+  // part sums in its whole group's chunk order.
+  throw_if_error(exl3_gemm(ctx, ops::Exl3GemmDesc{l, rows, DType::kF32, false, true, w.exl3_chunk_n}, a));
 }
 
 }  // namespace
@@ -250,27 +263,28 @@ void Forward::lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor
     throw Error(invalid_argument("forward: an EXL3 weight stored in " + std::to_string(w.exl3_groups) +
                                  " output slices used with " + std::to_string(groups) + " groups"));
   if (rows == 0) return;
-  int64_t const k = w.exl3.k, n = w.exl3.n;
+  // Outputs kept of each slice: all n, or (a rank's part cutting a block; one slice) rows of them from kept_begin.
+  int64_t const k = w.exl3.k, n = w.exl3.n, kept = w.rows / groups, k0 = w.exl3_kept_begin;
   size_t const m = tmp_.mark();
   auto* x16 = tmp_.get<uint16_t>(rows * k);
   auto* acc = tmp_.get<float>(rows * n);
   for (int64_t g = 0; g < groups; ++g) {
     throw_if_error(gpu::to_f16(s_, x + g * k, x_stride, rows, k, x16));
     gemm_slice(ctx_, w, g, x16, rows, acc);
-    throw_if_error(gpu::store_md(s_, acc, rows, n, y + g * n, y_stride, md == DType::kBf16));
+    throw_if_error(gpu::store_md(s_, acc + k0, n, rows, kept, y + g * kept, y_stride, md == DType::kBf16));
   }
   tmp_.release(m);
 }
 
-void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F) {
+float* Forward::exl3_routed(int64_t l, uint16_t const* x16, float const* rw, int32_t const* rid, int64_t N, int64_t K,
+                            gpu::MoeGroupParams& gp) {
   ModelSpec const& s = m_.spec;
   gpu::GpuExperts const& me = m_.w.layers[static_cast<size_t>(l)].moe;
-  int64_t const D = s.hidden_size, I = s.moe_inter, K = s.top_k, E = s.n_experts;
+  int64_t const D = s.hidden_size, I = s.moe_inter, E = static_cast<int64_t>(me.w1.size());
   int64_t const S = N * K;  // slots: the capacity of the assignments (A ≤ S kept, A = offsets[E] on the backend only)
   bool const bf16 = b_.md == DType::kBf16;
-  size_t const mk = tmp_.mark();
   // The routing grouped by expert and the combine lists, on the backend's stream (gpu::MoeGroupParams).
-  gpu::MoeGroupParams gp;
+  gp = {};
   gp.ids = rid;
   gp.weights = rw;
   gp.tokens = N;
@@ -286,8 +300,6 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   throw_if_error(gpu::moe_group(s_, gp));
   int32_t const* const kept = gp.offsets + E;  // A
 
-  auto* x16 = tmp_.get<uint16_t>(N * D);
-  throw_if_error(gpu::to_f16(s_, xa, D, N, D, x16));
   // Rows [A, S) of y, g, u and act are never written nor read: the grouped products cover rows [0, offsets[E]),
   // the activation rows below *kept, and the combine lists name assignments < A only.
   auto* y = tmp_.get<float>(S * D);
@@ -313,6 +325,37 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
     throw_if_error(gpu::exl3_moe_act(s_, g, u, gp.route_weight, S, kept, I, s.swiglu_limit, bf16, act));
     grouped(2, me.w2.front().exl3, act, S, gp.identity, y);
   }
+  return y;
+}
+
+void Forward::exl3_pairs(int64_t l, float const* xg, int32_t const* pid, float const* pw, int64_t P, float* out) {
+  int64_t const D = m_.spec.hidden_size;
+  bool const bf16 = b_.md == DType::kBf16;
+  constexpr int64_t kMaxRows = 65535;  // rows per launch of the glue kernels; the products are row-invariant
+  for (int64_t c0 = 0; c0 < P; c0 += kMaxRows) {
+    int64_t const n = std::min(kMaxRows, P - c0);
+    size_t const mk = tmp_.mark();
+    auto* x16 = tmp_.get<uint16_t>(n * D);
+    throw_if_error(gpu::to_f16(s_, xg + c0 * D, D, n, D, x16));
+    gpu::MoeGroupParams gp;
+    float const* y = exl3_routed(l, x16, pw + c0, pid + c0, n, 1, gp);
+    // Pair j is token j with one slot: out[j] = →md(0 + →md(y_a)) for its assignment a, = →md(y_a) (0 + y = y up to
+    // the sign of a zero, which the combine's sum from +0 cannot see).
+    throw_if_error(gpu::moe_combine(s_, y, gp.combine_offsets, gp.combine_list, nullptr, n, D, bf16, out + c0 * D));
+    tmp_.release(mk);
+  }
+}
+
+void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F) {
+  ModelSpec const& s = m_.spec;
+  gpu::GpuExperts const& me = m_.w.layers[static_cast<size_t>(l)].moe;
+  int64_t const D = s.hidden_size, I = s.moe_inter;
+  bool const bf16 = b_.md == DType::kBf16;
+  size_t const mk = tmp_.mark();
+  auto* x16 = tmp_.get<uint16_t>(N * D);
+  throw_if_error(gpu::to_f16(s_, xa, D, N, D, x16));
+  gpu::MoeGroupParams gp;
+  float const* y = exl3_routed(l, x16, rw, rid, N, s.top_k, gp);
   // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
   auto* gs = tmp_.get<float>(N * I);
   auto* us = tmp_.get<float>(N * I);

@@ -193,6 +193,16 @@ class Forward {
                 int64_t groups);
   /// The MoE block of layer l with EXL3 experts (routed and shared): x [N, D], routing rw / rid [N, top_k] → F [N, D].
   void moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F);
+  /// The EXL3 routed experts of layer l held by this model (local ids 0 … E−1 in rid [N, K]; other ids skipped) on
+  /// the fp16 rows x16 [N, D]: fills `gp` (gpu::moe_group; scratch of tmp_) and returns y [N·K, D] fp32, assignment
+  /// a's row Exl3Gemm_f32(w2, act_a), act_a = →fp16(→md(w_a·silu(min(g, L))·clamp(u, ±L))), g / u = →md(Exl3Gemm_f32
+  /// (w1 / w3, its token's x16 row)); rows a < gp.offsets[E] only. moe_combine with gp's lists sums them.
+  float* exl3_routed(int64_t l, uint16_t const* x16, float const* rw, int32_t const* rid, int64_t N, int64_t K,
+                     gpu::MoeGroupParams& gp);
+  /// A rank's (token, slot) pairs of layer l on its EXL3 routed experts (shard_moe): rows xg [P, D], local expert ids
+  /// pid [P] and weights pw [P] → out [P, D], pair j's row →md(y_j) with y_j the single-rank model's output of that
+  /// slot (exl3_routed over the pairs as P tokens of top_k 1).
+  void exl3_pairs(int64_t l, float const* xg, int32_t const* pid, float const* pw, int64_t P, float* out);
   void norm(float* x, int64_t rows, int64_t dim, DevTensor const& w);
   void rope(float* x, int64_t rows, int64_t heads, int64_t hd, int64_t const* pos, DevTensor const& table, bool inverse);
   /// Fake-quantises rows in place; with boundary_ulps > 0 records the rows near a rounding boundary

@@ -183,11 +183,16 @@ struct DevTensor {
   int64_t scale_stride = 0;     // bytes per scale row (⌈cols/32⌉)
   // EXL3 (dtype kI16; rows = n outputs, cols = k inputs): p = the trellis of each of exl3_groups output slices in
   // turn, slice g = [k/16, n/(16·G), 8·k2] int16 (its tile columns, spec/exl3.md §1.4); suh fp16 [k] (shared),
-  // svh fp16 [n] (slice g at g·n/G). exl3.n is the slice's width.
+  // svh fp16 [n] (slice g at g·n/G). exl3.n is the slice's width. A rank's output part (slice_exl3, one slice): the
+  // trellis and svh of the 128-column blocks covering it, exl3.n of them computed, of which outputs
+  // [exl3_kept_begin, exl3_kept_begin + rows) are the linear's (rows < exl3.n when the part cuts a block); its
+  // products sum in the whole group's chunk order (exl3_chunk_n = the group's n, ops::Exl3GemmDesc::chunk_n).
   void* suh = nullptr;
   void* svh = nullptr;
   ops::Exl3LayerDesc exl3{};
   int64_t exl3_groups = 1;
+  int64_t exl3_kept_begin = 0;
+  int64_t exl3_chunk_n = 0;
   bool is_exl3() const { return dtype == DType::kI16; }
   /// Int16 words of one slice's trellis.
   int64_t exl3_slice_words() const { return exl3.k / 16 * (exl3.n / 16) * 8 * exl3.k2; }
@@ -424,8 +429,8 @@ Status launch_window_gather(CUstream_st* stream, WindowGather const* seqs, int n
 
 // EXL3 glue (kernels/dsv41/exl3_glue.cu; host twins in gpu_exl3.cpp).
 Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
-Status launch_store_md(CUstream_st* stream, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride,
-                       bool bf16);
+Status launch_store_md(CUstream_st* stream, float const* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+                       int64_t stride, bool bf16);
 Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
                            int32_t const* row_count, int64_t inter, float limit, bool bf16, uint16_t* out);
 Status launch_moe_act(CUstream_st* stream, float const* g, float const* u, int64_t rows, int64_t inter, float limit,
@@ -436,8 +441,9 @@ Status launch_moe_group(CUstream_st* stream, MoeGroupParams const& p);
 
 /// out[r, c] = →fp16(x[r·stride + c]) as fp16 bits (RNE).
 Status to_f16(Mem const& m, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out);
-/// dst[r·stride + c] = →md(src[r, c]) (src contiguous [rows, cols]).
-Status store_md(Mem const& m, float const* src, int64_t rows, int64_t cols, float* dst, int64_t stride, bool bf16);
+/// dst[r·stride + c] = →md(src[r·src_stride + c]) for c < cols.
+Status store_md(Mem const& m, float const* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst, int64_t stride,
+                bool bf16);
 /// The EXL3 MoE activation: act[a, i] = →fp16(→md(w[a]·(silu(min(g, L))·clamp(u, ±L)))) with g, u = →md(G, U [a, i])
 /// (w null: unweighted, the shared expert; L ≤ 0: no clamp). Rows a < min(rows, *row_count) only (row_count in the
 /// backend's memory, e.g. MoeGroupParams::offsets + E; null: every row); the other rows of out are left as they were.

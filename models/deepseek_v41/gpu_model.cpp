@@ -92,11 +92,11 @@ bool routed_scaled_runs(ModelSpec const& spec, Backend backend, DType format) {
          spec.hidden_size <= ops::kTcQuantMaxK && spec.moe_inter <= ops::kTcQuantMaxK;
 }
 
-/// The routed experts of layer l in EXL3 (every w1/w3/w2 recorded in Weights::exl3, one layer shape per
-/// projection, and the shared expert EXL3 too): true; none of them EXL3: false; anything else kNotSupported.
-Result<bool> routed_exl3(Weights const& h, int64_t l, int64_t E) {
+/// The held routed experts [e0, e0 + E) of layer l in EXL3 (every w1/w3/w2 recorded in Weights::exl3, one layer
+/// shape per projection, and the shared expert EXL3 too): true; none of them EXL3: false; anything else kNotSupported.
+Result<bool> routed_exl3(Weights const& h, int64_t l, int64_t e0, int64_t E) {
   int64_t n = 0;
-  for (int64_t e = 0; e < E; ++e)
+  for (int64_t e = e0; e < e0 + E; ++e)
     for (char const* wn : {"w1", "w3", "w2"}) n += h.exl3_of(scaled_expert_key(l, e, wn)) != nullptr;
   int64_t sh = 0;
   for (char const* wn : {"w1", "w3", "w2"}) sh += h.exl3_of(exl3_shared_key(l, wn)) != nullptr;
@@ -106,8 +106,8 @@ Result<bool> routed_exl3(Weights const& h, int64_t l, int64_t E) {
     return not_supported(where + "every routed and shared expert linear is EXL3 (found " + std::to_string(n) + " of " +
                          std::to_string(3 * E) + " routed, " + std::to_string(sh) + " of 3 shared)");
   for (char const* wn : {"w1", "w3", "w2"}) {
-    Exl3Weight const& q0 = *h.exl3_of(scaled_expert_key(l, 0, wn));
-    for (int64_t e = 1; e < E; ++e) {
+    Exl3Weight const& q0 = *h.exl3_of(scaled_expert_key(l, e0, wn));
+    for (int64_t e = e0 + 1; e < e0 + E; ++e) {
       Exl3Weight const& q = *h.exl3_of(scaled_expert_key(l, e, wn));
       if (!(q.desc == q0.desc))
         return not_supported(where + "all experts of a projection share K and codebook (one grouped launch); " + q.name +
@@ -200,7 +200,7 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
     std::vector<void const*> ptrs(3 * E), sptrs(3 * E);
     // Routed experts as stored (CUDA, bf16 numerics) when every one of them is recorded in one block-scaled
     // dtype and the block-scaled expert path takes the shape (ops::MoeExpertsDesc::routed_scaled); else dequantised.
-    auto rx = routed_exl3(h, static_cast<int64_t>(l), static_cast<int64_t>(s.experts.size()));
+    auto rx = routed_exl3(h, static_cast<int64_t>(l), first_expert, static_cast<int64_t>(E));
     if (!rx) return rx.status();
     m.routed_exl3 = *rx;
     // Held as stored but not run so on this backend (CUDA outside the fused tile's shapes): dequantised.
@@ -323,11 +323,9 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create_rank(Dsv41Model con
                             (want == dist::MemorySpace::kDevice ? "device" : "host") + " memory");
   ModelSpec const& spec = full.spec();
   TESSERA_TRY(check_pruning(opts.prune, spec));
-  auto hw = rank_weights(full, *shard);  // shares the replicated tensors with `full`; copies the slices
+  auto hw = rank_weights(full, *shard);  // shares the replicated tensors with `full`; copies the slices (EXL3: parts)
   if (!hw) return hw.status();
-  if (!hw->exl3.empty())
-    return not_supported("create_rank: EXL3 linears (" + hw->exl3.begin()->second.name +
-                         ") in a GPU rank model are not supported yet (the CPU rank model, make_rank_model, runs them)");
+  TESSERA_TRY(check_exl3_weights(spec, *hw, true));  // the CPU rank model's rules for EXL3 parts
   std::unique_ptr<GpuDsv41Model> m(new GpuDsv41Model());
   m->impl_ = std::make_unique<Impl>();
   Impl& I = *m->impl_;

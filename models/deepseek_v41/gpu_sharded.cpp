@@ -14,7 +14,11 @@
 /// a = →md(silu(→md(w1·x))·→md(w3·x)) over the rank's inter rows (Linear + moe_act), all-gathered, then the
 /// rank's output rows →md(w2·a) with full-length dots, all-gathered: the dots of ref::moe_expert_row_accumulate
 /// (ops::Linear and MoeExperts share ref::gemm_dot's order). Block-scaled slices (codes + scales, rank_weights) run
-/// through the same ops' block-scaled weights, whose values are the dequantised bf16 weights.
+/// through the same ops' block-scaled weights, whose values are the dequantised bf16 weights. EXL3 parts (slice_exl3)
+/// run through lin_exl3, whose kept outputs are bits of the whole EXL3 product (each output's sum over all inputs in
+/// the whole group's order, its own 128-block's output Hadamard); the shared expert's EXL3 rows take Linear's place
+/// with the single-rank exl3_moe_act roundings (→md of the products, of the activation, →fp16 as w2's input); a rank's
+/// EXL3 routed experts run exl3_pairs, the single-rank grouped products on its pairs, row p = →md(0 + →md(y_p)).
 ///
 /// Synchronisation: a collective's input must be finished when the communicator reads it, and the NCCL
 /// communicator (like the host staging adapter) runs on its own stream; so the model's stream is
@@ -103,7 +107,7 @@ void Forward::shard_attention_out(int64_t l, float const* o, float* out) {
       lin(y, N, w.wo_b, out, DType::kF32);
       collective_ready();
       throw_if_error(sh.comm->all_reduce_sum(out, out, static_cast<size_t>(N * s.hidden_size)));
-      if (md == DType::kBf16) throw_if_error(gpu::store_md(s_, out, N, s.hidden_size, out, s.hidden_size, true));
+      if (md == DType::kBf16) throw_if_error(gpu::store_md(s_, out, s.hidden_size, N, s.hidden_size, out, s.hidden_size, true));
       return;
     }
     yall = tmp_.get<float>(N * G * ro);
@@ -173,51 +177,57 @@ void Forward::shard_moe(int64_t l, float const* xa, float const* rw, int32_t con
     throw_if_error(gpu::copy_rows(s_, upload(rows), P, D));
     int32_t const* d_pid = upload(pid);
     float const* d_pw = upload(pw);
-    auto* const* table = static_cast<void const* const*>(mx.ptrs);
-    auto* const* scale_table = static_cast<void const* const*>(mx.scale_ptrs);
-    bool const scaled = mx.routed_scaled != DType::kF32;  // codes in `table`, scales in `scale_table`
-    std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same weights (fp32, or codes + scales)
-    std::vector<ops::BlockScaledView> hq1, hq3, hq2;
-    if (kDev == Device::kCpu)
-      for (int64_t e = 0; e < held; ++e) {
-        if (scaled) {
-          hq1.push_back(scaled_view(mx.w1[e]));
-          hq3.push_back(scaled_view(mx.w3[e]));
-          hq2.push_back(scaled_view(mx.w2[e]));
-          continue;
+    if (mx.routed_exl3) {
+      // EXL3 experts (every expert linear of the layer, check_exl3_weights): the pairs as P tokens of top_k 1 over
+      // the held experts, through the single-rank model's grouped EXL3 products (exl3_routed).
+      exl3_pairs(l, xg, d_pid, d_pw, P, local);
+    } else {
+      auto* const* table = static_cast<void const* const*>(mx.ptrs);
+      auto* const* scale_table = static_cast<void const* const*>(mx.scale_ptrs);
+      bool const scaled = mx.routed_scaled != DType::kF32;  // codes in `table`, scales in `scale_table`
+      std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same weights (fp32, or codes + scales)
+      std::vector<ops::BlockScaledView> hq1, hq3, hq2;
+      if (kDev == Device::kCpu)
+        for (int64_t e = 0; e < held; ++e) {
+          if (scaled) {
+            hq1.push_back(scaled_view(mx.w1[e]));
+            hq3.push_back(scaled_view(mx.w3[e]));
+            hq2.push_back(scaled_view(mx.w2[e]));
+            continue;
+          }
+          hw1.push_back(dcv2(mx.w1[e]));
+          hw3.push_back(dcv2(mx.w3[e]));
+          hw2.push_back(dcv2(mx.w2[e]));
         }
-        hw1.push_back(dcv2(mx.w1[e]));
-        hw3.push_back(dcv2(mx.w3[e]));
-        hw2.push_back(dcv2(mx.w2[e]));
+      constexpr int64_t kMaxRows = 65535;  // MoeExperts' rows per launch
+      for (int64_t c0 = 0; c0 < P; c0 += kMaxRows) {
+        int64_t const n = std::min(kMaxRows, P - c0);
+        ops::MoeExpertsDesc ed{n, held, D, I, 1, s.swiglu_limit, false, md};
+        // Dense experts: their dtype. Block-scaled: the dense dtype the backend's op pairs them with (the CPU op's
+        // fp32; CUDA's bf16 = md, the only numerics with stored experts).
+        ed.weight_dtype = !scaled ? mx.w1.front().dtype : kDev == Device::kCpu ? DType::kF32 : DType::kBf16;
+        ed.routed_scaled = mx.routed_scaled;
+        ops::MoeExpertsArgs ma{};
+        ma.x = dcv2(xg + c0 * D, n, D);
+        ma.ids = TensorView<int32_t const, 2>(d_pid + c0, {n, 1}, kDev);
+        ma.weights = dcv2(d_pw + c0, n, 1);
+        ma.out = dv2(local + c0 * D, n, D);
+        ma.dev.w1 = table;
+        ma.dev.w3 = table + held;
+        ma.dev.w2 = table + 2 * held;
+        if (scaled) {
+          ma.dev.s1 = scale_table;
+          ma.dev.s3 = scale_table + held;
+          ma.dev.s2 = scale_table + 2 * held;
+        }
+        ma.w1 = hw1;
+        ma.w3 = hw3;
+        ma.w2 = hw2;
+        ma.w1_scaled = hq1;
+        ma.w3_scaled = hq3;
+        ma.w2_scaled = hq2;
+        run<ops::MoeExperts>(ctx_, ed, ma);
       }
-    constexpr int64_t kMaxRows = 65535;  // MoeExperts' rows per launch
-    for (int64_t c0 = 0; c0 < P; c0 += kMaxRows) {
-      int64_t const n = std::min(kMaxRows, P - c0);
-      ops::MoeExpertsDesc ed{n, held, D, I, 1, s.swiglu_limit, false, md};
-      // Dense experts: their dtype. Block-scaled: the dense dtype the backend's op pairs them with (the CPU op's
-      // fp32; CUDA's bf16 = md, the only numerics with stored experts).
-      ed.weight_dtype = !scaled ? mx.w1.front().dtype : kDev == Device::kCpu ? DType::kF32 : DType::kBf16;
-      ed.routed_scaled = mx.routed_scaled;
-      ops::MoeExpertsArgs ma{};
-      ma.x = dcv2(xg + c0 * D, n, D);
-      ma.ids = TensorView<int32_t const, 2>(d_pid + c0, {n, 1}, kDev);
-      ma.weights = dcv2(d_pw + c0, n, 1);
-      ma.out = dv2(local + c0 * D, n, D);
-      ma.dev.w1 = table;
-      ma.dev.w3 = table + held;
-      ma.dev.w2 = table + 2 * held;
-      if (scaled) {
-        ma.dev.s1 = scale_table;
-        ma.dev.s3 = scale_table + held;
-        ma.dev.s2 = scale_table + 2 * held;
-      }
-      ma.w1 = hw1;
-      ma.w3 = hw3;
-      ma.w2 = hw2;
-      ma.w1_scaled = hq1;
-      ma.w3_scaled = hq3;
-      ma.w2_scaled = hq2;
-      run<ops::MoeExperts>(ctx_, ed, ma);
     }
   }
   // Every rank's pair outputs in rank order (EP), else the rank's own (all pairs).

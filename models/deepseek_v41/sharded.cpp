@@ -276,6 +276,47 @@ size_t slice_bytes(io::TensorInfo const& t, StoredAs const& a, Range r, bool col
   return static_cast<size_t>((fp4 ? r.size() : (r.end + 31) / 32 - r.begin / 32) * scale_cols);
 }
 
+/// A tensor of an EXL3 group (spec/exl3.md §1.1: `P.trellis` I16 [k/16, n/16, 16·K] with `P.suh` / legacy `P.su` and
+/// `P.svh` / legacy `P.sv`), and the group's [n, k] = [out, in] from its trellis; kNone for any other tensor (markers
+/// and bias included).
+struct Exl3Part {
+  enum class Kind { kNone, kTrellis, kSuh, kSvh } kind = Kind::kNone;
+  int64_t n = 0, k = 0;
+};
+
+Exl3Part exl3_part(io::TensorInfo const& t, std::map<std::string, io::TensorInfo const*> const& by_name) {
+  static constexpr std::pair<char const*, Exl3Part::Kind> kSuffixes[] = {
+      {".trellis", Exl3Part::Kind::kTrellis}, {".suh", Exl3Part::Kind::kSuh}, {".su", Exl3Part::Kind::kSuh},
+      {".svh", Exl3Part::Kind::kSvh},         {".sv", Exl3Part::Kind::kSvh}};
+  for (auto const& [suffix, kind] : kSuffixes) {
+    size_t const len = std::strlen(suffix);
+    if (t.name.size() <= len || t.name.compare(t.name.size() - len, len, suffix) != 0) continue;
+    auto it = by_name.find(t.name.substr(0, t.name.size() - len) + ".trellis");
+    if (it == by_name.end() || it->second->shape.size() != 3 || it->second->dtype != DType::kI16) return {};
+    return {kind, 16 * it->second->shape[1], 16 * it->second->shape[0]};
+  }
+  return {};
+}
+
+/// Bytes of an EXL3 group's tensor t in the part a rank holds (slice_exl3): output rows r (cols = false) hold the
+/// 128-column blocks covering them, [128·⌊r0/128⌋, min(n, 128·⌈r1/128⌉)): trellis tile columns and svh of those
+/// columns, suh whole; input columns r (cols = true, the all-reduce wo_b) the 128-input blocks covering them: tile
+/// rows and suh of those inputs, svh whole (the rank models refuse a split off the blocks; counted as its covering
+/// blocks); `whole`: the group. suh / svh count 2 bytes an element, the fp16 vectors held (legacy packed signs
+/// expanded).
+size_t exl3_slice_bytes(io::TensorInfo const& t, Exl3Part const& g, Range r, bool cols, bool whole) {
+  auto cover = [&](int64_t len) { return std::min(len, (r.end + 127) / 128 * 128) - r.begin / 128 * 128; };
+  int64_t const n = whole || cols ? g.n : cover(g.n), k = whole || !cols ? g.k : cover(g.k);
+  switch (g.kind) {
+    case Exl3Part::Kind::kTrellis:
+      return t.nbytes / static_cast<size_t>(g.k / 16 * (g.n / 16)) * static_cast<size_t>(k / 16 * (n / 16));
+    case Exl3Part::Kind::kSuh: return static_cast<size_t>(2 * k);
+    case Exl3Part::Kind::kSvh: return static_cast<size_t>(2 * n);
+    case Exl3Part::Kind::kNone: break;
+  }
+  return t.nbytes;
+}
+
 }  // namespace
 
 std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s, std::vector<io::TensorInfo> const& tensors) {
@@ -286,6 +327,7 @@ std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s,
   for (auto const& t : tensors) {
     std::string const& n = t.name;
     StoredAs const as = stored_as(t, by_name);
+    Exl3Part const x = exl3_part(t, by_name);
     bool const attn = has(n, "attn.") && !has(n, "indexer") && !has(n, "compressor");
     int64_t const e = expert_of(n);
     for (auto const& r : p.ranks) {
@@ -318,8 +360,11 @@ std::vector<size_t> plan_memory(dist::ShardingPlan const& p, ModelSpec const& s,
                  (has(n, "engram.embed.") || has(n, "engram_tables.")))
           f = static_cast<double>(r.engram_cols.size()) / p.dims.engram_columns;  // ≈: columns differ by a few rows
       }
-      out[r.rank] += sliced && !t.shape.empty() ? slice_bytes(t, as, part, cols)
-                                                : static_cast<size_t>(static_cast<double>(t.nbytes) * f + 0.5);
+      if (x.kind != Exl3Part::Kind::kNone)  // held as stored (ModelOptions::dequantize_weights aside)
+        out[r.rank] += static_cast<size_t>(static_cast<double>(exl3_slice_bytes(t, x, part, cols, !sliced)) * f + 0.5);
+      else
+        out[r.rank] += sliced && !t.shape.empty() ? slice_bytes(t, as, part, cols)
+                                                  : static_cast<size_t>(static_cast<double>(t.nbytes) * f + 0.5);
     }
   }
   return out;

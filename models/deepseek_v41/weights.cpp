@@ -579,6 +579,7 @@ Result<Exl3Weight> slice_exl3(Exl3Weight const& q, WeightPart p) {
     std::memcpy(dst + a * tc * wpt, src + (a * tn + c0) * wpt, static_cast<size_t>(tc * wpt) * sizeof(int16_t));
   out.suh = q.suh;
   out.svh.assign(q.svh.begin() + b0, q.svh.begin() + b1);
+  out.whole_n = n;
   if (p.begin != b0 || p.end != b1) {
     out.kept_begin = p.begin - b0;
     out.kept_end = p.end - b0;

@@ -26,6 +26,13 @@ Status check_exl3_layer(Exl3LayerDesc const& d) {
   return {};
 }
 
+Status check_exl3_chunk_n(Exl3GemmDesc const& d) {
+  if (d.chunk_n != 0 && (d.chunk_n < d.layer.n || d.chunk_n % exl3::kHadDim != 0))
+    return invalid_argument("exl3 gemm: chunk_n = " + std::to_string(d.chunk_n) + " must be 0 or a multiple of 128 "
+                            "not below the layer's n = " + std::to_string(d.layer.n));
+  return {};
+}
+
 namespace {
 
 Status check_trellis(Exl3LayerDesc const& d, TensorView<int16_t const, 3> const& t) {
@@ -82,7 +89,7 @@ Status Exl3Gemm<Backend::kCpu>::check(Exl3GemmDesc const& d) {
   if (d.out_type != DType::kF16 && d.out_type != DType::kF32)
     return not_supported("exl3 gemm: output dtype must be f16 or f32");
   if (d.num_rows < 0) return invalid_argument("exl3 gemm: negative row count");
-  return {};
+  return check_exl3_chunk_n(d);
 }
 
 Status Exl3Gemm<Backend::kCpu>::run(Exl3GemmDesc const& d, Exl3GemmArgs const& a, ExecContext&) {

@@ -8,10 +8,10 @@
 /// What is checked, and why:
 ///   * every rank's EXL3 parts equal the group cut by hand per spec/exl3.md §1.4, byte for byte (written here
 ///     element by element, independent of slice_exl3): output rows [n0, n1) → covering blocks [b0, b1), trellis
-///     [:, b0/16 : b1/16, :], svh[b0:b1], suh whole, kept [n0 − b0, n1 − b0); input columns → trellis
-///     [k0/16 : k1/16], suh[k0:k1], svh whole; held routed experts whole, the others absent;
-///   * the bytes a rank holds in EXL3 form are exactly those parts', and its dense tensors of the split weights stay
-///     undefined (no dequantised copy);
+///     [:, b0/16 : b1/16, :], svh[b0:b1], suh whole, kept [n0 − b0, n1 − b0), the group's n recorded (whole_n);
+///     input columns → trellis [k0/16 : k1/16], suh[k0:k1], svh whole; held routed experts whole, the others absent;
+///   * the bytes a rank holds in EXL3 form are exactly those parts', which plan_memory counts for the checkpoint's
+///     EXL3 tensors (trellis, suh, svh), and its dense tensors of the split weights stay undefined (no dequantised copy);
 ///   * gather plans (TP 2, TP 4 head gather, EP 2, TP = EP = 2): chunked prefill + decode logits of the rank models
 ///     (thread ranks, in-process communicator) equal the single-rank model's bit for bit (fp32 and, at TP = EP = 2,
 ///     bf16): a part's outputs are bits of the whole EXL3 product (each output is its column's float64 sum over all
@@ -22,14 +22,13 @@
 ///   * rank host models (load_rank_host_model, one per rank) hold the same EXL3 parts and dense tensors as the parts
 ///     cut from the whole host model, byte for byte, and their rank models give the single-rank logits bit for bit;
 ///   * refused with a clear error: an input split off 128-input blocks, a layer mixing EXL3 and dense expert linears.
+/// The GPU rank models of the same checkpoint: exl3_gpu_rank_model_test.cpp (verify_dist_gpu_model_cpu / _gpu_model).
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
 #include <random>
 
 #include "models/deepseek_v41/model_internal.hpp"
-#include "tessera/dist/communicator.hpp"
-#include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
@@ -42,19 +41,8 @@ using namespace tessera::model::dsv41;
 
 namespace {
 
-Config exl3_rank_config() {
-  Config c = tiny_config(512);
-  c.hidden_size = 128;
-  c.head_dim = 128;
-  c.q_lora_rank = 128;
-  c.o_lora_rank = 128;
-  c.moe_intermediate_size = 128;
-  c.engram_head_dim = 64;
-  return c;
-}
-
 struct Exl3Folder : verify::SyntheticFolder {
-  Exl3Folder() : SyntheticFolder("exl3_rank", exl3_rank_config(), 47, *exl3_format(2.5), true) {}
+  Exl3Folder() : SyntheticFolder("exl3_rank", verify::exl3_rank_config(), 47, *exl3_format(2.5), true) {}
 };
 
 Exl3Folder& folder() {
@@ -118,6 +106,7 @@ Exl3Weight hand_part(Exl3Weight const& q, WeightPart p) {
       for (int64_t w = 0; w < wpt; ++w) d[(a * (o.desc.n / 16) + b - b0 / 16) * wpt + w] = at(a, b, w);
   o.suh = q.suh;
   for (int64_t j = b0; j < b1; ++j) o.svh.push_back(q.svh[j]);
+  o.whole_n = n;
   if (p.begin != b0 || p.end != b1) {
     o.kept_begin = p.begin - b0;
     o.kept_end = p.end - b0;
@@ -127,8 +116,8 @@ Exl3Weight hand_part(Exl3Weight const& q, WeightPart p) {
 
 bool same_exl3(Exl3Weight const& a, Exl3Weight const& b) {
   return a.desc.k == b.desc.k && a.desc.n == b.desc.n && a.desc.k2 == b.desc.k2 && a.desc.codebook == b.desc.codebook &&
-         a.kept_begin == b.kept_begin && a.kept_end == b.kept_end && a.suh == b.suh && a.svh == b.svh &&
-         verify::same_bytes(a.trellis, b.trellis);
+         a.kept_begin == b.kept_begin && a.kept_end == b.kept_end && a.whole_n == b.whole_n && a.suh == b.suh &&
+         a.svh == b.svh && verify::same_bytes(a.trellis, b.trellis);
 }
 
 size_t exl3_bytes(Exl3Weight const& q) { return q.trellis.nbytes() + 2 * (q.suh.size() + q.svh.size()); }
@@ -151,11 +140,24 @@ std::optional<Exl3Weight> expected(Exl3Weight const& q, std::string const& key, 
   return p ? hand_part(q, *p) : q;
 }
 
+/// The checkpoint's EXL3 group tensors: `P.trellis`, `P.suh`, `P.svh` (the codebook markers left out).
+std::vector<io::TensorInfo> exl3_tensors() {
+  std::vector<io::TensorInfo> out;
+  auto const ckpt = io::Checkpoint::open(folder().checkpoint()).value_or_throw();
+  for (auto const& t : ckpt.tensors())
+    for (char const* suffix : {".trellis", ".suh", ".svh"})
+      if (t.name.size() > std::strlen(suffix) && t.name.compare(t.name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+        out.push_back(t);
+  BOOST_TEST_REQUIRE(!out.empty());
+  return out;
+}
+
 /// Checks every rank's EXL3 parts of `cfg` against the hand cut; counts the parts with kept rows and the exact slices.
 void check_parts(Numerics n, dist::ParallelConfig cfg, int* kept_seen, int* exact_seen) {
   Dsv41Model const& m = full(n);
   Weights const all = whole_weights(m);
   auto const plan = plan_of(cfg);
+  auto const memory = plan_memory(plan, m.spec(), exl3_tensors());
   for (int r = 0; r < plan.world; ++r) {
     RankShard sh{plan, r, nullptr};
     Weights const w = rank_weights(m, sh).value_or_throw();
@@ -174,6 +176,8 @@ void check_parts(Numerics n, dist::ParallelConfig cfg, int* kept_seen, int* exac
     for (auto const& [key, q] : w.exl3) held += exl3_bytes(q);
     BOOST_TEST(w.exl3.size() <= all.exl3.size());
     BOOST_TEST(held == want_bytes, verify::tp_ep_name(cfg) << " rank " << r << ": EXL3 bytes held");
+    // plan_memory of the checkpoint's EXL3 tensors (trellis, suh, svh; markers aside) counts exactly these parts.
+    BOOST_TEST(held == memory[static_cast<size_t>(r)], verify::tp_ep_name(cfg) << " rank " << r << ": plan_memory");
     // No dense copy of a split EXL3 weight.
     for (auto const& L : w.layers) {
       BOOST_TEST(!L.wq_b.defined());
@@ -330,12 +334,6 @@ BOOST_AUTO_TEST_CASE(refusals) {
   BOOST_TEST((s.code() == StatusCode::kNotSupported));
   BOOST_TEST(s.message().find("layer 1 mixes EXL3 and dense expert linears") != std::string::npos, s.message());
   BOOST_TEST(check_exl3_weights(full(Numerics::kFp32).spec(), all, true).ok());
-  // The GPU rank model does not take EXL3 parts yet: refused with a message naming the CPU rank model.
-  auto comms = dist::InProcessCommunicator::create(2);
-  auto sh = std::make_shared<RankShard>(RankShard{plan_of(verify::tp_ep(2, 1)), 0, comms[0].get()});
-  auto g = GpuDsv41Model::create_rank(full(Numerics::kFp32), sh, opts(Numerics::kFp32), Backend::kCpu);
-  BOOST_TEST((g.status().code() == StatusCode::kNotSupported));
-  BOOST_TEST(g.status().message().find("make_rank_model") != std::string::npos, g.status().message());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

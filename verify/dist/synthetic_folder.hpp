@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Shared fixtures of the rank-weight tests (rank_host_model, rank_loader, range_read, scaled_rank_model): the
-/// widened tiny configuration whose TP 2 / 4 slices of wq_b, wo_a and wo_b are whole FP8 32×32 blocks, a synthetic
+/// Shared fixtures of the rank-weight tests (rank_host_model, rank_loader, range_read, scaled_rank_model, the EXL3
+/// rank models): the widened tiny configurations whose TP 2 / 4 slices of wq_b, wo_a and wo_b are whole FP8 32×32
+/// blocks (wide_block_config) or fall on and off EXL3 128-column blocks (exl3_rank_config), a synthetic
 /// checkpoint folder that lives for the test process, and plain TP/EP configurations.
 #pragma once
 
@@ -24,6 +25,21 @@ inline model::dsv41::Config wide_block_config() {
   c.o_groups = 4;
   c.o_lora_rank = 32;
   c.hidden_size = 128;
+  return c;
+}
+
+/// The tiny preset widened to 128-multiple dimensions for EXL3 (`make-synthetic --format exl3:B | mixed:B`): hidden
+/// 128, head_dim 128, q / o_lora_rank 128, expert width 128, 4 heads in 2 o-groups, vocabulary 512, so every linear
+/// is an EXL3 group; the TP 2 / 4 parts of wq_b, wo_a and the LM head are whole 128-column blocks, while wo_b's
+/// rows (64 / 32 a rank) and the shared expert's (64 / 32) cut a block.
+inline model::dsv41::Config exl3_rank_config() {
+  model::dsv41::Config c = model::dsv41::tiny_config(512);
+  c.hidden_size = 128;
+  c.head_dim = 128;
+  c.q_lora_rank = 128;
+  c.o_lora_rank = 128;
+  c.moe_intermediate_size = 128;
+  c.engram_head_dim = 64;
   return c;
 }
 

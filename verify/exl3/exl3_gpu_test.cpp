@@ -13,6 +13,8 @@
 ///   * the GEMV with its epilogue fused (tactic 1, one launch) equals GEMV + epilogue kernel (tactic 5) bit
 ///     for bit, dense and MoE, on both of its reduction paths (fewer rows than warps, and more) and on
 ///     repeated calls (the arrival counters return to zero);
+///   * an output part of a wide layer with Exl3GemmDesc::chunk_n = the whole layer's n equals the whole layer's
+///     columns bit for bit (its own width would choose another chunk count);
 ///   * the decode-once path (tactic 4: W' to fp16 scratch, cuBLASLt) is within the spec §7.4 bounds on the
 ///     fixtures and random layers, and row-invariant on its own side: a row alone equals the same row inside
 ///     m = 2048 (and inside m = 1024 at another position) bit for bit.
@@ -43,9 +45,10 @@ using namespace tessera::verify::exl3;
 namespace {
 
 std::vector<uint16_t> run_dense(HostLayer const& h, DevLayer const& d, std::vector<uint16_t> const& x, int64_t m,
-                                DType out, int tactic, std::vector<float>* y32 = nullptr, bool strict = false) {
+                                DType out, int tactic, std::vector<float>* y32 = nullptr, bool strict = false,
+                                int64_t chunk_n = 0) {
   Tensor xd = upload(x, DType::kF16, {m, h.k});
-  ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, out, !h.bias.empty(), strict};
+  ops::Exl3GemmDesc desc{{h.k, h.n, h.k2, h.cb}, m, out, !h.bias.empty(), strict, chunk_n};
   Tensor y = Tensor::empty(out, {m, h.n}, Device::kCuda).value_or_throw();
   ops::Exl3GemmArgs a = d.args(xd);
   if (out == DType::kF16) a.y_f16 = y.view_as<Fp16, 2>();
@@ -316,6 +319,45 @@ BOOST_AUTO_TEST_CASE(row_invariance) {
     std::vector<uint16_t> row(all.begin() + r * h.n, all.begin() + (r + 1) * h.n);
     BOOST_TEST(first_mismatch(y1, row) == -1, "row " << r);
   }
+}
+
+BOOST_AUTO_TEST_CASE(output_part_sums_in_the_whole_layers_order) {
+  // A rank's output part of a wide layer (spec/exl3.md §1.4: tile columns [n0/16, n1/16) of every tile row,
+  // svh[n0:n1], suh whole) is a layer of its own width, whose chunk count S = exl3_num_chunks(k/16, n/16) differs from
+  // the whole layer's; with Exl3GemmDesc::chunk_n = the whole layer's n it sums in the whole layer's chunk chain, so
+  // its outputs are the whole product's columns bit for bit, at every tactic the row count picks (1 fused GEMV, 5 GEMV
+  // + epilogue, 2 GEMM). k = 1024 (64 tile rows), n = 24576: S = 2 for the whole layer, 8 for a 2048-column part.
+  uint64_t seed = tessera::verify::test_seed(507);
+  HostLayer const h = random_layer(1024, 24576, 4, x3::Codebook::kMul1, seed, false);
+  int64_t const n0 = 1024, n1 = 3072, wpt = 8 * h.k2, tn = h.n / 16;
+  HostLayer p = h;
+  p.n = n1 - n0;
+  p.trellis.clear();
+  for (int64_t a = 0; a < h.k / 16; ++a)
+    p.trellis.insert(p.trellis.end(), h.trellis.begin() + (a * tn + n0 / 16) * wpt, h.trellis.begin() + (a * tn + n1 / 16) * wpt);
+  p.svh.assign(h.svh.begin() + n0, h.svh.begin() + n1);
+  DevLayer const dh(h), dp(p);
+  for (int64_t m : {1, 3, 33}) {
+    auto const x = random_x(m, h.k, seed + static_cast<uint64_t>(m));
+    std::vector<float> whole, part, own;
+    run_dense(h, dh, x, m, DType::kF32, 0, &whole);
+    run_dense(p, dp, x, m, DType::kF32, 0, &part, false, h.n);
+    run_dense(p, dp, x, m, DType::kF32, 0, &own);
+    int64_t differ = 0, own_differ = 0;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < p.n; ++j) {
+        float const w = whole[static_cast<size_t>(r * h.n + n0 + j)];
+        differ += std::memcmp(&w, &part[static_cast<size_t>(r * p.n + j)], 4) != 0;
+        own_differ += std::memcmp(&w, &own[static_cast<size_t>(r * p.n + j)], 4) != 0;
+      }
+    BOOST_TEST(differ == 0, "m=" << m << ": " << differ << " outputs of the part differ from the whole layer's");
+    BOOST_TEST_MESSAGE("m=" << m << ": the part in its own chunk order differs in " << own_differ << " of " << m * p.n);
+  }
+  // chunk_n must be a multiple of 128 not below the layer's n.
+  ExecContext ctx;
+  for (int64_t bad : {int64_t{1024}, p.n + 64})
+    BOOST_TEST(!ops::Exl3Gemm<Backend::kCuda>::check(ops::Exl3GemmDesc{{p.k, p.n, p.k2, p.cb}, 1, DType::kF32, false, false, bad},
+                                                     ctx.device).ok(), "chunk_n " << bad);
 }
 
 BOOST_AUTO_TEST_CASE(moe_grouped_equals_dense_per_expert) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "tessera/codec/exl3.hpp"
 #include "tessera/core/context.hpp"
@@ -62,13 +63,22 @@ struct Exl3GemmDesc {
   DType out_type = DType::kF16;           // kF16 or kF32
   bool has_bias = false;
   bool strict_rows = false;               // CUDA: the chunk-chain kernels at every m (no decode-once path)
+  /// CUDA: the output width whose chunk count S the chunk chain uses, S = exl3_num_chunks(k/16, chunk_n/16)
+  /// (kernels/exl3/exl3_kernels.cuh); 0 = layer.n. S depends on the layer's width, so an output part of a
+  /// wider layer (tile columns [c0, c1), spec/exl3.md §1.4) passes the whole layer's n: each of its outputs is
+  /// then summed in the whole layer's order, the whole product's bits. A multiple of 128, ≥ layer.n. The CPU
+  /// reference sums in float64 whatever the split and only checks it.
+  int64_t chunk_n = 0;
   friend bool operator==(Exl3GemmDesc const&, Exl3GemmDesc const&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, Exl3GemmDesc const& d) {
   return os << d.layer << " m=" << d.num_rows << (d.out_type == DType::kF32 ? " f32" : " f16")
-            << (d.has_bias ? " +bias" : "") << (d.strict_rows ? " strict" : "");
+            << (d.has_bias ? " +bias" : "") << (d.strict_rows ? " strict" : "")
+            << (d.chunk_n ? " chunks-of-n=" + std::to_string(d.chunk_n) : std::string());
 }
+/// Validates Exl3GemmDesc::chunk_n against the layer (0, or a multiple of 128 not below layer.n).
+Status check_exl3_chunk_n(Exl3GemmDesc const& d);
 
 struct Exl3GemmArgs {
   TensorView<Fp16 const, 2> x;            // [m, k]

@@ -44,13 +44,16 @@ class GpuDsv41Model final : public LanguageModel {
                                                        Backend backend = Backend::kCuda);
   /// Rank `shard->rank` of a tensor/expert-parallel group (sharded.hpp): uploads only that rank's weights
   /// (rank_weights of `full`: its query heads, o-groups, wo_b slice, routed experts, shared-expert rows, LM-head
-  /// rows and Engram table rows) on the current device, dense (bf16 values in a bf16 model), and runs the
-  /// sharded steps of models/deepseek_v41/gpu_sharded.cpp over `shard->comm`, which takes buffers in this
+  /// rows and Engram table rows) on the current device: dense ones as dense (bf16 values in a bf16 model),
+  /// block-scaled slices held as stored as codes + scales, EXL3 parts (slice_exl3) as trellis + suh + svh with their
+  /// kept outputs (docs/multi-gpu.md "EXL3 weights on ranks"); it runs the sharded steps of models/deepseek_v41/gpu_sharded.cpp over `shard->comm`, which takes buffers in this
   /// backend's memory (device memory on kCuda, host memory on kCpu). `full` is only read here. Every rank
   /// must run the same forwards (the collectives line up because control flow is replicated); each ends a
   /// step with the single-rank model's full-size tensors, so the states stay replicated, and with logits
   /// equal to the single-rank GPU model's bit for bit when the plan is exact (ShardingPlan::bit_exact).
-  /// opts.numerics must be full's; opts.dequantize_weights has no effect (rank weights are dense).
+  /// opts.numerics must be full's; opts.dequantize_weights has no effect (the rank holds the forms `full` holds).
+  /// Errors: full's EXL3 weights breaking the rank rules (check_exl3_weights: a layer mixing EXL3 and dense expert
+  /// linears, a grouped EXL3 wo_a off 128-column groups) or an EXL3 input split off 128-input blocks, kNotSupported.
   static Result<std::unique_ptr<GpuDsv41Model>> create_rank(Dsv41Model const& full, std::shared_ptr<RankShard const> shard,
                                                             ModelOptions opts, Backend backend = Backend::kCuda);
   ~GpuDsv41Model() override;

@@ -75,6 +75,11 @@ Result<RankParts> rank_parts(ModelSpec const& spec, dist::ShardingPlan const& pl
 /// else is replicated. A block-scaled weight (`X.weight` codes + `X.scale`, spec §4.2) counts the codes and
 /// scale blocks of its slice (rank_weights' stored slice), or, when the slice is not whole scale blocks
 /// (scaled_slice_aligned), its values as bf16 (2 bytes each: the dense slice a bf16 rank holds) and no scales.
+/// An EXL3 group (spec/exl3.md §1.1: `P.trellis`, `P.suh` / `P.su`, `P.svh` / `P.sv`) counts the part slice_exl3 cuts,
+/// as the rank models hold it: split by output rows, the trellis tile columns and svh of the 128-column blocks covering
+/// them and suh whole; split by input columns (the all-reduce wo_b), the tile rows and suh of the 128-input blocks
+/// covering them and svh whole; suh / svh 2 bytes an element (legacy packed signs expanded); a routed expert's group
+/// whole on the rank holding it; markers replicated as stored.
 /// Engram tables count their share of hash columns (≈ rows).
 std::vector<size_t> plan_memory(dist::ShardingPlan const& plan, ModelSpec const& spec,
                                 std::vector<io::TensorInfo> const& tensors);

@@ -46,6 +46,10 @@ struct Exl3Weight {
   /// part whose output bounds are not on 128-column Hadamard blocks: it holds the whole blocks covering the part
   /// (slice_exl3), computes them and keeps the part's columns.
   int64_t kept_begin = 0, kept_end = -1;
+  /// Outputs of the whole group an output part was cut from (slice_exl3); 0 for a whole group or an input part. The
+  /// CUDA product chooses its k-chunk count from the layer's width, so a part computes with the whole group's
+  /// (ops::Exl3GemmDesc::chunk_n) and its outputs are the whole product's bits there too.
+  int64_t whole_n = 0;
   /// Output features the linear yields.
   int64_t outputs() const { return kept_end < 0 ? desc.n : kept_end - kept_begin; }
 };
@@ -155,7 +159,7 @@ ScaledWeight slice_scaled(ScaledWeight const& w, WeightPart p);
 ///                     tile columns [b0/16, b1/16) of every tile row, svh[b0:b1], suh whole; kept [n0 − b0, n1 − b0)
 ///                     when the part is not [b0, b1) itself. Each output is computed exactly as in the whole linear
 ///                     (its column's sum and its own 128-block's output Hadamard), so the part's outputs are bits of
-///                     the whole product;
+///                     the whole product (whole_n = n records the group's width);
 ///   columns [k0, k1): an input split, trellis tile rows [k0/16, k1/16), suh[k0:k1], svh whole: the linear then gives
 ///                     the partial product over those inputs (the sum of the parts equals the whole product up to the
 ///                     roundings of the partial epilogues). k0 and k1 must be multiples of 128 (no input Hadamard block
