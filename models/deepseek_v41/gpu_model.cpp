@@ -362,17 +362,15 @@ Status GpuDsv41Model::Impl::finish_create(GpuDsv41Model& m, Weights const& host,
   info.device = backend == Backend::kCuda ? "cuda" : "cpu";
   info.dtype = md == DType::kBf16 ? "bf16" : "fp32";
   ExpertPruning prune = std::move(o.prune);
-  bool const asked = o.cuda_graphs;
-  bool graphs_on = asked;
-  if (char const* e = std::getenv("TESSERA_CUDA_GRAPHS"); e && (std::string(e) == "0" || std::string(e) == "1"))
-    graphs_on = std::string(e) == "1";
+  using Graphs = ModelOptions::CudaGraphs;
+  Graphs mode = o.cuda_graphs;
+  if (char const* e = std::getenv("TESSERA_CUDA_GRAPHS"); e && std::string(e) == "0") mode = Graphs::kOff;
+  else if (e && std::string(e) == "1" && mode == Graphs::kOff) mode = Graphs::kAuto;
   opts = std::move(o);
-  opts.cuda_graphs = false;
   TESSERA_TRY(m.set_pruning(std::move(prune)));
-  // Asked of a model that cannot record (CPU backends, ranks): kNotSupported from create, unless only the
-  // environment asked (benchmarks set it for every model they build).
-  if (graphs_on)
-    if (Status st = m.set_cuda_graphs(true); !st.ok() && (asked || st.code() != StatusCode::kNotSupported)) return st;
+  if (mode != Graphs::kOff)  // kAuto takes the mode where the model can record; kOn insists
+    if (Status st = m.set_cuda_graphs(true); !st.ok() && (mode == Graphs::kOn || st.code() != StatusCode::kNotSupported))
+      return st;
   return {};
 }
 
@@ -407,13 +405,11 @@ Status GpuDsv41Model::set_cuda_graphs(bool on) {
   if (!on) {
     TESSERA_TRY(I.mem.sync());  // no launched graph still runs when its executable goes
     I.graphs.reset();
-    I.opts.cuda_graphs = false;
     return {};
   }
   if (I.mem.backend != Backend::kCuda) return not_supported("CUDA graphs: the model runs on the CPU op backends");
   if (I.shard) return not_supported("CUDA graphs: a rank model's collectives run between the recorded segments");
   if (!I.graphs) I.graphs = std::make_unique<gpu::GraphCapture>();
-  I.opts.cuda_graphs = true;
   return {};
 }
 

@@ -138,17 +138,18 @@ void expect_batched_equals_alone(GpuDsv41Model& gpu, std::vector<int32_t> const&
 /// Graph == eager (CUDA): prefill then decode with every layer and the head launched as recorded graphs equals the
 /// eager run bit for bit, and the decode steps replay executables updated in place (the EXL3 GEMV's ticket counters
 /// and the decode-once product inside recorded segments). The CPU op backends refuse the mode.
-void expect_graph_equals_eager(GpuDsv41Model& gpu, std::vector<int32_t> const& prompt, std::vector<int32_t> const& decode,
-                               std::vector<float> const& eager) {
+void expect_graph_equals_eager(GpuDsv41Model& gpu, std::vector<int32_t> const& prompt, std::vector<int32_t> const& decode) {
   if (kBackend == Backend::kCpu) {
     BOOST_TEST((gpu.set_cuda_graphs(true).code() == StatusCode::kNotSupported));
     BOOST_TEST(!gpu.cuda_graphs());
     return;
   }
+  BOOST_TEST(gpu.cuda_graphs());  // the default on CUDA
+  throw_if_error(gpu.set_cuda_graphs(false));
+  auto const eager = prefill_then_decode(gpu, prompt, decode);
   throw_if_error(gpu.set_cuda_graphs(true));
   auto const graphed = prefill_then_decode(gpu, prompt, decode);
   auto const c = gpu.graph_counts();
-  throw_if_error(gpu.set_cuda_graphs(false));
   BOOST_TEST(bitwise_equal(graphed, eager), "graph replay != eager");
   BOOST_TEST(c.updates > 0);
   BOOST_TEST(c.launches == c.updates + c.instantiations);
@@ -195,7 +196,7 @@ void exl3_model_checks(Numerics num) {
   BOOST_TEST(ed > 0.0);  // different arithmetic: the fp16 roundings of x and xh are real
 
   expect_batched_equals_alone(*gpu, prompt);
-  expect_graph_equals_eager(*gpu, prompt, decode, b);
+  expect_graph_equals_eager(*gpu, prompt, decode);
   // Chunked prefill == one shot on the CPU model (its EXL3 linears are row-wise too).
   BOOST_TEST(bitwise_equal(verify::run_chunked(*cpu, prompt, 7), verify::run_all(*cpu, prompt, 40)));
 }
@@ -319,7 +320,7 @@ BOOST_AUTO_TEST_CASE(mixed_exl3_experts_fp8_trunk) {
         BOOST_TEST_MESSAGE("CUDA vs CPU model on the mixed checkpoint: relative RMS " << e);
       }
       expect_batched_equals_alone(*gpu, prompt);
-      expect_graph_equals_eager(*gpu, prompt, decode, b);
+      expect_graph_equals_eager(*gpu, prompt, decode);
     }
   }
 }
