@@ -144,12 +144,13 @@ void expect_graph_equals_eager(GpuDsv41Model& gpu, std::vector<int32_t> const& p
     BOOST_TEST(!gpu.cuda_graphs());
     return;
   }
-  BOOST_TEST(gpu.cuda_graphs());  // the default on CUDA
+  bool const was_on = gpu.cuda_graphs();
   throw_if_error(gpu.set_cuda_graphs(false));
   auto const eager = prefill_then_decode(gpu, prompt, decode);
   throw_if_error(gpu.set_cuda_graphs(true));
   auto const graphed = prefill_then_decode(gpu, prompt, decode);
   auto const c = gpu.graph_counts();
+  throw_if_error(gpu.set_cuda_graphs(was_on));
   BOOST_TEST(bitwise_equal(graphed, eager), "graph replay != eager");
   BOOST_TEST(c.updates > 0);
   BOOST_TEST(c.launches == c.updates + c.instantiations);

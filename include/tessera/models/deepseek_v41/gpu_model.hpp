@@ -85,7 +85,7 @@ class GpuDsv41Model final : public LanguageModel {
   using RouteObserver =
       std::function<void(int64_t layer, std::span<int32_t const> ids, std::span<float const> weights)>;
   void set_route_observer(RouteObserver observer);
-  /// Switches the CUDA-graph mode (ModelOptions::cuda_graphs, on by default where supported) for later forwards:
+  /// Switches the CUDA-graph mode (ModelOptions::cuda_graphs) for later forwards:
   /// each pass's layers and head recorded per segment and launched as graphs, every segment's executable graphs kept
   /// and updated in place by the next recording of the same shape. A pass with a route observer runs eagerly.
   /// kNotSupported on the CPU backends and on rank models (their collectives run between segments). Off releases

@@ -144,11 +144,11 @@ struct ModelOptions {
   int64_t state_page_bytes = 64 << 10;
   /// GPU model: run each forward's layers and head as CUDA graphs, recorded per segment and replayed through
   /// executable graphs updated in place (GpuDsv41Model::set_cuda_graphs; the same kernels and parameters as eager
-  /// launches, so the same bits). kAuto: on for a single-rank model on CUDA, off on the CPU op backends and for rank
-  /// models; kOn: as kAuto, but a model that cannot record fails to create; kOff: eager launches. The environment's
-  /// TESSERA_CUDA_GRAPHS=0 makes it kOff and =1 makes kOff kAuto (benchmarks' A/B).
-  enum class CudaGraphs : uint8_t { kAuto, kOff, kOn };
-  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
+  /// launches, so the same bits). kOff: eager launches; kAuto: on for a single-rank model on CUDA, off on the CPU op
+  /// backends and for rank models; kOn: as kAuto, but a model that cannot record fails to create. The environment's
+  /// TESSERA_CUDA_GRAPHS=0 makes it kOff and =1 makes kOff kAuto (what the tool's commands and benchmarks use).
+  enum class CudaGraphs : uint8_t { kOff, kAuto, kOn };
+  CudaGraphs cuda_graphs = CudaGraphs::kOff;
 };
 
 class Dsv41Model final : public LanguageModel {
