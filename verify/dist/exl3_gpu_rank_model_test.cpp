@@ -201,27 +201,12 @@ BOOST_AUTO_TEST_CASE(allreduce_top1) {
     auto g = ShardedModel::create_gpu(*m.host, allreduce(2), kBackend).value_or_throw();
     BOOST_TEST_REQUIRE(!g->plan().bit_exact());
     auto const got = every_rank(*g);
-    int64_t const V = m.gpu->info().vocab_size, rows = static_cast<int64_t>(m.base.size()) / V;
-    int agree = 0, ties = 0;
-    double max_diff = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      float const* a = m.base.data() + i * V;
-      float const* b = got[0].data() + i * V;
-      int64_t ta = 0, tb = 0;
-      for (int64_t v = 1; v < V; ++v) {
-        if (a[v] > a[ta]) ta = v;
-        if (b[v] > b[tb]) tb = v;
-      }
-      float second = -INFINITY;
-      for (int64_t v = 0; v < V; ++v)
-        if (v != ta) second = std::max(second, a[v]);
-      for (int64_t v = 0; v < V; ++v) max_diff = std::max(max_diff, std::abs(double(a[v]) - b[v]));
-      if (a[ta] - second <= 1e-3f) ++ties;
-      else agree += ta == tb;
-    }
-    BOOST_TEST_MESSAGE(name_of(false, n) << " tp2 all-reduce on GPU ranks: top-1 " << agree << "/" << rows - ties
-                                         << ", near-ties " << ties << ", max |dlogit| " << max_diff);
-    BOOST_TEST(agree == rows - ties, name_of(false, n));
+    int64_t const V = m.gpu->info().vocab_size;
+    verify::Top1 const t = verify::top1_agreement(m.base, got[0], V, 1e-3f);
+    BOOST_TEST_MESSAGE(name_of(false, n) << " tp2 all-reduce on GPU ranks: top-1 " << t.agree << "/" << t.rows
+                                         << ", near-ties " << t.ties << ", max |dlogit| " << t.max_diff);
+    BOOST_TEST(t.rows > 0);
+    BOOST_TEST(t.agree + t.ties == t.rows, name_of(false, n));
     for (size_t r = 1; r < got.size(); ++r) BOOST_TEST(verify::bitwise_equal(got[r], got[0]), "rank " << r);
     if (!verify::kGpuModelOnCpu) continue;
     auto cpu = ShardedModel::create(*m.host, allreduce(2)).value_or_throw();

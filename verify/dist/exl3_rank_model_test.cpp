@@ -239,27 +239,12 @@ BOOST_AUTO_TEST_CASE(gather_plans_bit_exact) {
 BOOST_AUTO_TEST_CASE(allreduce_top1) {
   auto const got = rank_logits(Numerics::kFp32, allreduce(2));
   auto const& want = single_logits(Numerics::kFp32);
-  int64_t const V = 512, rows = static_cast<int64_t>(want.size()) / V;
-  int agree = 0, ties = 0;
-  double max_diff = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    float const* a = want.data() + i * V;
-    float const* b = got[0].data() + i * V;
-    int64_t ta = 0, tb = 0;
-    for (int64_t v = 1; v < V; ++v) {
-      if (a[v] > a[ta]) ta = v;
-      if (b[v] > b[tb]) tb = v;
-    }
-    float second = -INFINITY;
-    for (int64_t v = 0; v < V; ++v)
-      if (v != ta) second = std::max(second, a[v]);
-    for (int64_t v = 0; v < V; ++v) max_diff = std::max(max_diff, std::abs(double(a[v]) - b[v]));
-    if (a[ta] - second <= 1e-3f) ++ties;
-    else agree += ta == tb;
-  }
-  BOOST_TEST_MESSAGE("exl3 tp2 all-reduce: top-1 " << agree << "/" << rows - ties << ", near-ties " << ties
-                                                   << ", max |dlogit| " << max_diff);
-  BOOST_TEST(agree == rows - ties);
+  int64_t const V = 512;
+  verify::Top1 const t = verify::top1_agreement(want, got[0], V, 1e-3f);
+  BOOST_TEST_MESSAGE("exl3 tp2 all-reduce: top-1 " << t.agree << "/" << t.rows << ", near-ties " << t.ties
+                                                   << ", max |dlogit| " << t.max_diff);
+  BOOST_TEST(t.rows > 0);
+  BOOST_TEST(t.agree + t.ties == t.rows);
   for (size_t r = 1; r < got.size(); ++r) BOOST_TEST(verify::bitwise_equal(got[r], got[0]));
 }
 

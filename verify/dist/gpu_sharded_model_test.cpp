@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
+#include "verify/dist/rank_host_check.hpp"  // verify::top1_agreement
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
@@ -138,28 +139,6 @@ std::vector<int32_t> tokens(uint64_t seed, size_t n) {
   std::mt19937_64 g(seed);
   std::vector<int32_t> t(n);
   for (auto& x : t) x = static_cast<int32_t>(g() % 512);
-  return t;
-}
-
-/// Top-1 agreement of `b` with `a` row by row; a disagreement counts as a near-tie when a's top-1/top-2 gap is
-/// at most `tie` (the golden gate's fp32 tie bound).
-struct Top1 {
-  int agree = 0, ties = 0, rows = 0;
-  double max_diff = 0;
-};
-Top1 top1(std::vector<float> const& a, std::vector<float> const& b, int64_t V, float tie) {
-  Top1 t;
-  for (size_t r = 0; r < a.size() / static_cast<size_t>(V); ++r, ++t.rows) {
-    float const *x = &a[r * V], *y = &b[r * V];
-    int64_t const ia = argmax_first(x, V);
-    float second = -INFINITY;
-    for (int64_t j = 0; j < V; ++j) {
-      if (j != ia) second = std::max(second, x[j]);
-      t.max_diff = std::max(t.max_diff, std::fabs(double(x[j]) - y[j]));
-    }
-    if (ia == argmax_first(y, V)) ++t.agree;
-    else if (x[ia] - second <= tie) ++t.ties;
-  }
   return t;
 }
 
@@ -332,10 +311,11 @@ BOOST_AUTO_TEST_CASE(tp_all_reduce_top1) {
       if (p->cpu->spec().o_groups % tp != 0) continue;  // the all-reduce needs whole groups per rank
       auto sm = ShardedModel::create_gpu(*p->cpu, cfg(tp, tp, dist::AttnCombine::kAllReduce), kBackend).value_or_throw();
       BOOST_TEST_REQUIRE(!sm->plan().bit_exact());
-      Top1 t;
+      verify::Top1 t;
       for (uint64_t seed : {91u, 92u}) {
         auto toks = tokens(seed, 32);
-        Top1 s = top1(schedule_logits(*p->gpu, toks), schedule_logits(*sm, toks), p->cpu->spec().vocab_size, 1e-3f);
+        verify::Top1 s = verify::top1_agreement(schedule_logits(*p->gpu, toks), schedule_logits(*sm, toks),
+                                                 p->cpu->spec().vocab_size, 1e-3f);
         t.agree += s.agree;
         t.ties += s.ties;
         t.rows += s.rows;

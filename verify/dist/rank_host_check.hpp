@@ -6,6 +6,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -14,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/models/deepseek_v41/golden_gate.hpp"  // argmax_first
 #include "tessera/models/deepseek_v41/loader.hpp"
 #include "tessera/models/deepseek_v41/sharded.hpp"
 #include "verify/gpu_model/gpu_model_fixture.hpp"  // verify::bitwise_equal
@@ -207,6 +210,29 @@ inline bool check_same_weights(model::dsv41::Weights const& got, model::dsv41::W
   }
   BOOST_TEST(got.exl3.empty());
   return same;
+}
+
+/// Top-1 agreement of `got` with `want` row by row (rows of V logits): a disagreement counts as a near-tie when
+/// want's top-1/top-2 gap is at most `tie` (the golden gate's fp32 tie bound), so a plan that is not bit-exact passes
+/// when agree + ties == rows.
+struct Top1 {
+  int agree = 0, ties = 0, rows = 0;
+  double max_diff = 0;
+};
+inline Top1 top1_agreement(std::vector<float> const& want, std::vector<float> const& got, int64_t V, float tie) {
+  Top1 t;
+  for (size_t r = 0; r < want.size() / static_cast<size_t>(V); ++r, ++t.rows) {
+    float const *x = &want[r * V], *y = &got[r * V];
+    int64_t const ia = model::dsv41::argmax_first(x, V);
+    float second = -INFINITY;
+    for (int64_t j = 0; j < V; ++j) {
+      if (j != ia) second = std::max(second, x[j]);
+      t.max_diff = std::max(t.max_diff, std::fabs(double(x[j]) - y[j]));
+    }
+    if (ia == model::dsv41::argmax_first(y, V)) ++t.agree;
+    else if (x[ia] - second <= tie) ++t.ties;
+  }
+  return t;
 }
 
 /// Logits of prefill chunks of 7, 1 and 12 tokens (every row) and 6 decode steps.

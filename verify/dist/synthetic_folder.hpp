@@ -31,7 +31,7 @@ inline model::dsv41::Config wide_block_config() {
 /// The tiny preset widened to 128-multiple dimensions for EXL3 (`make-synthetic --format exl3:B | mixed:B`): hidden
 /// 128, head_dim 128, q / o_lora_rank 128, expert width 128, 4 heads in 2 o-groups, vocabulary 512, so every linear
 /// is an EXL3 group; the TP 2 / 4 parts of wq_b, wo_a and the LM head are whole 128-column blocks, while wo_b's
-/// rows (64 / 32 a rank) and the shared expert's (64 / 32) cut a block.
+/// rows (64 / 32 a rank) and the shared expert's (64 / 32) cut a block. The GPU model's EXL3 tests use it too.
 inline model::dsv41::Config exl3_rank_config() {
   model::dsv41::Config c = model::dsv41::tiny_config(512);
   c.hidden_size = 128;

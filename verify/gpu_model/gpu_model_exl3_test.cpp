@@ -28,6 +28,7 @@
 #include "tessera/models/deepseek_v41/synthetic.hpp"
 #include "models/deepseek_v41/gpu_internal.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
+#include "verify/dist/synthetic_folder.hpp"  // verify::exl3_rank_config
 #include "verify/gpu_model/gpu_model_fixture.hpp"
 #include "verify/gpu_model/moe_group_cases.hpp"
 #include "verify/model/fixture.hpp"
@@ -52,19 +53,8 @@ constexpr double kEndToEnd = 0.3;
 /// inputs); bounded at under twice that, so a kernel change that moves more than the summation order shows.
 constexpr double kCudaVsCpu = 0.15;
 
-Config exl3_config() {
-  Config c = tiny_config(512);
-  c.hidden_size = 128;
-  c.head_dim = 128;
-  c.q_lora_rank = 128;
-  c.o_lora_rank = 128;
-  c.moe_intermediate_size = 128;
-  c.engram_head_dim = 64;
-  return c;
-}
-
-/// A synthetic exl3:2.5 checkpoint of exl3_config (or another format: mixed:2.5), Engram hash data from the golden
-/// tiny fixture.
+/// A synthetic exl3:2.5 checkpoint of verify::exl3_rank_config (or another format: mixed:2.5), Engram hash data from
+/// the golden tiny fixture.
 struct Exl3Checkpoint {
   std::filesystem::path dir;
   ModelSpec spec;
@@ -72,7 +62,7 @@ struct Exl3Checkpoint {
   explicit Exl3Checkpoint(SyntheticFormat const& format = *exl3_format(2.5)) {
     dir = std::filesystem::temp_directory_path() /
           ("tessera_exl3_model_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
-    Config const c = exl3_config();
+    Config const c = verify::exl3_rank_config();
     throw_if_error(write_synthetic_checkpoint(c, dir.string(), 43, format).status());
     spec = spec_from_config(c).value_or_throw();
     throw_if_error(src.open((dir / "model.safetensors").string()));
@@ -374,7 +364,7 @@ BOOST_AUTO_TEST_CASE(exl3_malformed_group_names_the_tensor) {
   BOOST_TEST(!bad_s.ok());
   BOOST_TEST(bad_s.status().message().find("model.layers.0.attn.wkv.suh") != std::string::npos, bad_s.status().message());
   // A well-formed group of the wrong shape for its weight: the model's loader names both.
-  ModelSpec spec = spec_from_config(exl3_config()).value_or_throw();
+  ModelSpec spec = spec_from_config(verify::exl3_rank_config()).value_or_throw();
   spec.q_lora_rank = 256;
   auto lw = load_weights(spec, ckpt().src, Numerics::kFp32, {.keep_exl3 = true});
   BOOST_TEST(!lw.ok());
