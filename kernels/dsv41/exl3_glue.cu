@@ -38,22 +38,25 @@ __global__ void store_md_kernel(float const* src, int64_t src_stride, int64_t co
 }
 
 /// Out uint16_t: fp16 bits of the activation (EXL3 inputs); float: the activation itself.
+/// Rows a = blockIdx.y, blockIdx.y + gridDim.y, … < rows (an expert step has tokens × top_k rows, past the 65,535
+/// blocks of grid y), each row's values its own.
 template <class Out>
-__global__ void moe_act_kernel(float const* g, float const* u, float const* w, int32_t const* row_count, int64_t inter,
-                               float limit, bool bf16, Out* out) {
-  int64_t const a = blockIdx.y;
-  if (row_count && a >= *row_count) return;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < inter;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float gv = device::round_md(g[a * inter + i], bf16), uv = device::round_md(u[a * inter + i], bf16);
-    if (limit > 0.f) {
-      uv = fminf(fmaxf(uv, -limit), limit);
-      gv = fminf(gv, limit);
+__global__ void moe_act_kernel(float const* g, float const* u, float const* w, int32_t const* row_count, int64_t rows,
+                               int64_t inter, float limit, bool bf16, Out* out) {
+  int64_t const used = row_count ? min(rows, static_cast<int64_t>(*row_count)) : rows;
+  for (int64_t a = blockIdx.y; a < used; a += gridDim.y) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < inter;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float gv = device::round_md(g[a * inter + i], bf16), uv = device::round_md(u[a * inter + i], bf16);
+      if (limit > 0.f) {
+        uv = fminf(fmaxf(uv, -limit), limit);
+        gv = fminf(gv, limit);
+      }
+      float y = __fmul_rn(device::silu(gv, bf16), uv);
+      if (w) y = __fmul_rn(w[a], y);
+      if constexpr (sizeof(Out) == 2) out[a * inter + i] = __half_as_ushort(__float2half_rn(device::round_md(y, bf16)));
+      else out[a * inter + i] = device::round_md(y, bf16);
     }
-    float y = __fmul_rn(device::silu(gv, bf16), uv);
-    if (w) y = __fmul_rn(w[a], y);
-    if constexpr (sizeof(Out) == 2) out[a * inter + i] = __half_as_ushort(__float2half_rn(device::round_md(y, bf16)));
-    else out[a * inter + i] = device::round_md(y, bf16);
   }
 }
 
@@ -194,6 +197,9 @@ dim3 grid_of(int64_t rows, int64_t cols) {
   return dim3(static_cast<unsigned>((cols + 255) / 256 < 64 ? (cols + 255) / 256 : 64), static_cast<unsigned>(rows));
 }
 
+/// grid_of with at most 65,535 blocks in y (kernels that stride over their rows).
+dim3 grid_of_strided(int64_t rows, int64_t cols) { return grid_of(rows < 65535 ? rows : 65535, cols); }
+
 }  // namespace
 
 Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out) {
@@ -213,17 +219,15 @@ Status launch_store_md(CUstream_st* stream, float const* src, int64_t src_stride
 
 Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
                            int32_t const* row_count, int64_t inter, float limit, bool bf16, uint16_t* out) {
-  if (rows == 0) return {};
-  if (rows > 65535) return invalid_argument("exl3_moe_act: more than 65535 rows");
-  moe_act_kernel<<<grid_of(rows, inter), 256, 0, stream>>>(g, u, w, row_count, inter, limit, bf16, out);
+  if (rows == 0 || inter == 0) return {};
+  moe_act_kernel<<<grid_of_strided(rows, inter), 256, 0, stream>>>(g, u, w, row_count, rows, inter, limit, bf16, out);
   return status_of(cudaGetLastError(), "exl3_moe_act");
 }
 
 Status launch_moe_act(CUstream_st* stream, float const* g, float const* u, int64_t rows, int64_t inter, float limit,
                       bool bf16, float* out) {
   if (rows == 0 || inter == 0) return {};
-  if (rows > 65535) return invalid_argument("moe_act: more than 65535 rows");
-  moe_act_kernel<<<grid_of(rows, inter), 256, 0, stream>>>(g, u, nullptr, nullptr, inter, limit, bf16, out);
+  moe_act_kernel<<<grid_of_strided(rows, inter), 256, 0, stream>>>(g, u, nullptr, nullptr, rows, inter, limit, bf16, out);
   return status_of(cudaGetLastError(), "moe_act");
 }
 

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <random>
 #include <unistd.h>
 
@@ -244,6 +245,56 @@ BOOST_AUTO_TEST_CASE(exl3_moe_group_equals_reference) {
   throw_if_error(mem.open(&info));
   for (auto const& c : verify::moe_group::cases())
     BOOST_TEST(verify::moe_group::first_difference(c, moe_group_on(mem, c)) == "", c.name);
+  mem.close();
+}
+
+// The expert activation over more rows than grid y holds (an expert step has tokens × top_k rows: 10,923 tokens at
+// top-6 pass 65,535): 70,001 rows of fresh random g, u, w in one call equal the same rows in two calls split at
+// 35,000, bit for bit; with a kept-row count on the backend of 66,000, the rows past it keep their filler.
+BOOST_AUTO_TEST_CASE(exl3_moe_act_past_65535_rows) {
+  gpu::Mem mem;
+  mem.backend = kBackend;
+  DeviceInfo info;
+  throw_if_error(mem.open(&info));
+  int64_t const rows = 70001, inter = 32, split = 35000, kept = 66000;
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> g(static_cast<size_t>(rows * inter)), u(g.size()), w(static_cast<size_t>(rows));
+  for (auto* v : {&g, &u, &w})
+    for (float& x : *v) x = nd(rng);
+  std::vector<void*> blocks;
+  auto put = [&](void const* host, size_t bytes) {
+    void* d = mem.alloc(bytes).value_or_throw();
+    blocks.push_back(d);
+    throw_if_error(mem.copy(d, host, bytes, gpu::Mem::Copy::kHostToDev));
+    return d;
+  };
+  std::vector<uint16_t> filler(g.size(), 0x7e00);  // fp16 NaN: a row left unwritten shows
+  auto* dg = static_cast<float const*>(put(g.data(), g.size() * 4));
+  auto* du = static_cast<float const*>(put(u.data(), u.size() * 4));
+  auto* dw = static_cast<float const*>(put(w.data(), w.size() * 4));
+  auto* whole = static_cast<uint16_t*>(put(filler.data(), filler.size() * 2));
+  auto* halves = static_cast<uint16_t*>(put(filler.data(), filler.size() * 2));
+  auto* counted = static_cast<uint16_t*>(put(filler.data(), filler.size() * 2));
+  int32_t const kept32 = static_cast<int32_t>(kept);
+  auto* dkept = static_cast<int32_t const*>(put(&kept32, 4));
+  for (bool bf16 : {false, true}) {
+    throw_if_error(gpu::exl3_moe_act(mem, dg, du, dw, rows, nullptr, inter, 7.f, bf16, whole));
+    throw_if_error(gpu::exl3_moe_act(mem, dg, du, dw, split, nullptr, inter, 7.f, bf16, halves));
+    throw_if_error(gpu::exl3_moe_act(mem, dg + split * inter, du + split * inter, dw + split, rows - split, nullptr, inter,
+                                     7.f, bf16, halves + split * inter));
+    throw_if_error(gpu::exl3_moe_act(mem, dg, du, dw, rows, dkept, inter, 7.f, bf16, counted));
+    std::vector<uint16_t> a(g.size()), b(g.size()), c(g.size());
+    throw_if_error(mem.copy(a.data(), whole, a.size() * 2, gpu::Mem::Copy::kDevToHost));
+    throw_if_error(mem.copy(b.data(), halves, b.size() * 2, gpu::Mem::Copy::kDevToHost));
+    throw_if_error(mem.copy(c.data(), counted, c.size() * 2, gpu::Mem::Copy::kDevToHost));
+    throw_if_error(mem.sync());
+    BOOST_TEST((a == b), (bf16 ? "bf16" : "fp32") << ": one call over " << rows << " rows != two calls");
+    BOOST_TEST(std::equal(c.begin(), c.begin() + kept * inter, a.begin()));
+    BOOST_TEST(std::all_of(c.begin() + kept * inter, c.end(), [](uint16_t x) { return x == 0x7e00; }));
+    BOOST_TEST(std::none_of(a.begin(), a.end(), [](uint16_t x) { return x == 0x7e00; }));  // every row written
+  }
+  for (void* p : blocks) mem.free(p);
   mem.close();
 }
 
