@@ -12,8 +12,8 @@
 ///    fp32 and bf16 and on a wider synthetic variant (8 heads, 12 experts, ratio 4, W 24);
 ///  * a batch naming one state twice == its steps one after another; a batch that cannot run, or fails
 ///    midway (a throwing route observer after layer 3), leaves every state as it was;
-///  * CUDA-graph mode (every layer and the head recorded and replayed as graph segments; TESSERA_CUDA_GRAPHS=1 runs
-///    every other CUDA case here under it too) == eager over the mixed batch, run twice so executables are updated in
+///  * CUDA-graph mode (every layer and the head recorded and replayed as graph segments; on by default, so every
+///    other CUDA case here runs under it too unless TESSERA_CUDA_GRAPHS=0) == eager over the mixed batch, run twice so executables are updated in
 ///    place and replayed; refused on the CPU op backends;
 ///  * chunked prefill (chunks of 1, 7, 64) == one-shot over 300 tokens (the window and raw rings wrap);
 ///  * clone then continue == continue; truncate 1..63 back (inside compressor groups, across the window)
@@ -287,7 +287,7 @@ BOOST_AUTO_TEST_CASE(mixed_batch_equals_alone_wide) {
   mixed_batch_check("wide", *wide().gpu, *wide().cpu);
 }
 
-// CUDA-graph mode (with TESSERA_CUDA_GRAPHS=1 the other cases here run under it too): the mixed batch (histories, chunks,
+// CUDA-graph mode (on by default, so the other CUDA cases here run under it too; TESSERA_CUDA_GRAPHS=0 runs them eagerly): the mixed batch (histories, chunks,
 // decode steps) with every layer and the head recorded and launched as graph segments gives each sequence the eager
 // run's logits, tie / boundary records and length bit for bit, twice over, so the later passes replay executables
 // updated in place; the CPU op backends refuse the mode.
@@ -302,7 +302,7 @@ BOOST_AUTO_TEST_CASE(graph_replay_equals_eager) {
       BOOST_TEST(!m->cuda_graphs());
       continue;
     }
-    bool const was_on = m->cuda_graphs();  // TESSERA_CUDA_GRAPHS=1: every other CUDA case here runs under graphs
+    bool const was_on = m->cuda_graphs();  // on by default: every other CUDA case here runs under graphs
     m->set_boundary_ulps(2);
     throw_if_error(m->set_cuda_graphs(false));
     BOOST_TEST(!m->cuda_graphs());

@@ -145,10 +145,10 @@ struct ModelOptions {
   /// GPU model: run each forward's layers and head as CUDA graphs, recorded per segment and replayed through
   /// executable graphs updated in place (GpuDsv41Model::set_cuda_graphs; the same kernels and parameters as eager
   /// launches, so the same bits). kOff: eager launches; kAuto: on for a single-rank model on CUDA, off on the CPU op
-  /// backends and for rank models; kOn: as kAuto, but a model that cannot record fails to create. The environment's
-  /// TESSERA_CUDA_GRAPHS=0 makes it kOff and =1 makes kOff kAuto (what the tool's commands and benchmarks use).
+  /// backends and for rank models (the default); kOn: as kAuto, but a model that cannot record fails to create. The
+  /// environment's TESSERA_CUDA_GRAPHS=0 makes it kOff (eager launches, e.g. for A/B timings) and =1 makes kOff kAuto.
   enum class CudaGraphs : uint8_t { kOff, kAuto, kOn };
-  CudaGraphs cuda_graphs = CudaGraphs::kOff;
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
 };
 
 class Dsv41Model final : public LanguageModel {
