@@ -6,11 +6,13 @@
 /// arithmetic is the CPU model's (exl3_linear.cpp):
 ///   y = →md(Exl3Gemm_f32(→fp16(x)))
 /// Exl3Gemm / Exl3GroupedGemm are row-invariant (ops/exl3.hpp: a row's result never depends on the number of
-/// rows or on the other rows), and the glue is elementwise per row, so batched == alone holds bit for bit.
+/// rows or on the other rows), and the glue is elementwise per row, so batched == alone holds bit for bit, and so does
+/// running a pass's rows in blocks (gpu::Exl3RowBlock), which bounds the scratch and the ops' workspaces by the block.
 /// On the CPU backend the ops are the float64-summed reference, bit for bit the CPU model; on CUDA the
 /// accumulation xh·W' is fp32 in the kernels' chunk order (spec/exl3.md §4.4), so CUDA agrees with the CPU
 /// within a tolerance only.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -161,6 +163,13 @@ Status moe_group(Mem const& m, MoeGroupParams const& p) {
   return {};
 }
 
+namespace {
+std::atomic<int64_t> exl3_row_block{Exl3RowBlock::kDefault};
+}  // namespace
+
+int64_t Exl3RowBlock::get() { return exl3_row_block.load(std::memory_order_relaxed); }
+void Exl3RowBlock::set_for_test(int64_t rows) { exl3_row_block.store(std::max<int64_t>(rows, 1), std::memory_order_relaxed); }
+
 Status upload_exl3(Mem const& mem, GpuWeights& w, Exl3Weight const& q, int64_t groups, DevTensor* out) {
   *out = {};
   std::vector<Exl3Weight> split;
@@ -265,13 +274,21 @@ void Forward::lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor
   if (rows == 0) return;
   // Outputs kept of each slice: all n, or (a rank's part cutting a block; one slice) rows of them from kept_begin.
   int64_t const k = w.exl3.k, n = w.exl3.n, kept = w.rows / groups, k0 = w.exl3_kept_begin;
+  // Blocks of B rows: x16 B·k·2 B and acc B·n·4 B here, Exl3Gemm's xh B·k·2 B and partials B·n·4 B (one chunk above
+  // 16 rows). wq_b (n 32768) at 8192 rows: acc 1 GiB + partials 1 GiB (a one-pass 32K prefill: 4 + 4 GiB).
+  int64_t const B = std::min(rows, gpu::Exl3RowBlock::get());
   size_t const m = tmp_.mark();
-  auto* x16 = tmp_.get<uint16_t>(rows * k);
-  auto* acc = tmp_.get<float>(rows * n);
-  for (int64_t g = 0; g < groups; ++g) {
-    throw_if_error(gpu::to_f16(s_, x + g * k, x_stride, rows, k, x16));
-    gemm_slice(ctx_, w, g, x16, rows, acc);
-    throw_if_error(gpu::store_md(s_, acc + k0, n, rows, kept, y + g * kept, y_stride, md == DType::kBf16));
+  auto* x16 = tmp_.get<uint16_t>(B * k);
+  auto* acc = tmp_.get<float>(B * n);
+  for (int64_t r0 = 0; r0 < rows; r0 += B) {
+    int64_t const nr = std::min(B, rows - r0);
+    float const* xb = x + r0 * x_stride;
+    float* yb = y + r0 * y_stride;
+    for (int64_t g = 0; g < groups; ++g) {
+      throw_if_error(gpu::to_f16(s_, xb + g * k, x_stride, nr, k, x16));
+      gemm_slice(ctx_, w, g, x16, nr, acc);
+      throw_if_error(gpu::store_md(s_, acc + k0, n, nr, kept, yb + g * kept, y_stride, md == DType::kBf16));
+    }
   }
   tmp_.release(m);
 }
@@ -331,7 +348,9 @@ float* Forward::exl3_routed(int64_t l, uint16_t const* x16, float const* rw, int
 void Forward::exl3_pairs(int64_t l, float const* xg, int32_t const* pid, float const* pw, int64_t P, float* out) {
   int64_t const D = m_.spec.hidden_size;
   bool const bf16 = b_.md == DType::kBf16;
-  constexpr int64_t kMaxRows = 65535;  // rows per launch of the glue kernels; the products are row-invariant
+  // Rows per launch of the glue kernels (≤ 65,535), and at most one moe_exl3 block's slots (Exl3RowBlock · top_k),
+  // whose workspaces it bounds alike; the products are row-invariant.
+  int64_t const kMaxRows = std::min<int64_t>(65535, gpu::Exl3RowBlock::get() * m_.spec.top_k);
   for (int64_t c0 = 0; c0 < P; c0 += kMaxRows) {
     int64_t const n = std::min(kMaxRows, P - c0);
     size_t const mk = tmp_.mark();
@@ -350,23 +369,31 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   ModelSpec const& s = m_.spec;
   gpu::GpuExperts const& me = m_.w.layers[static_cast<size_t>(l)].moe;
   int64_t const D = s.hidden_size, I = s.moe_inter;
+  int64_t const K = s.top_k;
   bool const bf16 = b_.md == DType::kBf16;
-  size_t const mk = tmp_.mark();
-  auto* x16 = tmp_.get<uint16_t>(N * D);
-  throw_if_error(gpu::to_f16(s_, xa, D, N, D, x16));
-  gpu::MoeGroupParams gp;
-  float const* y = exl3_routed(l, x16, rw, rid, N, s.top_k, gp);
-  // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
-  auto* gs = tmp_.get<float>(N * I);
-  auto* us = tmp_.get<float>(N * I);
-  auto* acts = tmp_.get<uint16_t>(N * I);
-  auto* ysh = tmp_.get<float>(N * D);
-  gemm_slice(ctx_, me.s1, 0, x16, N, gs);
-  gemm_slice(ctx_, me.s3, 0, x16, N, us);
-  throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, N, nullptr, I, s.swiglu_limit, bf16, acts));
-  gemm_slice(ctx_, me.s2, 0, acts, N, ysh);
-  throw_if_error(gpu::moe_combine(s_, y, gp.combine_offsets, gp.combine_list, ysh, N, D, bf16, F));
-  tmp_.release(mk);
+  // Blocks of B tokens, B·K slots (v41-flash at 8192 tokens: 49,152 slots): y 0.94 GiB, g / u 0.42 GiB each, and each
+  // grouped product's workspace chunks·slots·n·4 B = 16.9 GiB (w1 / w3: 40 chunks of n 2304; w2: 18 of n 5120),
+  // a quarter of a one-pass 32K prefill's 67.5 GiB. A token's routing, products and combine lie in its block.
+  int64_t const B = gpu::Exl3RowBlock::get();
+  for (int64_t t0 = 0; t0 < N; t0 += B) {
+    int64_t const n = std::min(B, N - t0);
+    size_t const mk = tmp_.mark();
+    auto* x16 = tmp_.get<uint16_t>(n * D);
+    throw_if_error(gpu::to_f16(s_, xa + t0 * D, D, n, D, x16));
+    gpu::MoeGroupParams gp;
+    float const* y = exl3_routed(l, x16, rw + t0 * K, rid + t0 * K, n, K, gp);
+    // The shared expert (EXL3 too: GpuDsv41Model::create requires it with EXL3 routed experts).
+    auto* gs = tmp_.get<float>(n * I);
+    auto* us = tmp_.get<float>(n * I);
+    auto* acts = tmp_.get<uint16_t>(n * I);
+    auto* ysh = tmp_.get<float>(n * D);
+    gemm_slice(ctx_, me.s1, 0, x16, n, gs);
+    gemm_slice(ctx_, me.s3, 0, x16, n, us);
+    throw_if_error(gpu::exl3_moe_act(s_, gs, us, nullptr, n, nullptr, I, s.swiglu_limit, bf16, acts));
+    gemm_slice(ctx_, me.s2, 0, acts, n, ysh);
+    throw_if_error(gpu::moe_combine(s_, y, gp.combine_offsets, gp.combine_list, ysh, n, D, bf16, F + t0 * D));
+    tmp_.release(mk);
+  }
 }
 
 }  // namespace fwd

@@ -183,15 +183,17 @@ class Forward {
   /// lin(x, rows, w_i, y_i, md) for each (w_i, y_i) of one x [rows, in]: on CUDA one bf16 copy of x and one batched
   /// launch where ops::Linear<kCuda>::run_shared_x allows (no EXL3 weight), so the products' chains overlap.
   void lin_shared_x(float const* x, int64_t rows, std::initializer_list<std::pair<DevTensor const*, float*>> outs, DType md);
-  /// An EXL3 weight (DevTensor::is_exl3; gpu_exl3.cpp): y[r, g·n..] = →md(Exl3Gemm_f32(→fp16(x[r, g·k..]))) through
-  /// output slice g of `w`, for each of `groups` slices (the weight's own slicing).
   /// ops::Linear's operands for lin (a non-EXL3 weight).
   std::pair<ops::LinearDesc, ops::LinearArgs> lin_operands(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w,
                                                            float* y, int64_t y_stride, DType md, int64_t w_row0, int64_t out,
                                                            int64_t in, bool fma_chain, int64_t groups) const;
+  /// An EXL3 weight (DevTensor::is_exl3; gpu_exl3.cpp): y[r, g·n..] = →md(Exl3Gemm_f32(→fp16(x[r, g·k..]))) through
+  /// output slice g of `w`, for each of `groups` slices (the weight's own slicing); rows in blocks of
+  /// gpu::Exl3RowBlock.
   void lin_exl3(float const* x, int64_t x_stride, int64_t rows, DevTensor const& w, float* y, int64_t y_stride, DType md,
                 int64_t groups);
-  /// The MoE block of layer l with EXL3 experts (routed and shared): x [N, D], routing rw / rid [N, top_k] → F [N, D].
+  /// The MoE block of layer l with EXL3 experts (routed and shared): x [N, D], routing rw / rid [N, top_k] → F [N, D],
+  /// tokens in blocks of gpu::Exl3RowBlock.
   void moe_exl3(int64_t l, float const* xa, float const* rw, int32_t const* rid, int64_t N, float* F);
   /// The EXL3 routed experts of layer l held by this model (local ids 0 … E−1 in rid [N, K]; other ids skipped) on
   /// the fp16 rows x16 [N, D]: fills `gp` (gpu::moe_group; scratch of tmp_) and returns y [N·K, D] fp32, assignment

@@ -397,6 +397,17 @@ inline Status check_moe_group(MoeGroupParams const& p) {
   return {};
 }
 
+/// Rows per block of the EXL3 path of a pass (gpu_exl3.cpp): Forward::lin_exl3 runs its rows and Forward::moe_exl3 its
+/// tokens in blocks of at most get() (exl3_pairs: get()·top_k pairs, the slots of one moe_exl3 block), so their
+/// scratch and the EXL3 ops' workspaces scale with the block, not with the pass. Every product on the path is
+/// row-invariant, so any block size gives the same bits.
+struct Exl3RowBlock {
+  static constexpr int64_t kDefault = 8192;
+  static int64_t get();
+  /// Test hook (verify/gpu_model): blocks of max(rows, 1) rows from now on, process-wide; kDefault restores.
+  static void set_for_test(int64_t rows);
+};
+
 /// One row of copy_rows: `cols` floats from src to dst (rows of distinct dst do not overlap any src).
 struct RowCopy {
   float const* src = nullptr;

@@ -16,10 +16,12 @@
 ///   * pruned routing (slots of id −1): the routed experts run over a count of assignments known on the backend
 ///     only (gpu::moe_group): bitwise the pruned CPU model on the CPU backends, batched == alone on both;
 ///   * gpu::moe_group on the backend under test (the CUDA kernel in the GPU build) == the plain grouping of
-///     moe_group_cases.hpp, every array at its full capacity.
+///     moe_group_cases.hpp, every array at its full capacity;
+///   * bitwise: a pass's EXL3 path in row blocks (gpu::Exl3RowBlock) == in one block, on the backend under test.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <algorithm>
 #include <random>
@@ -101,6 +103,22 @@ std::vector<float> prefill_then_decode(LanguageModel& m, std::vector<int32_t> co
   }
   return out;
 }
+
+/// Elements of a and b whose bits differ (every element of the longer when the sizes differ).
+size_t bit_mismatches(std::vector<float> const& a, std::vector<float> const& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+/// gpu::Exl3RowBlock at `rows` for the guard's lifetime; the default again on exit, a failed check's exception included.
+struct RowBlockGuard {
+  explicit RowBlockGuard(int64_t rows) { gpu::Exl3RowBlock::set_for_test(rows); }
+  ~RowBlockGuard() { gpu::Exl3RowBlock::set_for_test(gpu::Exl3RowBlock::kDefault); }
+  RowBlockGuard(RowBlockGuard const&) = delete;
+  RowBlockGuard& operator=(RowBlockGuard const&) = delete;
+};
 
 double rel_rms(std::vector<float> const& a, std::vector<float> const& b) {
   double num = 0, den = 0;
@@ -328,6 +346,45 @@ BOOST_AUTO_TEST_CASE(exl3_pruned_routing) {
 
 BOOST_AUTO_TEST_CASE(exl3_bf16) { exl3_model_checks(Numerics::kBf16); }
 BOOST_AUTO_TEST_CASE(exl3_fp32) { exl3_model_checks(Numerics::kFp32); }
+
+// A pass's EXL3 path in row blocks (gpu::Exl3RowBlock: lin_exl3's rows, moe_exl3's tokens) == in one block (the default
+// 8192), bit for bit: a 43-token prefill then 3 decode steps (which read the state the prefill committed) in blocks of 7
+// (6 × 7 + 1) and of 20 (20 + 20 + 3), and a batched pass of 40 + 23 rows in blocks of 7 (blocks straddling the two
+// sequences) == each sequence alone in one block; bf16 and fp32. On CUDA the block changes the products' tactics
+// (Exl3Gemm: GEMV up to 16 rows, the chunk-chain GEMM above; Exl3GroupedGemm: the fused GEMV at one token), which
+// their row invariance hides.
+BOOST_AUTO_TEST_CASE(exl3_row_blocks_equal_one_block) {
+  Exl3Checkpoint& ck = ckpt();
+  auto const prompt = tokens(43, 11), decode = tokens(3, 12), p1 = tokens(40, 7), p2 = tokens(23, 9);
+  int64_t const V = ck.spec.vocab_size;
+  for (Numerics num : {Numerics::kBf16, Numerics::kFp32}) {
+    BOOST_TEST_CONTEXT((num == Numerics::kBf16 ? "bf16" : "fp32")) {
+      ModelOptions o;
+      o.numerics = num;
+      auto m = GpuDsv41Model::create(ck.spec, ck.src, o, kBackend).value_or_throw();
+      BOOST_TEST_REQUIRE(gpu::Exl3RowBlock::get() == gpu::Exl3RowBlock::kDefault);
+      auto const whole = prefill_then_decode(*m, prompt, decode);
+      auto const alone1 = verify::run_all(*m, p1, 40), alone2 = verify::run_all(*m, p2, 23);
+      for (int64_t rows : {7, 20}) {
+        RowBlockGuard guard(rows);
+        BOOST_TEST_REQUIRE(gpu::Exl3RowBlock::get() == rows);
+        auto const blocked = prefill_then_decode(*m, prompt, decode);
+        size_t const bad = bit_mismatches(blocked, whole);
+        BOOST_TEST(bad == 0u, "blocks of " << rows << ": " << bad << " of " << whole.size() << " logits differ");
+        if (rows != 7) continue;
+        std::vector<float> b1(static_cast<size_t>(40 * V)), b2(static_cast<size_t>(23 * V));
+        auto s1 = m->new_sequence(), s2 = m->new_sequence();
+        SequenceStep steps[] = {{s1.get(), p1, 40, b1.data()}, {s2.get(), p2, 23, b2.data()}};
+        throw_if_error(m->forward(steps));
+        size_t const bad1 = bit_mismatches(b1, alone1), bad2 = bit_mismatches(b2, alone2);
+        BOOST_TEST(bad1 == 0u, "batched in blocks of 7, sequence 1: " << bad1 << " of " << alone1.size() << " differ");
+        BOOST_TEST(bad2 == 0u, "batched in blocks of 7, sequence 2: " << bad2 << " of " << alone2.size() << " differ");
+      }
+      BOOST_TEST(gpu::Exl3RowBlock::get() == gpu::Exl3RowBlock::kDefault);
+      BOOST_TEST(std::all_of(whole.begin(), whole.end(), [](float v) { return std::isfinite(v); }));
+    }
+  }
+}
 
 /// EXL3 experts over the FP8 trunk (`make-synthetic --format mixed:B`): the routed and shared experts are trellis
 /// groups, the projections FP8 blocks (held as stored in bf16), in one model; the GPU model on the CPU op backends ==
