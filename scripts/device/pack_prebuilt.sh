@@ -16,5 +16,7 @@ for f in tessera bench/model/bench_model bench/linear/tc_bench verify/gpu_model/
   mkdir -p "$T/$(dirname "$f")"; strip -o "$T/$f" "$B/$f"
 done
 [ -z "$BASE" ] || strip -o "$T/bench_model_base" "$BASE"
-tar cf - -C "$T" . | xz -T0 -6 > "$OUTF"
+# -9: a 64 MiB dictionary spans several of the binaries, which share most of their code (260 MB of stripped binaries
+# packed to 18.6 MB, against 44.6 MB at -6, whose 24 MiB blocks see one binary at a time; the carry limit is 64 MiB).
+tar cf - -C "$T" . | xz -T2 -9e > "$OUTF"
 ls -la "$OUTF"
