@@ -10,6 +10,7 @@
 /// from the stream as it is enqueued and launched as one graph segment: the host work and its order are the
 /// eager pass's, the uploads inside a segment read a pinned stage that lives until the pass's synchronisation.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <string>
@@ -25,6 +26,14 @@
 #include "tessera/ref/engram_ref.hpp"
 
 namespace tessera::model::dsv41 {
+
+namespace gpu {
+namespace {
+std::atomic<int64_t> fault_layer{-1};
+}  // namespace
+int64_t FaultHook::layer() { return fault_layer.load(std::memory_order_relaxed); }
+void FaultHook::set_for_test(int64_t layer) { fault_layer.store(layer, std::memory_order_relaxed); }
+}  // namespace gpu
 
 namespace fwd {
 
@@ -439,6 +448,8 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
       run<ops::RmsNorm>(ctx, ops::RmsNormDesc{N, D, s.rms_eps, true, md},
                         ops::RmsNormArgs{dcv2(h, N, D), dcv1(lw.attn_norm), dv2(xa, N, D)});
       f.attention(l, xa, A);
+      if (gpu::FaultHook::layer() == l)
+        throw Error(Status(StatusCode::kInternal, "injected failure after layer " + std::to_string(l) + "'s attention"));
       run<ops::MhcExpand>(ctx, ops::MhcExpandDesc{N, n, D, md},
                           ops::MhcExpandArgs{dcv2(A, N, D), dcv2(X, N, nD), dcv2(a_post, N, n), dcv2(a_comb, N, n * n),
                                              dv2(X2, N, nD)});

@@ -408,6 +408,15 @@ struct Exl3RowBlock {
   static void set_for_test(int64_t rows);
 };
 
+/// Test hook (verify/gpu_model): a pass throws right after layer `layer`'s attention — inside that layer's graph
+/// segment while it is being recorded in CUDA-graph mode, with the layer's window rows and compressed entries
+/// written — so a test can check that a failure inside a recording rolls every state back like an eager one.
+/// −1 (the default): never. Process-wide.
+struct FaultHook {
+  static int64_t layer();
+  static void set_for_test(int64_t layer);
+};
+
 /// One row of copy_rows: `cols` floats from src to dst (rows of distinct dst do not overlap any src).
 struct RowCopy {
   float const* src = nullptr;

@@ -11,7 +11,8 @@
 ///    bit for bit (every logits row, the tie and quantiser-boundary records, lengths), on golden/v41-tiny
 ///    fp32 and bf16 and on a wider synthetic variant (8 heads, 12 experts, ratio 4, W 24);
 ///  * a batch naming one state twice == its steps one after another; a batch that cannot run, or fails
-///    midway (a throwing route observer after layer 3), leaves every state as it was;
+///    midway (a throwing route observer after layer 3's router; gpu::FaultHook after layer 3's attention, inside
+///    the segment being recorded under CUDA graphs), leaves every state as it was;
 ///  * CUDA-graph mode (every layer and the head recorded and replayed as graph segments; on by default, so every
 ///    other CUDA case here runs under it too unless TESSERA_CUDA_GRAPHS=0) == eager over the mixed batch, run twice so executables are updated in
 ///    place and replayed; refused on the CPU op backends;
@@ -29,9 +30,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <unistd.h>
 
+#include "models/deepseek_v41/gpu_internal.hpp"
 #include "tessera/models/deepseek_v41/gpu_model.hpp"
 #include "tessera/models/deepseek_v41/golden_gate.hpp"
 #include "tessera/models/deepseek_v41/synthetic.hpp"
@@ -325,50 +328,78 @@ BOOST_AUTO_TEST_CASE(graph_replay_equals_eager) {
   }
 }
 
-// A pass that fails midway leaves every state as it was: the route observer throws after layer 3's router,
-// when layer 1 has appended compressed entries and index keys and layers 0-3 have their window rows; the
-// failed states then continue (with other tokens than the failed chunk, so nothing it left behind can be
-// rewritten to the same values) exactly like states that never saw the batch (logits, records, lengths).
+// A pass that fails midway leaves every state as it was, injected two ways: the route observer throws after layer
+// 3's router (a pass with an observer runs eagerly), and gpu::FaultHook throws right after layer 3's attention —
+// on CUDA inside layer 3's graph segment while it is being recorded (graphs are on by default there), so the
+// recording is abandoned mid-segment. By then layer 1 has appended compressed entries and index keys and layers
+// 0-3 have their window rows. The failed states then continue (with other tokens than the failed chunk, so nothing
+// it left behind can be rewritten to the same values) exactly like states that never saw the batch (logits,
+// records, lengths), and the model keeps running passes (graph segments recorded again).
 BOOST_AUTO_TEST_CASE(failed_pass_leaves_states_unchanged) {
   auto& gpu = dynamic_cast<GpuDsv41Model&>(tiny_gpu("fp32"));
   int64_t const V = gpu.info().vocab_size;
   gpu.set_boundary_ulps(2);
-  std::vector<std::vector<int32_t>> hist = {random_tokens(90, V, 81), random_tokens(41, V, 82)};
-  std::vector<std::vector<int32_t>> chunk = {random_tokens(7, V, 83), random_tokens(1, V, 84)};
-  std::vector<std::vector<int32_t>> more = {random_tokens(5, V, 85), random_tokens(3, V, 86)};
-  std::vector<std::unique_ptr<SequenceState>> failed, clean;
-  std::vector<float> row(static_cast<size_t>(V));
-  for (size_t i = 0; i < 2; ++i) {
-    for (auto* v : {&failed, &clean}) {
-      v->push_back(gpu.new_sequence());
-      SequenceStep h{v->back().get(), hist[i], 1, row.data()};
-      throw_if_error(gpu.forward({&h, 1}));
-    }
-  }
-  gpu.set_route_observer([](int64_t layer, std::span<int32_t const>, std::span<float const>) {
-    if (layer == 3) throw Error(Status(StatusCode::kInternal, "injected failure"));
-  });
-  std::vector<std::vector<float>> lg(2, std::vector<float>(static_cast<size_t>(7 * V)));
-  std::vector<SequenceStep> bad = {{failed[0].get(), chunk[0], 7, lg[0].data()}, {failed[1].get(), chunk[1], 1, lg[1].data()}};
-  Status const st = gpu.forward(bad);
-  gpu.set_route_observer({});
-  BOOST_TEST(!st.ok());
-  BOOST_TEST(st.message().find("injected failure") != std::string::npos);
-  for (size_t i = 0; i < 2; ++i) {
-    BOOST_TEST(failed[i]->length() == static_cast<int64_t>(hist[i].size()));
-    std::vector<std::vector<float>> out(2);
-    std::vector<SequenceState*> pair = {failed[i].get(), clean[i].get()};
-    for (size_t k = 0; k < 2; ++k) {
-      for (auto const* part : {&more[i], &chunk[i]}) {
-        std::vector<float> l(part->size() * static_cast<size_t>(V));
-        SequenceStep x{pair[k], *part, static_cast<int64_t>(part->size()), l.data()};
-        throw_if_error(gpu.forward({&x, 1}));
-        out[k].insert(out[k].end(), l.begin(), l.end());
+  struct Injection {
+    char const* name;
+    std::function<void()> arm, disarm;
+  };
+  Injection const injections[] = {
+      {"route observer",
+       [&] {
+         gpu.set_route_observer([](int64_t layer, std::span<int32_t const>, std::span<float const>) {
+           if (layer == 3) throw Error(Status(StatusCode::kInternal, "injected failure"));
+         });
+       },
+       [&] { gpu.set_route_observer({}); }},
+      {"fault inside the layer", [] { model::dsv41::gpu::FaultHook::set_for_test(3); },
+       [] { model::dsv41::gpu::FaultHook::set_for_test(-1); }}};
+  uint64_t seed = 81;
+  for (Injection const& inj : injections) {
+    BOOST_TEST_CONTEXT(inj.name << (gpu.cuda_graphs() ? " (CUDA graphs on)" : "")) {
+      std::vector<std::vector<int32_t>> hist = {random_tokens(90, V, seed), random_tokens(41, V, seed + 1)};
+      std::vector<std::vector<int32_t>> chunk = {random_tokens(7, V, seed + 2), random_tokens(1, V, seed + 3)};
+      std::vector<std::vector<int32_t>> more = {random_tokens(5, V, seed + 4), random_tokens(3, V, seed + 5)};
+      seed += 10;
+      std::vector<std::unique_ptr<SequenceState>> failed, clean;
+      std::vector<float> row(static_cast<size_t>(V));
+      for (size_t i = 0; i < 2; ++i) {
+        for (auto* v : {&failed, &clean}) {
+          v->push_back(gpu.new_sequence());
+          SequenceStep h{v->back().get(), hist[i], 1, row.data()};
+          throw_if_error(gpu.forward({&h, 1}));
+        }
+      }
+      std::vector<std::vector<float>> lg(2, std::vector<float>(static_cast<size_t>(7 * V)));
+      std::vector<SequenceStep> bad = {{failed[0].get(), chunk[0], 7, lg[0].data()},
+                                       {failed[1].get(), chunk[1], 1, lg[1].data()}};
+      inj.arm();
+      Status st;
+      try {
+        st = gpu.forward(bad);
+      } catch (...) {
+        inj.disarm();
+        throw;
+      }
+      inj.disarm();
+      BOOST_TEST(!st.ok());
+      BOOST_TEST(st.message().find("injected failure") != std::string::npos, st.message());
+      for (size_t i = 0; i < 2; ++i) {
+        BOOST_TEST(failed[i]->length() == static_cast<int64_t>(hist[i].size()));
+        std::vector<std::vector<float>> out(2);
+        std::vector<SequenceState*> pair = {failed[i].get(), clean[i].get()};
+        for (size_t k = 0; k < 2; ++k) {
+          for (auto const* part : {&more[i], &chunk[i]}) {
+            std::vector<float> l(part->size() * static_cast<size_t>(V));
+            SequenceStep x{pair[k], *part, static_cast<int64_t>(part->size()), l.data()};
+            throw_if_error(gpu.forward({&x, 1}));
+            out[k].insert(out[k].end(), l.begin(), l.end());
+          }
+        }
+        BOOST_TEST(bitwise_equal(out[0], out[1]), "sequence " << i << " after the failed pass");
+        BOOST_TEST(failed[i]->length() == clean[i]->length());
+        BOOST_TEST(records_of(*failed[i]) == records_of(*clean[i]), "sequence " << i);
       }
     }
-    BOOST_TEST(bitwise_equal(out[0], out[1]), "sequence " << i << " after the failed pass");
-    BOOST_TEST(failed[i]->length() == clean[i]->length());
-    BOOST_TEST(records_of(*failed[i]) == records_of(*clean[i]), "sequence " << i);
   }
   gpu.set_boundary_ulps(0);
 }
