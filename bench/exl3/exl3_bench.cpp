@@ -11,8 +11,10 @@
 ///     of an isolated call (the "empty kernel" floor row measures that floor for one launch);
 ///   * stream: R back-to-back ops over R distinct copies of the weights (R·bytes ≥ 3× the 60 MB L2, so
 ///     every copy streams from DRAM), divided by R — the steady state of a decode step's layer sequence.
-/// cuBLAS is timed the same two ways. Prints markdown tables ready for bench/RESULTS.md.
-/// Usage: exl3_bench [--quick] [--decode|--prefill] [--shape SUBSTR] [--bits K] [--batch M] [--iters N]
+/// cuBLAS is timed the same two ways. MoE (--moe): the grouped op on the routed-expert shapes, the GEMV with chunk
+/// partials against the grouped GEMM, checked bitwise against each other first. Prints markdown tables ready for
+/// bench/RESULTS.md.
+/// Usage: exl3_bench [--quick] [--decode|--prefill|--moe] [--shape SUBSTR] [--bits K] [--batch M] [--iters N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -150,7 +153,7 @@ struct Cublas {
 
 
 struct Options {
-  bool quick = false, decode = true, prefill = true;
+  bool quick = false, decode = true, prefill = true, moe = true;
   std::string shape;   // substring filter on the shape name
   int bits = 0;        // 0 = 2, 3, 4
   int64_t batch = 0;   // 0 = all
@@ -163,8 +166,9 @@ Options parse(int argc, char** argv) {
     std::string const a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--quick") { o.quick = true; o.iters = 5; }
-    else if (a == "--decode") o.prefill = false;
-    else if (a == "--prefill") o.decode = false;
+    else if (a == "--decode") o.prefill = o.moe = false;
+    else if (a == "--prefill") o.decode = o.moe = false;
+    else if (a == "--moe") o.decode = o.prefill = false;
     else if (a == "--shape") o.shape = next();
     else if (a == "--bits") o.bits = std::stoi(next());
     else if (a == "--batch") o.batch = std::stoll(next());
@@ -172,6 +176,113 @@ Options parse(int argc, char** argv) {
     else std::fprintf(stderr, "exl3_bench: ignoring unknown argument %s\n", a.c_str());
   }
   return o;
+}
+
+/// MoE grouped products (Exl3GroupedGemm) on the DeepSeek-V4.1 routed experts as the model calls them: 384
+/// experts, top-6 distinct uniform experts per token, MUL1 K = 3 (or --bits); w1/w3 gather token rows of x [T, 5120],
+/// w2 reads act [A, 2304] through the identity. Distinct trellis addresses per expert (8 random layers repeated).
+/// Paths: 5 = GEMV writing S chunk partials + the epilogue kernel, 2 = grouped GEMM (chain in registers) + the
+/// epilogue kernel; their fp32 outputs must agree bit for bit. One L2 flush per call. Returns the failures.
+int moe_table(Timer& timer, Options const& opt) {
+  int64_t const E = 384, top_k = 6;
+  int const bits = opt.bits ? opt.bits : 3;
+  Shape const moe_shapes[] = {{5120, 2304, "expert w1/w3 5120x2304"}, {2304, 5120, "expert w2 2304x5120"}};
+  std::printf("\n### EXL3 MoE grouped products (MUL1 K=%d, 384 experts, top-6), median of %d\n\n", bits, opt.iters);
+  std::printf("GEMV = the GEMV writing S chunk partials (S = k/128 here) + the epilogue kernel; grouped GEMM = the chunk "
+              "chain in registers over 128-row tiles of each expert's rows + the epilogue kernel; auto takes the GEMM "
+              "from %lld rows per expert on average.\n\n",
+              static_cast<long long>(ops::kExl3GroupedGemmMinRows));
+  std::printf("| shape | tokens | assignments | rows/expert | auto | check | GEMV us | grouped GEMM us | GEMV / GEMM |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  int failures = 0;
+  for (auto const& sh : moe_shapes) {
+    if (!opt.shape.empty() && !std::strstr(sh.name, opt.shape.c_str())) continue;
+    std::vector<DevLayer> base;
+    for (int i = 0; i < 8; ++i) base.emplace_back(random_layer(sh.k, sh.n, 2 * bits, x3::Codebook::kMul1, 4000 + i, false));
+    int64_t const words = (sh.k / 16) * (sh.n / 16) * 16 * bits;
+    Tensor trel = Tensor::empty(DType::kI16, {E * words}, Device::kCuda).value_or_throw();
+    std::vector<int16_t const*> tp;
+    std::vector<Fp16 const*> sp, vp;
+    for (int64_t e = 0; e < E; ++e) {
+      DevLayer const& b = base[static_cast<size_t>(e % 8)];
+      int16_t* dst = trel.data_as<int16_t>() + e * words;
+      cudaMemcpy(dst, b.trellis.data(), static_cast<size_t>(words) * 2, cudaMemcpyDeviceToDevice);
+      tp.push_back(dst);
+      sp.push_back(b.suh.data_as<Fp16>());
+      vp.push_back(b.svh.data_as<Fp16>());
+    }
+    Tensor tpd = upload_ptrs(tp), spd = upload_ptrs(sp), vpd = upload_ptrs(vp);
+    bool const down = sh.k == 2304;
+    for (int64_t T : {64, 256, 512, 1024, 2048, 4096, 8192}) {
+      if (opt.batch && T != opt.batch) continue;
+      if (opt.quick && T > 2048) continue;
+      std::mt19937 g(static_cast<uint32_t>(T));
+      std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(E));
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int64_t> picked;
+        while (static_cast<int64_t>(picked.size()) < top_k) {
+          int64_t const e = static_cast<int64_t>(g() % static_cast<uint32_t>(E));
+          if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+        }
+        for (int64_t e : picked) by_expert[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
+      }
+      std::vector<int32_t> off{0}, tok;
+      for (auto const& r : by_expert) {
+        tok.insert(tok.end(), r.begin(), r.end());
+        off.push_back(static_cast<int32_t>(tok.size()));
+      }
+      int64_t const A = static_cast<int64_t>(tok.size());
+      if (down)
+        for (int64_t a = 0; a < A; ++a) tok[static_cast<size_t>(a)] = static_cast<int32_t>(a);
+      int64_t const xrows = down ? A : T;
+      Tensor x = upload(random_x(xrows, sh.k, 5 + T), DType::kF16, {xrows, sh.k});
+      Tensor offd = upload(off, DType::kI32, {E + 1}), tokd = upload(tok, DType::kI32, {A});
+      Tensor y5 = Tensor::empty(DType::kF32, {A, sh.n}, Device::kCuda).value_or_throw();
+      Tensor y2 = Tensor::empty(DType::kF32, {A, sh.n}, Device::kCuda).value_or_throw();
+      // Scratch for either path: xh + at most k/128 chunk partials per output (exl3_num_chunks ≤ tiles_k / 8).
+      size_t const ws_bytes = static_cast<size_t>(A * sh.k) * 2 + 256 + static_cast<size_t>(sh.k / 128) * static_cast<size_t>(A * sh.n) * 4 + 256;
+      Tensor ws = Tensor::empty(DType::kU8, {static_cast<int64_t>(ws_bytes)}, Device::kCuda).value_or_throw();
+      ops::Exl3GroupedGemmDesc const desc{{sh.k, sh.n, 2 * bits, x3::Codebook::kMul1}, E, xrows, A};
+      auto run = [&](int path, Tensor& y) {
+        ops::Exl3GroupedGemmArgs a;
+        a.x = x.view_as<Fp16 const, 2>();
+        a.trellis = static_cast<int16_t const* const*>(tpd.data());
+        a.suh = static_cast<Fp16 const* const*>(spd.data());
+        a.svh = static_cast<Fp16 const* const*>(vpd.data());
+        a.expert_offsets = offd.data_as<int32_t>();
+        a.token_idx = tokd.data_as<int32_t>();
+        a.y = y.view_as<float, 2>();
+        ExecContext ctx;
+        ctx.backend = Backend::kCuda;
+        ctx.impl_override = path;
+        ctx.workspace = ws.data();
+        ctx.workspace_bytes = ws.nbytes();
+        return ops::Exl3GroupedGemm<Backend::kCuda>::run(desc, a, ctx);
+      };
+      bool const auto_gemm = A >= ops::kExl3GroupedGemmMinRows * E;
+      char const* const auto_name = auto_gemm ? "GEMM" : "GEMV";
+      double const per_expert = static_cast<double>(A) / static_cast<double>(E);
+      Status s5 = run(5, y5), s2 = run(2, y2);
+      std::string why = !s5.ok() ? s5.to_string() : !s2.ok() ? s2.to_string() : std::string();
+      if (why.empty() && cudaDeviceSynchronize() != cudaSuccess) why = "device error";
+      if (why.empty()) {
+        Tensor h5 = y5.to(Device::kCpu).value_or_throw(), h2 = y2.to(Device::kCpu).value_or_throw();
+        if (std::memcmp(h5.data(), h2.data(), h5.nbytes()) != 0) why = "grouped GEMM differs from the GEMV";
+      }
+      if (!why.empty()) {
+        ++failures;
+        std::printf("| %s | %lld | %lld | %.1f | %s | FAIL: %s | | | |\n", sh.name, static_cast<long long>(T),
+                    static_cast<long long>(A), per_expert, auto_name, why.c_str());
+        continue;
+      }
+      double const us5 = timer.median_us([&] { (void)run(5, y5); }, opt.iters);
+      double const us2 = timer.median_us([&] { (void)run(2, y2); }, opt.iters);
+      std::printf("| %s | %lld | %lld | %.1f | %s | ok | %.1f | %.1f | %.2fx |\n", sh.name, static_cast<long long>(T),
+                  static_cast<long long>(A), per_expert, auto_name, us5, us2, us5 / us2);
+      std::fflush(stdout);
+    }
+  }
+  return failures;
 }
 
 }  // namespace
@@ -324,6 +435,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (opt.moe) failures += moe_table(timer, opt);
   std::printf("\n%d row(s) failed their correctness check\n", failures);
   return failures ? 1 : 0;
 }

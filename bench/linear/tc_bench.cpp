@@ -23,9 +23,11 @@
 ///            ue8m0; linear_tc_quant.cuh) beside bf16 on the same shapes, M = 1, 4, 16, stream timing: time, GB/s of
 ///            the bytes read (codes + scales + x + y) and the speedup over bf16. check: every output of the
 ///            block-scaled launch equals the bf16 launch on the decoded weights (ops::scaled_weight) bit for bit.
-///   quant-gemm  the GEMM tile on block-scaled weights (codes decoded per K slab in the tile; linear_tc_quant_gemm.cuh),
-///            FP8 and FP4, M = 512, 2048, 8192, beside the bf16 tile on the decoded weights and cuBLAS bf16 in the same
-///            run: time and TFLOP/s. check: the block-scaled outputs equal the bf16 tile's bit for bit.
+///   quant-gemm  the GEMM tiles on block-scaled weights (codes decoded per K slab in the tile; the mma.sync tile of
+///            linear_tc_quant_gemm.cuh and the wgmma tile of linear_tc_wgmma.cuh), FP8 and FP4, M = 512, 2048, 8192,
+///            beside the bf16 tiles on the decoded weights and cuBLAS bf16 in the same run: time and TFLOP/s. check:
+///            every block-scaled output and the bf16 wgmma tile's equal the bf16 mma.sync tile's bit for bit.
+///   (prefill times the mma.sync and the wgmma tile side by side, each sampled against ref::dot_tc.)
 /// Usage: tc_bench [--quick] [--decode|--prefill|--moe|--slabs|--quant|--quant-gemm] [--shape SUBSTR] [--batch M] [--iters N] [--quant-path ring|direct|ws|auto]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -171,9 +173,10 @@ struct Cublas {
 };
 
 Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int64_t m, int64_t k, int64_t n,
-              ops::TcSlab slab = ops::TcSlab::kAuto) {
+              ops::TcSlab slab = ops::TcSlab::kAuto, ops::TcTile tile = ops::TcTile::kAuto) {
   ops::LinearTcDesc d{m, n, k};
   d.slab = slab;
+  d.tile = tile;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(x);
   a.w = reinterpret_cast<Bf16 const*>(w);
@@ -191,8 +194,10 @@ Status run_tc(uint16_t const* w, uint16_t const* x, float* y, uint16_t* yb, int6
 /// --quant-path ring|direct|ws|auto: how block-scaled codes reach the mma chain (ops::TcQuantPath).
 ops::TcQuantPath g_quant_path = ops::TcQuantPath::kAuto;
 
-Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, uint16_t* yb, int64_t m, int64_t k, int64_t n) {
+Status run_q(DType fmt, uint8_t const* q, uint8_t const* sc, uint16_t const* x, uint16_t* yb, int64_t m, int64_t k, int64_t n,
+             ops::TcTile tile = ops::TcTile::kAuto) {
   ops::LinearTcDesc d{m, n, k};
+  d.tile = tile;
   d.quant = g_quant_path == ops::TcQuantPath::kDirect && !ops::tc_quant_direct_fits(m, k) ? ops::TcQuantPath::kRing : g_quant_path;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(x);
@@ -248,11 +253,12 @@ struct Check {
 /// One launch with both outputs; `samples` outputs (row 0 and M − 1 included) against ref::dot_tc, and the
 /// same outputs of cuBLAS's bf16 result.
 Check check(Dev<uint16_t> const& dw, std::vector<uint16_t> const& hw, Dev<uint16_t> const& dx,
-            std::vector<uint16_t> const& hx, Cublas& cublas, int64_t m, int64_t k, int64_t n, int samples) {
+            std::vector<uint16_t> const& hx, Cublas& cublas, int64_t m, int64_t k, int64_t n, int samples,
+            ops::TcTile tile = ops::TcTile::kAuto) {
   Check c;
   Dev<float> y(static_cast<size_t>(m * n));
   Dev<uint16_t> yb(static_cast<size_t>(m * n)), yc(static_cast<size_t>(m * n));
-  Status const s = run_tc(dw.p, dx.p, y.p, yb.p, m, k, n);
+  Status const s = run_tc(dw.p, dx.p, y.p, yb.p, m, k, n, ops::TcSlab::kAuto, tile);
   if (!s.ok()) return {false, s.to_string()};
   if (cublas.gemm(dw.p, dx.p, yc.p, m, k, n) != CUBLAS_STATUS_SUCCESS) return {false, "cuBLAS failed"};
   CK(cudaDeviceSynchronize());
@@ -632,10 +638,14 @@ int main(int argc, char** argv) {
   }
 
   if (opt.prefill) {
-    std::printf("\n### Tensor-core linear, prefill (GEMM tile) vs cuBLAS bf16, H200, median of %d\n\n", iters);
-    std::printf("| shape | M | check | cuBLAS≠ | TC us | TC TFLOP/s | %% of 754 | cuBLAS us | cuBLAS TFLOP/s | "
-                "cuBLAS %% | TC speed vs cuBLAS |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    bool const wg = ops::tc_wgmma_available();
+    std::printf("\n### Tensor-core linear, prefill: the mma.sync GEMM tile and the wgmma tile vs cuBLAS bf16, median of %d\n\n",
+                iters);
+    std::printf("check: sampled outputs of each tile equal ref::dot_tc bit for bit (fp32 and bf16); cuBLAS≠: sampled bf16 "
+                "outputs where cuBLAS differs from ref::dot_tc.%s\n\n", wg ? "" : " (wgmma: not available here)");
+    std::printf("| shape | M | check | cuBLAS≠ | mma.sync us | TFLOP/s | wgmma us | TFLOP/s | %% of 754 | cuBLAS us | "
+                "cuBLAS TFLOP/s | wgmma vs cuBLAS |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto const& sh : shapes) {
       if (!selected(sh)) continue;
       int64_t const mmax = opt.quick ? 2048 : 8192;
@@ -646,19 +656,25 @@ int main(int argc, char** argv) {
       dx.upload(hx);
       for (int64_t m : {512, 1024, 2048, 4096, 8192}) {
         if (m > mmax || (opt.batch && m != opt.batch)) continue;
-        Check const c = check(dw, hw, dx, hx, cublas, m, sh.k, sh.n, 64);
-        if (!c.ok) {
+        Check const c = check(dw, hw, dx, hx, cublas, m, sh.k, sh.n, 64, ops::TcTile::kGemm);
+        Check const cw = wg ? check(dw, hw, dx, hx, cublas, m, sh.k, sh.n, 64, ops::TcTile::kWgmma) : Check{};
+        if (!c.ok || !cw.ok) {
           ++failures;
-          std::printf("| %s | %lld | FAIL: %s | | | | | | | | |\n", sh.name, static_cast<long long>(m), c.why.c_str());
+          std::printf("| %s | %lld | FAIL: %s | | | | | | | | | |\n", sh.name, static_cast<long long>(m),
+                      (!c.ok ? "mma.sync " + c.why : "wgmma " + cw.why).c_str());
           continue;
         }
         double const flop = 2.0 * static_cast<double>(m) * static_cast<double>(sh.k) * static_cast<double>(sh.n);
-        double const us = timer.median_us([&] { (void)run_tc(dw.p, dx.p, nullptr, yb.p, m, sh.k, sh.n); }, iters);
+        auto tflops = [&](double us) { return flop / (us * 1e-6) / 1e12; };
+        double const us = timer.median_us(
+            [&] { (void)run_tc(dw.p, dx.p, nullptr, yb.p, m, sh.k, sh.n, ops::TcSlab::kAuto, ops::TcTile::kGemm); }, iters);
+        double const uw = wg ? timer.median_us([&] {
+          (void)run_tc(dw.p, dx.p, nullptr, yb.p, m, sh.k, sh.n, ops::TcSlab::kAuto, ops::TcTile::kWgmma);
+        }, iters) : 0.0;
         double const cu = timer.median_us([&] { cublas.gemm(dw.p, dx.p, yc.p, m, sh.k, sh.n); }, iters);
-        double const tf = flop / (us * 1e-6) / 1e12, ctf = flop / (cu * 1e-6) / 1e12;
-        std::printf("| %s | %lld | ok | %d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name,
-                    static_cast<long long>(m), c.cublas_differ, c.samples, us, tf, 100.0 * tf * 1e12 / kPeakBf16, cu,
-                    ctf, 100.0 * ctf * 1e12 / kPeakBf16, 100.0 * cu / us);
+        std::printf("| %s | %lld | ok | %d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", sh.name,
+                    static_cast<long long>(m), c.cublas_differ, c.samples, us, tflops(us), uw, wg ? tflops(uw) : 0.0,
+                    wg ? 100.0 * tflops(uw) * 1e12 / kPeakBf16 : 0.0, cu, tflops(cu), wg ? 100.0 * cu / uw : 0.0);
         std::fflush(stdout);
       }
     }
@@ -668,8 +684,12 @@ int main(int argc, char** argv) {
                 "median of %d\n\n", iters);
     std::printf("TFLOP/s = 2·M·N·K / time. check: every output of the block-scaled launch equals the bf16 tile's on the "
                 "decoded weights (ops::scaled_weight) bit for bit; that tile equals ref::dot_tc (the prefill table).\n\n");
-    std::printf("| shape | M | bf16 tile us | TFLOP/s | fp8 us | TFLOP/s | fp4 us | TFLOP/s | cuBLAS bf16 us | TFLOP/s | "
-                "fp4 vs cuBLAS | check |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    bool const wg = ops::tc_wgmma_available();
+    std::printf("mma.sync: the 128 × 128 tile (kGemm); wgmma: the 128 × 256 tile (kWgmma%s), each checked the same way.\n\n",
+                wg ? "" : ", not available here");
+    std::printf("| shape | M | bf16 tile us | TFLOP/s | fp8 us | TFLOP/s | fp4 us | TFLOP/s | wgmma bf16 us | TFLOP/s | "
+                "wgmma fp8 us | TFLOP/s | wgmma fp4 us | TFLOP/s | cuBLAS bf16 us | TFLOP/s | check |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto const& sh : shapes) {
       if (!selected(sh)) continue;
       int64_t const mmax = opt.quick ? 2048 : 8192;
@@ -685,24 +705,45 @@ int main(int argc, char** argv) {
       for (int64_t m : {512, 2048, 8192}) {
         if (m > mmax || (opt.batch && m != opt.batch)) continue;
         bool ok = true;
-        for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2}) {  // fused vs the bf16 tile on the decoded weights
+        using ops::TcTile;
+        std::vector<TcTile> tiles{TcTile::kGemm};
+        if (wg) tiles.push_back(TcTile::kWgmma);
+        for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2}) {  // fused vs the bf16 mma.sync tile on the decoded weights
           bool const fp4 = fmt == DType::kF4E2m1x2;
           dw.upload(fp4 ? w4 : w8);
-          ok = ok && run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n).ok();
-          ok = ok && run_q(fmt, fp4 ? dq4.p : dq8.p, fp4 ? ds4.p : ds8.p, dx.p, yq.p, m, sh.k, sh.n).ok();
+          ok = ok && run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n, ops::TcSlab::kAuto, TcTile::kGemm).ok();
           CK(cudaDeviceSynchronize());
-          ok = ok && y16.get(static_cast<size_t>(m * sh.n)) == yq.get(static_cast<size_t>(m * sh.n));
+          auto const want = y16.get(static_cast<size_t>(m * sh.n));
+          for (TcTile t : tiles) {
+            ok = ok && run_q(fmt, fp4 ? dq4.p : dq8.p, fp4 ? ds4.p : ds8.p, dx.p, yq.p, m, sh.k, sh.n, t).ok();
+            CK(cudaDeviceSynchronize());
+            ok = ok && want == yq.get(static_cast<size_t>(m * sh.n));
+            if (t == TcTile::kWgmma) {  // the bf16 wgmma tile on the decoded weights too
+              ok = ok && run_tc(dw.p, dx.p, nullptr, yq.p, m, sh.k, sh.n, ops::TcSlab::kAuto, TcTile::kWgmma).ok();
+              CK(cudaDeviceSynchronize());
+              ok = ok && want == yq.get(static_cast<size_t>(m * sh.n));
+            }
+          }
         }
         if (!ok) ++failures;
         double const flop = 2.0 * static_cast<double>(m) * static_cast<double>(sh.k) * static_cast<double>(sh.n);
-        auto tf = [&](double us) { return flop / (us * 1e-6) / 1e12; };
-        double const us16 = timer.median_us([&] { (void)run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n); }, iters);
-        double const us8 = timer.median_us([&] { (void)run_q(DType::kF8E4m3, dq8.p, ds8.p, dx.p, yq.p, m, sh.k, sh.n); }, iters);
-        double const us4 = timer.median_us([&] { (void)run_q(DType::kF4E2m1x2, dq4.p, ds4.p, dx.p, yq.p, m, sh.k, sh.n); }, iters);
+        auto tf = [&](double us) { return us > 0 ? flop / (us * 1e-6) / 1e12 : 0.0; };
+        auto t16 = [&](TcTile t) {
+          return timer.median_us([&] { (void)run_tc(dw.p, dx.p, nullptr, y16.p, m, sh.k, sh.n, ops::TcSlab::kAuto, t); }, iters);
+        };
+        auto tq = [&](DType f, TcTile t) {
+          bool const fp4 = f == DType::kF4E2m1x2;
+          return timer.median_us([&] { (void)run_q(f, fp4 ? dq4.p : dq8.p, fp4 ? ds4.p : ds8.p, dx.p, yq.p, m, sh.k, sh.n, t); },
+                                 iters);
+        };
+        double const us16 = t16(TcTile::kGemm), us8 = tq(DType::kF8E4m3, TcTile::kGemm), us4 = tq(DType::kF4E2m1x2, TcTile::kGemm);
+        double const uw16 = wg ? t16(TcTile::kWgmma) : 0.0, uw8 = wg ? tq(DType::kF8E4m3, TcTile::kWgmma) : 0.0,
+                     uw4 = wg ? tq(DType::kF4E2m1x2, TcTile::kWgmma) : 0.0;
         double const cu = timer.median_us([&] { cublas.gemm(dw.p, dx.p, yc.p, m, sh.k, sh.n); }, iters);
-        std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s |\n", sh.name,
-                    static_cast<long long>(m), us16, tf(us16), us8, tf(us8), us4, tf(us4), cu, tf(cu), 100.0 * cu / us4,
-                    ok ? "ok" : "FAIL");
+        std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+                    "%.1f | %s |\n",
+                    sh.name, static_cast<long long>(m), us16, tf(us16), us8, tf(us8), us4, tf(us4), uw16, tf(uw16), uw8,
+                    tf(uw8), uw4, tf(uw4), cu, tf(cu), ok ? "ok" : "FAIL");
         std::fflush(stdout);
       }
     }

@@ -174,6 +174,12 @@ constexpr std::array<Exl3MmaLaunchFn, 24> kGemm = {
     TESSERA_EXL3_ROW(5) TESSERA_EXL3_ROW(6) TESSERA_EXL3_ROW(7) TESSERA_EXL3_ROW(8)
 #undef TESSERA_EXL3_ROW
 };
+constexpr std::array<Exl3MmaLaunchFn, 24> kGroupedGemm = {
+#define TESSERA_EXL3_ROW(K) &launch_exl3_grouped_gemm<K, 0>, &launch_exl3_grouped_gemm<K, 1>, &launch_exl3_grouped_gemm<K, 2>,
+    TESSERA_EXL3_ROW(1) TESSERA_EXL3_ROW(2) TESSERA_EXL3_ROW(3) TESSERA_EXL3_ROW(4)
+    TESSERA_EXL3_ROW(5) TESSERA_EXL3_ROW(6) TESSERA_EXL3_ROW(7) TESSERA_EXL3_ROW(8)
+#undef TESSERA_EXL3_ROW
+};
 constexpr std::array<Exl3ReconstructFn, 24> kReconstruct = {
 #define TESSERA_EXL3_ROW(K) &launch_exl3_reconstruct<K, 0>, &launch_exl3_reconstruct<K, 1>, &launch_exl3_reconstruct<K, 2>,
     TESSERA_EXL3_ROW(1) TESSERA_EXL3_ROW(2) TESSERA_EXL3_ROW(3) TESSERA_EXL3_ROW(4)
@@ -568,11 +574,27 @@ Status Exl3GroupedGemm<Backend::kCuda>::check(Exl3GroupedGemmDesc const& d, Devi
   return kx::check_device(dev);
 }
 
-size_t Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(Exl3GroupedGemmDesc const& d) {
+namespace {
+/// Paths of the grouped op (ctx.impl_override): 1 GEMV with the epilogue fused, 2 grouped GEMM (the chunk chain
+/// in registers, one accumulator per output), 5 GEMV then the epilogue kernel; any other value: auto (see
+/// Exl3GroupedGemm<kCuda> in ops/exl3.hpp). One token of a small layer: 1 (one launch); from
+/// kExl3GroupedGemmMinRows rows per expert on average: 2; otherwise 5.
+int grouped_path(Exl3GroupedGemmDesc const& d, int impl_override) {
+  if (impl_override == 1 || impl_override == 2 || impl_override == 5) return impl_override;
+  if (d.num_tokens == 1 && kx::gemv_fuses_transform(d.layer.k / 16, d.layer.n / 16)) return 1;
+  return d.num_assignments >= kExl3GroupedGemmMinRows * d.num_experts ? 2 : 5;
+}
+/// fp16 xh [A, k] + fp32 chunk partials [S][A][n] (GEMV) or accumulators [A][n] (grouped GEMM).
+size_t grouped_workspace(Exl3GroupedGemmDesc const& d, int path) {
   auto const a = static_cast<size_t>(d.num_assignments);
-  int const s = kx::exl3_num_chunks(static_cast<int>(d.layer.k / 16), static_cast<int>(d.layer.n / 16));
+  int const s = path == 2 ? 1 : kx::exl3_num_chunks(static_cast<int>(d.layer.k / 16), static_cast<int>(d.layer.n / 16));
   return kx::align256(a * static_cast<size_t>(d.layer.k) * 2) +
          kx::align256(static_cast<size_t>(s) * a * static_cast<size_t>(d.layer.n) * 4);
+}
+}  // namespace
+
+size_t Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(Exl3GroupedGemmDesc const& d) {
+  return grouped_workspace(d, grouped_path(d, -1));
 }
 
 Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3GroupedGemmArgs const& a, ExecContext& ctx) {
@@ -583,8 +605,9 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   if (a.y.shape[0] != d.num_assignments || a.y.shape[1] != l.n || a.x.shape[1] != l.k)
     return invalid_argument("exl3 grouped gemm: x [T, k] and y [A, n] required");
   if (d.num_assignments == 0) return {};
+  int const path = grouped_path(d, ctx.impl_override);
   kx::Scratch ws;
-  TESSERA_TRY(ws.acquire(ctx, workspace_bytes(d)));
+  TESSERA_TRY(ws.acquire(ctx, grouped_workspace(d, path)));
   int64_t const rows = d.num_assignments;
   auto* xh = static_cast<__half*>(ws.ptr);
   auto* partial = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + kx::align256(static_cast<size_t>(rows * l.k) * 2));
@@ -601,12 +624,13 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   xp.rows = rows;
   xp.k = l.k;
   kx::Exl3MmaParams p;
-  if (kx::gemv_fuses_transform(l.k / 16, l.n / 16)) {
+  if (path != 2 && kx::gemv_fuses_transform(l.k / 16, l.n / 16)) {
     // The GEMV applies the input transform (token gather, the expert's suh) while staging A fragments.
     p.x = xp.x;
     p.token_idx = xp.token_idx;
     p.suh_e = xp.suh_e;
   } else {
+    // The grouped GEMM always reads xh: each of its tiles is staged by tiles_n / 8 column blocks.
     TESSERA_TRY(kx::cuda_status(kx::launch_pdl(kx::exl3_input_transform_kernel,
                                                  dim3(static_cast<unsigned>((rows + kx::kRowsPerWarp - 1) / kx::kRowsPerWarp),
                                                       static_cast<unsigned>((l.k + 511) / 512)),
@@ -624,23 +648,24 @@ Status Exl3GroupedGemm<Backend::kCuda>::run(Exl3GroupedGemmDesc const& d, Exl3Gr
   p.tiles_n = static_cast<int>(l.n / 16);
   p.num_chunks = kx::exl3_num_chunks(p.tiles_k, p.tiles_n);
   p.chunk_tiles = p.tiles_k / p.num_chunks;
-  // One token (at most one row per expert) of a small layer: one launch, the GEMV's last block per
-  // (expert, column group) runs the epilogue (see gemm_tactic); otherwise the epilogue kernel follows.
-  // impl_override 1 / 5 force either.
-  bool const fused = ctx.impl_override == 1 ||
-                     (ctx.impl_override != 5 && d.num_tokens == 1 && kx::gemv_fuses_transform(l.k / 16, l.n / 16));
-  if (fused) {
-    TESSERA_TRY(kx::gemv_tickets(stream, static_cast<size_t>(e) * static_cast<size_t>(l.n / 128), &p.tickets));
-    p.svh_e = reinterpret_cast<__half const* const*>(a.svh);
-    p.route_weight = a.route_weight;
-    p.y32 = a.y.data;
+  if (path == 2) {
+    // The whole chunk chain per output in the GEMM's registers: one accumulator [A][n] (the epilogue's S = 1).
+    TESSERA_TRY(kx::cuda_status(kx::kGroupedGemm[kx::table_index(l)](p, e, stream), "grouped gemm launch"));
+  } else {
+    // Path 1: one launch, the GEMV's last block per (expert, column group) runs the epilogue (see gemm_tactic).
+    if (path == 1) {
+      TESSERA_TRY(kx::gemv_tickets(stream, static_cast<size_t>(e) * static_cast<size_t>(l.n / 128), &p.tickets));
+      p.svh_e = reinterpret_cast<__half const* const*>(a.svh);
+      p.route_weight = a.route_weight;
+      p.y32 = a.y.data;
+    }
+    TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, e, stream), "grouped gemv launch"));
+    if (path == 1) return {};
   }
-  TESSERA_TRY(kx::cuda_status(kx::kGemv[kx::table_index(l)](p, e, stream), "grouped gemv launch"));
-  if (fused) return {};
 
   kx::EpilogueParams ep;
   ep.partial = partial;
-  ep.num_chunks = p.num_chunks;
+  ep.num_chunks = path == 2 ? 1 : p.num_chunks;
   ep.rows = rows;
   ep.n = l.n;
   ep.svh_e = reinterpret_cast<__half const* const*>(a.svh);

@@ -25,6 +25,8 @@
 ///          rows (8 m16 sub-tiles, so every decoded B fragment feeds 16 MMAs); xh slabs of 128 × 64 are
 ///          double-buffered in shared memory (cp.async) and read with ldmatrix.x4; the chunk totals are
 ///          kept in shared memory (the chain is still ((0 + P_0) + P_1) + …).
+///   grouped GEMM (MoE) the same block over 128-row tiles of one expert's rows, cut from expert_offsets[e]
+///          (grouped_slot_expert maps the launch's tile slots to experts on the device).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -41,7 +43,8 @@ namespace dx = tessera::device::exl3;
 using tessera::exl3::Codebook;
 
 /// Operands of the GEMV/GEMM kernels. Dense layers: trellis set, expert arrays null, rows [0, num_rows).
-/// MoE: trellis_e[e] per expert and rows [expert_offsets[e], expert_offsets[e+1]) (grid.z = expert).
+/// MoE: trellis_e[e] per expert and rows [expert_offsets[e], expert_offsets[e+1]) (GEMV: grid.z = expert;
+/// grouped GEMM: tile slots, see grouped_slot_expert).
 struct Exl3MmaParams {
   __half const* xh = nullptr;                // [num_rows, k] input-transformed activations (GEMM; GEMV when x is null)
   // GEMV only: when x is set, the kernel applies the input transform itself (no xh in global memory).
@@ -62,6 +65,7 @@ struct Exl3MmaParams {
   __half* y16 = nullptr;                     // [num_rows, n] fp16 output, or
   float* y32 = nullptr;                      // [num_rows, n] fp32 output
   int64_t num_rows = 0, k = 0, n = 0;
+  int num_experts = 0;                       // E (grouped GEMM)
   int tiles_k = 0, tiles_n = 0;
   int num_chunks = 1;                        // S
   int chunk_tiles = 0;                       // C = tiles_k / S
@@ -412,14 +416,63 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
 #endif
 }
 
-/// GEMM: the full chunk chain for 128 rows × 128 columns. grid (tiles_n / 8, ceil(num_rows / 128)),
-/// block 256, dynamic shared memory kGemmSmemBytes. Each warp owns one 16-column tile and all 128 rows
+/// Grouped GEMM tile slots (MoE). Expert e's rows [off[e], off[e+1]) are cut into 128-row tiles from off[e];
+/// its tiles take the launch's slots [B(e), B(e+1)) with B(e) = ⌊off[e]/128⌋ + e. B is strictly increasing, and
+/// B(e+1) − B(e) = ⌊off[e+1]/128⌋ − ⌊off[e]/128⌋ + 1 ≥ ⌈(off[e+1] − off[e])/128⌉, so every tile has a slot; a
+/// slot past its expert's last tile (at most one per expert, the one slot of an empty expert) and a slot
+/// ≥ B(E) do nothing. B(E) ≤ ⌊A/128⌋ + E for A ≥ off[E] (exl3_grouped_gemm_slots): the host sizes the grid from
+/// the capacity A, and the device finds a slot's expert from the offsets alone (no tile table, no host sync).
+inline constexpr int64_t exl3_grouped_gemm_slots(int64_t num_assignments, int64_t num_experts) {
+  return num_assignments / kGemmRows + num_experts;
+}
+__device__ __forceinline__ int64_t grouped_slot_base(int32_t const* off, int e) {
+  return off[e] / kGemmRows + e;
+}
+
+/// The expert of grouped GEMM slot `slot`: the largest e < num_experts with B(e) ≤ slot, −1 if none (B(0) > slot).
+/// A 256-ary search by the whole block: the candidates lo + i·step (i < 256) are tested at once and
+/// __syncthreads_count of B(candidate) ≤ slot (a prefix, B increasing) narrows [lo, lo + count) to one step;
+/// one round for E ≤ 256, two up to 65,536. Block-uniform result (every thread reaches the barrier).
+__device__ __forceinline__ int grouped_slot_expert(int32_t const* off, int num_experts, int64_t slot) {
+  constexpr int kThreads = kGemmWarps * 32;
+  int lo = 0, count = num_experts;
+  for (;;) {
+    int const step = (count + kThreads - 1) / kThreads;
+    int const i = static_cast<int>(threadIdx.x) * step;
+    bool const le = i < count && grouped_slot_base(off, lo + i) <= slot;
+    int const below = __syncthreads_count(le);
+    if (below == 0) return -1;
+    lo += (below - 1) * step;
+    count = min(step, count - (below - 1) * step);
+    if (step == 1) return lo;
+  }
+}
+
+/// GEMM: the full chunk chain for 128 rows × 128 columns. Dense: grid (tiles_n / 8, ceil(num_rows / 128)).
+/// Grouped (kGrouped, MoE): grid (tiles_n / 8, Y, Z), slot = blockIdx.z·Y + blockIdx.y; the slot's tile is rows
+/// [off[e] + 128t, min(off[e] + 128(t + 1), off[e+1])) of expert e = grouped_slot_expert(slot), t = slot − B(e),
+/// against trellis_e[e]; xh and the accumulators are indexed by assignment row.
+/// Block 256, dynamic shared memory kGemmSmemBytes. Each warp owns one 16-column tile and all 128 rows
 /// (8 m16 sub-tiles: every decoded B fragment feeds 16 MMAs). Pipeline per 64-k slab: the next slab's xh
 /// (cp.async into the other buffer) and trellis words (registers) are in flight while the current slab is
 /// decoded and multiplied. The current chunk's partial lives in registers; the running total
 /// ((0 + P_0) + …) lives in shared memory in fragment order (each thread touches only its own entries),
 /// updated at chunk ends — the same additions in the same order as the GEMV's epilogue.
-template <int kBits, Codebook kCb>
+///
+/// Grouped GEMM == grouped GEMV bit for bit, row a of expert e (off[e] ≤ a < off[e+1]), output column c:
+///   * operands: the same xh row (the transform kernel and the GEMV's fused staging both run
+///     input_transform_warp on x[token_idx[a]] with suh of e), the same trellis words of trellis_e[e] decoded by
+///     the same decode_fragments; ldmatrix.x4 of rows ms·16 + (lane & 15), k-halves lane >> 4 yields the mma A
+///     registers {(g, 2c), (g + 8, 2c), (g, 2c + 8), (g + 8, 2c + 8)}, the GEMV's staged {a0, a1, a2, a3};
+///   * an m16n8k16 output element depends on its A row and B column only, so the fragment's other rows (a
+///     16-row group from off[e] in the GEMV, a 128-row tile here, zeros past off[e+1]) do not change it;
+///   * chunks: S = exl3_num_chunks(tiles_k, tiles_n) and C = tiles_k / S in both (C a multiple of the 4-tile
+///     slab); P_s is the mma chain over k-tiles sC .. sC + C − 1 ascending from +0 accumulators in both;
+///   * sums: here acc = ((+0 + P_0) + P_1) + … + P_{S−1} in registers/shared memory, stored once, and the epilogue
+///     with one chunk computes +0 + acc; the GEMV's epilogue computes ((+0 + P_0) + P_1) + … . +0 + acc = acc
+///     because acc ≠ −0: +0 + P_0 is never −0 and a round-to-nearest sum is −0 only of two −0 addends (this
+///     build does not flush subnormals). The finish (butterflies, ·r, ·svh, ·route weight) is the same code.
+template <int kBits, Codebook kCb, bool kGrouped>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaParams const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kW = dx::kLaneWords<kBits>;
@@ -431,7 +484,24 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaPa
   float* stot = reinterpret_cast<float*>(gemm_smem + 2 * kGemmSlabHalves * sizeof(__half));
   int const lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int const tn = blockIdx.x * kGemmWarps + warp;       // n is a multiple of 128: always < tiles_n
-  int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
+  int64_t row0, row_end;                               // the block's rows: [row0, min(row0 + 128, row_end))
+  int16_t const* trellis;
+  if constexpr (kGrouped) {
+    // The offsets are written by a predecessor: the slot's expert (and so its trellis) is known after the wait.
+    pdl_wait();
+    pdl_launch_dependents();
+    int64_t const slot = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    int const e = grouped_slot_expert(p.expert_offsets, p.num_experts, slot);
+    if (e < 0) return;
+    row0 = p.expert_offsets[e] + (slot - grouped_slot_base(p.expert_offsets, e)) * kGemmRows;
+    row_end = p.expert_offsets[e + 1];
+    if (row0 >= row_end) return;
+    trellis = p.trellis_e[e];
+  } else {
+    row0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
+    row_end = p.num_rows;
+    trellis = p.trellis;
+  }
   int const first = dx::lane_first_bit<kBits>(lane);
   int const o = first & 31;
   int off[kW];
@@ -444,7 +514,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaPa
     }
   }
   int64_t const stride = static_cast<int64_t>(p.tiles_n) * kTileWords;
-  uint32_t const* tp = reinterpret_cast<uint32_t const*>(p.trellis) + static_cast<int64_t>(tn) * kTileWords;
+  uint32_t const* tp = reinterpret_cast<uint32_t const*>(trellis) + static_cast<int64_t>(tn) * kTileWords;
   uint32_t wcur[kSlabTiles][kW], wnext[kSlabTiles][kW];
   auto load_slab = [&](uint32_t (&w)[kSlabTiles][kW], int ts) {
 #pragma unroll
@@ -453,16 +523,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaPa
       for (int q = 0; q < kW; ++q) w[i][q] = q < kLw ? __ldg(tp + (ts + i) * stride + off[q]) : 0u;
   };
   load_slab(wcur, 0);
-  pdl_wait();
-  pdl_launch_dependents();
-  // xh slab ts..ts+3 → buffer b: 128 rows × 8 uint4, 4 per thread; rows past num_rows are zero-filled.
+  if constexpr (!kGrouped) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
+  // xh slab ts..ts+3 → buffer b: 128 rows × 8 uint4, 4 per thread; rows from row_end on are zero-filled.
   auto stage = [&](int ts, int b) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       int const idx = threadIdx.x + i * kGemmWarps * 32;
       int const r = idx >> 3, cu = idx & 7;
       int64_t const row = row0 + r;
-      bool const ok = row < p.num_rows;
+      bool const ok = row < row_end;
       cp_async16(sa + b * kGemmSlabHalves + r * kGemmLda + cu * 8, p.xh + (ok ? row : 0) * p.k + ts * 16 + cu * 8, ok);
     }
     cp_async_commit();
@@ -530,8 +602,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaPa
       for (int e = 0; e < 4; ++e) y[e] = __fadd_rn(have_total ? stot[tot_index(ms, h, e)] : 0.f, cacc[ms][h][e]);
       int64_t const ra = row0 + ms * 16 + g, rb = ra + 8;
       float* out = p.partial + static_cast<int64_t>(tn) * 16 + 8 * h + 2 * c;
-      if (ra < p.num_rows) *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(y[0], y[1]);
-      if (rb < p.num_rows) *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(y[2], y[3]);
+      if (ra < row_end) *reinterpret_cast<float2*>(out + ra * p.n) = make_float2(y[0], y[1]);
+      if (rb < row_end) *reinterpret_cast<float2*>(out + rb * p.n) = make_float2(y[2], y[3]);
     }
 #endif
 }
@@ -604,13 +676,27 @@ cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {
-  static cudaError_t const attr = cudaFuncSetAttribute(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(kGemmSmemBytes));
+  constexpr auto kernel = exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb), false>;
+  static cudaError_t const attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmSmemBytes));
   if (attr != cudaSuccess) return attr;
   dim3 grid((p.tiles_n + kGemmWarps - 1) / kGemmWarps, static_cast<unsigned>((p.num_rows + kGemmRows - 1) / kGemmRows));
-  return launch_pdl(exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemmWarps * 32), kGemmSmemBytes,
-                    stream, p);
+  return launch_pdl(kernel, grid, dim3(kGemmWarps * 32), kGemmSmemBytes, stream, p);
+}
+/// Grouped GEMM over num_experts experts, p.num_rows = the assignment capacity A: the slots of
+/// exl3_grouped_gemm_slots(A, E) as grid (tiles_n / 8, Y ≤ 65,535, Z), slot = blockIdx.z·Y + blockIdx.y.
+template <int kBits, int kCb>
+cudaError_t launch_exl3_grouped_gemm(Exl3MmaParams const& p, int num_experts, cudaStream_t stream) {
+  constexpr auto kernel = exl3_gemm_kernel<kBits, static_cast<Codebook>(kCb), true>;
+  static cudaError_t const attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmSmemBytes));
+  if (attr != cudaSuccess) return attr;
+  Exl3MmaParams q = p;
+  q.num_experts = num_experts;
+  int64_t const slots = exl3_grouped_gemm_slots(p.num_rows, num_experts);
+  int64_t const y = slots < 65535 ? slots : 65535;
+  dim3 grid((p.tiles_n + kGemmWarps - 1) / kGemmWarps, static_cast<unsigned>(y), static_cast<unsigned>((slots + y - 1) / y));
+  return launch_pdl(kernel, grid, dim3(kGemmWarps * 32), kGemmSmemBytes, stream, q);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_reconstruct(int16_t const* trellis, __half* w, int tiles_k, int tiles_n, cudaStream_t stream) {
@@ -636,6 +722,7 @@ using Exl3ReconstructFn = cudaError_t (*)(int16_t const*, __half*, int, int, cud
 #define TESSERA_EXL3_EXTERN_ONE(K, CB)                                                                   \
   extern template cudaError_t launch_exl3_gemv<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
   extern template cudaError_t launch_exl3_gemm<K, CB>(Exl3MmaParams const&, int, cudaStream_t);         \
+  extern template cudaError_t launch_exl3_grouped_gemm<K, CB>(Exl3MmaParams const&, int, cudaStream_t); \
   extern template cudaError_t launch_exl3_reconstruct<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);     \
   extern template cudaError_t launch_exl3_reconstruct_t<K, CB>(int16_t const*, __half*, int, int, cudaStream_t);
 #define TESSERA_EXL3_EXTERN_K(K) TESSERA_EXL3_EXTERN_ONE(K, 0) TESSERA_EXL3_EXTERN_ONE(K, 1) TESSERA_EXL3_EXTERN_ONE(K, 2)

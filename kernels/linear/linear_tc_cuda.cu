@@ -14,6 +14,7 @@
 #include "kernels/linear/linear_tc_quant_direct.cuh"
 #include "kernels/linear/linear_tc_quant_gemm.cuh"
 #include "kernels/linear/linear_tc_quant_ws.cuh"
+#include "kernels/linear/linear_tc_wgmma.cuh"
 
 namespace tessera::kernels::tc_linear {
 namespace {
@@ -52,6 +53,18 @@ Status launch_skinny(TcLinearParams const& p, cudaStream_t stream) {
 }
 
 using Launch = Status (*)(TcLinearParams const&, cudaStream_t);
+
+/// The wgmma tile (linear_tc_wgmma.cuh): kFmt kBf16 (W bf16, kVec16 or element staging) or block-scaled codes.
+template <DType kFmt, bool kVec16>
+Status launch_wgmma(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_wgmma_kernel<kFmt, kVec16>;
+  constexpr size_t kSmem = wgmma_smem_bytes<kFmt>();
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(kSmem), "linear_tc wgmma: shared memory attribute"));
+  int64_t const blocks = ceil_div(p.m, kWgBM) * ceil_div(p.n, kWgBN);
+  if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc wgmma: more than 2^31 − 1 tiles");
+  kKernel<<<static_cast<unsigned>(blocks), kWgThreads, kSmem, stream>>>(p);
+  return launch_status("linear_tc_wgmma_kernel");
+}
 
 /// Block-scaled W on the skinny tile (linear_tc_quant.cuh).
 template <DType kFmt>
@@ -202,6 +215,39 @@ TcSlab tc_default_slab() {
 
 namespace tessera::ops {
 
+bool tc_wgmma_available() {
+#if defined(TESSERA_SM90A)
+  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+  if (dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    bool const ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
+    cached[dev] = ok && major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+#else
+  return false;
+#endif
+}
+
+bool tc_wgmma_auto() {
+  static bool const env_on = [] {
+    char const* e = std::getenv("TESSERA_TC_WGMMA");
+    return !(e && std::string(e) == "0");
+  }();
+  return env_on && tc_wgmma_available();
+}
+
+TcTile tc_tile_run(LinearTcDesc const& d, LinearTcArgs const& a) {
+  TcTile const t = tc_tile_for(d);
+  if (d.tile != TcTile::kAuto || t != TcTile::kGemm || d.m < kTcWgmmaMinRows || d.mma != TcMma::kK16) return t;
+  bool const staged16 = a.w_format != DType::kBf16 ? tc_quant_ok(d, a) : tc_vec16(d, a);
+  return staged16 && tc_wgmma_auto() ? TcTile::kWgmma : t;
+}
+
 char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a) {
   static char const* const names[2][2][2] = {
       {{"gemm/k16/elem", "gemm/k16/vec16"}, {"gemm/k8x2/elem", "gemm/k8x2/vec16"}},
@@ -210,10 +256,13 @@ char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a)
                                                {"skinny/k16/elem/s512x4", "skinny/k16/vec16/s512x4"},
                                                {"skinny/k16/elem/s1024x3", "skinny/k16/vec16/s1024x3"},
                                                {"skinny/k16/elem/s512x6", "skinny/k16/vec16/s512x6"}};
+  TcTile const tile = tc_tile_run(d, a);
+  bool const wg = tile == TcTile::kWgmma;
   if (a.w_format == DType::kF8E4m3)
-    return !tc_quant_ok(d, a) ? "unsupported/fp8" : tc_tile_for(d) == TcTile::kGemm ? "gemm/k16/fp8" : "skinny/k16/fp8";
+    return !tc_quant_ok(d, a) ? "unsupported/fp8" : wg ? "wgmma/k16/fp8" : tile == TcTile::kGemm ? "gemm/k16/fp8" : "skinny/k16/fp8";
   if (a.w_format == DType::kF4E2m1x2)
-    return !tc_quant_ok(d, a) ? "unsupported/fp4" : tc_tile_for(d) == TcTile::kGemm ? "gemm/k16/fp4" : "skinny/k16/fp4";
+    return !tc_quant_ok(d, a) ? "unsupported/fp4" : wg ? "wgmma/k16/fp4" : tile == TcTile::kGemm ? "gemm/k16/fp4" : "skinny/k16/fp4";
+  if (wg) return tc_vec16(d, a) ? "wgmma/k16/vec16" : "wgmma/k16/elem";
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && static_cast<int>(slab) >= 0 && static_cast<int>(slab) < 4)
     return slab_names[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0];
@@ -228,7 +277,10 @@ Status tc_params(LinearTcDesc const& d, LinearTcArgs const& a, kernels::tc_linea
   if (d.m < 0 || d.n < 0 || d.k < 0) return invalid_argument("linear_tc: negative dimension");
   if (d.mma != TcMma::kK16 && d.mma != TcMma::kK8x2) return invalid_argument("linear_tc: unknown mma");
   TcTile const tile = tc_tile_for(d);
-  if (tile != TcTile::kGemm && tile != TcTile::kSkinny) return invalid_argument("linear_tc: unknown tile");
+  if (tile != TcTile::kGemm && tile != TcTile::kSkinny && tile != TcTile::kWgmma) return invalid_argument("linear_tc: unknown tile");
+  if (tile == TcTile::kWgmma && d.mma != TcMma::kK16) return invalid_argument("linear_tc: the wgmma tile is m16n8k16 only");
+  if (tile == TcTile::kWgmma && !tc_wgmma_available())
+    return not_supported("linear_tc: the wgmma tile needs an sm_90a build on a compute capability 9.0 device");
   if (static_cast<int>(d.slab) < -1 || static_cast<int>(d.slab) > 3) return invalid_argument("linear_tc: unknown slab");
   if (static_cast<int>(d.quant) < -1 || static_cast<int>(d.quant) > 2) return invalid_argument("linear_tc: unknown block-scaled path");
   if (d.m == 0 || d.n == 0) { empty = true; return {}; }
@@ -276,11 +328,17 @@ Status linear_tc_cuda(LinearTcDesc const& d, LinearTcArgs const& a, ExecContext&
                            std::to_string(ops::kTcDirectMaxRows) + " rows whose x fits its shared memory");
     cudaStream_t const st = kernels::stream_of(ctx);
     bool const fp4 = a.w_format == DType::kF4E2m1x2;
-    if (tc_tile_for(d) == TcTile::kGemm) return fp4 ? launch_gemm_q<DType::kF4E2m1x2>(p, st) : launch_gemm_q<DType::kF8E4m3>(p, st);
+    TcTile const tile = tc_tile_run(d, a);
+    if (tile == TcTile::kWgmma)
+      return fp4 ? launch_wgmma<DType::kF4E2m1x2, true>(p, st) : launch_wgmma<DType::kF8E4m3, true>(p, st);
+    if (tile == TcTile::kGemm) return fp4 ? launch_gemm_q<DType::kF4E2m1x2>(p, st) : launch_gemm_q<DType::kF8E4m3>(p, st);
     if (path == ops::TcQuantPath::kDirect) return fp4 ? launch_skinny_qd<DType::kF4E2m1x2>(p, st) : launch_skinny_qd<DType::kF8E4m3>(p, st);
     if (path == ops::TcQuantPath::kWarpSpec) return fp4 ? launch_skinny_ws<DType::kF4E2m1x2>(p, st) : launch_skinny_ws<DType::kF8E4m3>(p, st);
     return fp4 ? launch_skinny_q<DType::kF4E2m1x2>(p, st) : launch_skinny_q<DType::kF8E4m3>(p, st);
   }
+  if (tc_tile_run(d, a) == TcTile::kWgmma)
+    return tc_vec16(d, a) ? launch_wgmma<DType::kBf16, true>(p, kernels::stream_of(ctx))
+                          : launch_wgmma<DType::kBf16, false>(p, kernels::stream_of(ctx));
   TcSlab const slab = d.slab == TcSlab::kAuto ? tc_default_slab() : d.slab;
   if (tc_tile_for(d) == TcTile::kSkinny && d.mma == TcMma::kK16 && slab != TcSlab::k256x8)
     return kSkinnySlab[static_cast<int>(slab)][tc_vec16(d, a) ? 1 : 0](p, kernels::stream_of(ctx));

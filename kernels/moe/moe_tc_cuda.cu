@@ -10,7 +10,8 @@
 ///           is its epilogue. Bytes: the warp streams 2 × 8 W rows and stages x once; writing g, u to memory for a
 ///           separate act kernel would add 2·4 B·inter per assignment of traffic and a launch, and stage x twice.
 ///     down: skinny_warp_tile with kMats = 1 over W2, x rows = act slots.
-///   kGemm (≤ 128 assignments per tile, 128 × 128 block tile, 8 warps):
+///   kGemm (≤ 128 assignments per tile, 128 × 128 block tile, 8 warps; on sm_90a where ops::tc_wgmma_auto, the
+///   128 × 256 wgmma tile of moe_tc_wgmma.cuh instead, same values):
 ///     act:  two launches of gemm_block_tile over the same gathered x rows, W1 then W3. The first stores
 ///           →bf16(g) into act at the output's position; the second puts →bf16(u) in shared memory, reads g back
 ///           and stores the activation over it. (One kernel doing both passes, or keeping g in registers, spills
@@ -29,6 +30,7 @@
 #include "kernels/linear/linear_tc_quant_direct.cuh"
 #include "kernels/linear/linear_tc_quant_gemm.cuh"
 #include "kernels/linear/linear_tc_quant_ws.cuh"
+#include "kernels/linear/linear_tc_wgmma.cuh"
 #include "kernels/moe/moe_tc.cuh"
 #include "tessera/ops/linear.hpp"
 
@@ -468,6 +470,8 @@ Status check_grid(int64_t gx, int64_t gy, char const* what) {
   return {};
 }
 
+#include "kernels/moe/moe_tc_wgmma.cuh"
+
 }  // namespace
 
 /// Experts [e0, e0 + gridDim.y) of one block-scaled matrix kind decoded to bf16: expert e's [rows, cols] at
@@ -625,6 +629,7 @@ Status launch_skinny(MoeTcParams const& p, cudaStream_t st) {
 
 Status launch_gemm(MoeTcParams const& p, cudaStream_t st) {
   if (p.tile_rows != kGemmTileRows) return invalid_argument("moe_tc gemm: tiles of 128 assignments expected");
+  if (ops::tc_wgmma_auto()) return launch_wgmma<DType::kBf16>(p, st);
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<false>>(kGemmSmemBytes), "moe_tc gate gemm: shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_gemm_kernel<true>>(kGemmSmemBytes), "moe_tc act gemm: shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_gemm_kernel>(kGemmSmemBytes), "moe_tc down gemm: shared memory attribute"));
@@ -691,8 +696,9 @@ Status launch_gemm_q(MoeTcParams const& p, cudaStream_t st) {
 
 Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st) {
   if (p.tile_rows != kGemmTileRows) return invalid_argument("moe_tc gemm: tiles of 128 assignments expected");
-  if (p.routed_scaled == DType::kF8E4m3) return launch_gemm_q<DType::kF8E4m3>(p, st);
-  if (p.routed_scaled == DType::kF4E2m1x2) return launch_gemm_q<DType::kF4E2m1x2>(p, st);
+  bool const wg = ops::tc_wgmma_auto();
+  if (p.routed_scaled == DType::kF8E4m3) return wg ? launch_wgmma<DType::kF8E4m3>(p, st) : launch_gemm_q<DType::kF8E4m3>(p, st);
+  if (p.routed_scaled == DType::kF4E2m1x2) return wg ? launch_wgmma<DType::kF4E2m1x2>(p, st) : launch_gemm_q<DType::kF4E2m1x2>(p, st);
   return invalid_argument("moe_tc gemm (block-scaled): routed experts not block-scaled");
 }
 

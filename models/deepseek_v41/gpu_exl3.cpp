@@ -371,9 +371,10 @@ void Forward::moe_exl3(int64_t l, float const* xa, float const* rw, int32_t cons
   int64_t const D = s.hidden_size, I = s.moe_inter;
   int64_t const K = s.top_k;
   bool const bf16 = b_.md == DType::kBf16;
-  // Blocks of B tokens, B·K slots (v41-flash at 8192 tokens: 49,152 slots): y 0.94 GiB, g / u 0.42 GiB each, and each
-  // grouped product's workspace chunks·slots·n·4 B = 16.9 GiB (w1 / w3: 40 chunks of n 2304; w2: 18 of n 5120),
-  // a quarter of a one-pass 32K prefill's 67.5 GiB. A token's routing, products and combine lie in its block.
+  // Blocks of B tokens, B·K slots (v41-flash at 8192 tokens: 49,152 slots, 128 per expert): y 0.94 GiB, g / u 0.42 GiB
+  // each, and each grouped product's workspace xh + slots·n·4 B on the grouped GEMM (w1 / w3 0.89 GiB, w2 1.15 GiB);
+  // below ops::kExl3GroupedGemmMinRows slots per expert the GEMV's chunks·slots·n·4 B (40 chunks of n 2304, 18 of
+  // n 5120: 16.9 GiB at this size). A token's routing, products and combine lie in its block.
   int64_t const B = gpu::Exl3RowBlock::get();
   for (int64_t t0 = 0; t0 < N; t0 += B) {
     int64_t const n = std::min(B, N - t0);

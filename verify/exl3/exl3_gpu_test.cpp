@@ -9,6 +9,9 @@
 ///   * both are within the spec §7.4 bounds of the float64 CPU reference;
 ///   * the MoE grouped path equals the dense path per expert times the routing weight, bit for bit, and with
 ///     num_assignments past expert_offsets[E] the rows below are unchanged and the rows past untouched;
+///   * the grouped GEMM (impl_override 2: the chunk chain over 128-row tiles of each expert's rows) equals the
+///     grouped GEMV (5) and the fused GEMV (1) bit for bit on uneven experts (0 to 200 rows), K = 2, 3, every
+///     codebook, and the auto path choice follows kExl3GroupedGemmMinRows;
 ///   * DeepSeek-V4.1's real shapes against the naive kernel;
 ///   * the GEMV with its epilogue fused (tactic 1, one launch) equals GEMV + epilogue kernel (tactic 5) bit
 ///     for bit, dense and MoE, on both of its reduction paths (fewer rows than warps, and more) and on
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tessera/core/tensor.hpp"
@@ -71,6 +75,86 @@ std::vector<uint16_t> run_dense(HostLayer const& h, std::vector<uint16_t> const&
                                 std::vector<float>* y32 = nullptr) {
   return run_dense(h, DevLayer(h), x, m, out, tactic, y32);
 }
+
+/// A grouped MoE problem on the device: experts of the given row counts (assignments grouped by expert, random
+/// tokens of x [T, k] and routing weights), y with capacity rows past expert_offsets[E] whose token_idx would fault
+/// and whose weights are NaN.
+struct GroupedProblem {
+  int64_t k = 0, n = 0, tokens = 0, used = 0, cap = 0;
+  int k2 = 0;
+  x3::Codebook cb = x3::Codebook::kMul1;
+  std::vector<HostLayer> ex;
+  std::vector<DevLayer> dev;
+  std::vector<uint16_t> x;
+  std::vector<int32_t> off{0}, tok;
+  std::vector<float> wgt;
+  Tensor tpd, spd, vpd, offd, tokd, wd, xd, y;
+
+  GroupedProblem(int64_t k_, int64_t n_, int k2_, x3::Codebook cb_, std::vector<int> const& counts, int64_t tokens_,
+                 int64_t spare, uint64_t seed)
+      : k(k_), n(n_), tokens(tokens_), k2(k2_), cb(cb_) {
+    std::mt19937 g(static_cast<uint32_t>(seed));
+    for (size_t e = 0; e < counts.size(); ++e) {
+      ex.push_back(random_layer(k, n, k2, cb, seed + 31 * e, false));
+      for (int i = 0; i < counts[e]; ++i) {
+        tok.push_back(static_cast<int32_t>(g() % static_cast<uint32_t>(tokens)));
+        wgt.push_back(0.25f + 0.125f * static_cast<float>(g() % 7));
+      }
+      off.push_back(static_cast<int32_t>(tok.size()));
+    }
+    used = static_cast<int64_t>(tok.size());
+    cap = used + spare;
+    tok.resize(static_cast<size_t>(cap), 0x7FFFFFFF);
+    wgt.resize(static_cast<size_t>(cap), std::numeric_limits<float>::quiet_NaN());
+    x = random_x(tokens, k, seed + 99);
+    std::vector<int16_t const*> tp;
+    std::vector<Fp16 const*> sp, vp;
+    for (auto const& h : ex) {
+      dev.emplace_back(h);
+      tp.push_back(dev.back().trellis.data_as<int16_t>());
+      sp.push_back(dev.back().suh.data_as<Fp16>());
+      vp.push_back(dev.back().svh.data_as<Fp16>());
+    }
+    tpd = upload_ptrs(tp); spd = upload_ptrs(sp); vpd = upload_ptrs(vp);
+    offd = upload(off, DType::kI32, {static_cast<int64_t>(off.size())});
+    tokd = upload(tok, DType::kI32, {cap});
+    wd = upload(wgt, DType::kF32, {cap});
+    xd = upload(x, DType::kF16, {tokens, k});
+    y = Tensor::empty(DType::kF32, {cap, n}, Device::kCuda).value_or_throw();
+  }
+  int64_t experts() const { return static_cast<int64_t>(ex.size()); }
+  ops::Exl3GroupedGemmDesc desc() const { return {{k, n, k2, cb}, experts(), tokens, cap}; }
+  /// y [cap, n] of the grouped op with ctx.impl_override = impl, y filled with 0xFF bytes before.
+  std::vector<float> run(int impl) {
+    ops::Exl3GroupedGemmArgs a;
+    a.x = xd.view_as<Fp16 const, 2>();
+    a.trellis = static_cast<int16_t const* const*>(tpd.data());
+    a.suh = static_cast<Fp16 const* const*>(spd.data());
+    a.svh = static_cast<Fp16 const* const*>(vpd.data());
+    a.expert_offsets = offd.data_as<int32_t>();
+    a.token_idx = tokd.data_as<int32_t>();
+    a.route_weight = wd.data_as<float>();
+    a.y = y.view_as<float, 2>();
+    BOOST_TEST_REQUIRE(cudaMemset(y.data(), 0xFF, y.nbytes()) == cudaSuccess);
+    ExecContext ctx;
+    ctx.backend = Backend::kCuda;
+    ctx.impl_override = impl;
+    Status s = ops::Exl3GroupedGemm<Backend::kCuda>::run(desc(), a, ctx);
+    BOOST_TEST_REQUIRE(s.ok(), s.to_string());
+    BOOST_TEST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    Tensor yh = y.to(Device::kCpu).value_or_throw();
+    return std::vector<float>(yh.data_as<float>(), yh.data_as<float>() + cap * n);
+  }
+};
+
+/// Floats of a and b whose bits differ among the first `count`.
+int64_t bit_mismatches(float const* a, float const* b, int64_t count) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) bad += std::memcmp(a + i, b + i, 4) != 0;
+  return bad;
+}
+
+size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
 }  // namespace
 
@@ -468,6 +552,70 @@ BOOST_AUTO_TEST_CASE(moe_grouped_equals_dense_per_expert) {
       }
     BOOST_TEST(same, "expert " << e);
   }
+}
+
+BOOST_AUTO_TEST_CASE(moe_grouped_gemm_equals_gemv_bitwise) {
+  // The grouped GEMM (impl_override 2) against the GEMV + epilogue kernel (5) and the fused GEMV (1) on the same
+  // inputs: fp32 outputs bit for bit (mismatches counted, none allowed), and against the dense op per expert (the
+  // GEMV, tactic 5) times the routing weight. Experts of 15, 0, 200, 1, 17, 129, 16, 128, 0 rows: empty experts
+  // first-but-one, inside and last, row tiles cut at 128 from offsets that are not multiples of 128, experts of one
+  // tile and of two (128 + 72, 128 + 1, 128 exactly); 37 capacity rows past expert_offsets[E] stay unwritten.
+  // K = 2, 3 × the three codebooks at 256×512 (S = 2 chunks of 8 k-tiles) and 512×256 (S = 4); MUL1 K3 at
+  // 512×24576 (S = 2 chunks of 16 k-tiles: a chunk spans 4 of the GEMM's 64-k slabs). Auto (−1) takes the GEMM
+  // here (506 rows over 9 experts).
+  uint64_t const seed = tessera::verify::test_seed(510);
+  std::vector<int> const counts{15, 0, 200, 1, 17, 129, 16, 128, 0};
+  struct Case { int64_t k, n; int bits; int cb; };
+  std::vector<Case> cases;
+  for (Case sh : {Case{256, 512, 0, 0}, Case{512, 256, 0, 0}})
+    for (int bits : {2, 3})
+      for (int cb = 0; cb < 3; ++cb) cases.push_back({sh.k, sh.n, bits, cb});
+  cases.push_back({512, 24576, 3, 2});
+  for (Case const& c : cases) {
+    GroupedProblem pr(c.k, c.n, 2 * c.bits, static_cast<x3::Codebook>(c.cb), counts, 64, 37,
+                      seed + 1000 * static_cast<uint64_t>(c.k / 256 + 8 * c.bits + 64 * c.cb) + static_cast<uint64_t>(c.n));
+    BOOST_TEST_REQUIRE(pr.used >= ops::kExl3GroupedGemmMinRows * pr.experts());
+    std::string const name = std::to_string(c.k) + "x" + std::to_string(c.n) + " K" + std::to_string(c.bits) + " cb" +
+                             std::to_string(c.cb);
+    auto const gemv = pr.run(5);
+    auto const gemm = pr.run(2);
+    auto const fused = pr.run(1);
+    auto const dflt = pr.run(-1);
+    int64_t const used = pr.used * c.n;
+    BOOST_TEST(bit_mismatches(gemm.data(), gemv.data(), used) == 0, name << ": grouped GEMM vs GEMV");
+    BOOST_TEST(bit_mismatches(fused.data(), gemv.data(), used) == 0, name << ": fused GEMV vs GEMV");
+    BOOST_TEST(bit_mismatches(dflt.data(), gemv.data(), used) == 0, name << ": auto vs GEMV");
+    std::vector<uint8_t> const filler(static_cast<size_t>((pr.cap - pr.used) * c.n * 4), 0xFF);
+    for (auto const* y : {&gemv, &gemm, &fused})
+      BOOST_TEST(std::memcmp(y->data() + used, filler.data(), filler.size()) == 0, name << ": rows past expert_offsets[E] written");
+    for (size_t e = 0; e < counts.size(); ++e) {
+      int64_t const cnt = counts[e];
+      if (cnt == 0) continue;
+      std::vector<uint16_t> xe;
+      for (int64_t i = pr.off[e]; i < pr.off[e + 1]; ++i)
+        xe.insert(xe.end(), pr.x.begin() + pr.tok[static_cast<size_t>(i)] * c.k, pr.x.begin() + (pr.tok[static_cast<size_t>(i)] + 1) * c.k);
+      std::vector<float> ye;
+      run_dense(pr.ex[e], pr.dev[e], xe, cnt, DType::kF32, 5, &ye);
+      for (int64_t i = 0; i < cnt; ++i)
+        for (int64_t j = 0; j < c.n; ++j) ye[static_cast<size_t>(i * c.n + j)] *= pr.wgt[static_cast<size_t>(pr.off[e] + i)];
+      BOOST_TEST(bit_mismatches(ye.data(), gemm.data() + pr.off[e] * c.n, cnt * c.n) == 0,
+                 name << ": expert " << e << " (" << cnt << " rows) vs the dense op");
+    }
+  }
+  // The auto choice, seen through the scratch it asks: the grouped GEMM (xh + one fp32 accumulator per output) from
+  // kExl3GroupedGemmMinRows rows per expert on average, the GEMV (xh + S = 40 chunk partials) below; one token: the
+  // fused GEMV. DeepSeek-V4.1 w1: 5120 → 2304, 384 experts.
+  int64_t const k = 5120, n = 2304, experts = 384, a = ops::kExl3GroupedGemmMinRows * experts;
+  auto const bytes = [&](int64_t rows, size_t chunks) {
+    return align256(static_cast<size_t>(rows * k) * 2) + align256(chunks * static_cast<size_t>(rows * n) * 4);
+  };
+  ops::Exl3GroupedGemmDesc d{{k, n, 6, x3::Codebook::kMul1}, experts, a / 6, a};
+  BOOST_TEST(ops::Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(d) == bytes(a, 1));
+  d.num_assignments = a - 1;
+  BOOST_TEST(ops::Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(d) == bytes(a - 1, 40));
+  d.num_tokens = 1;
+  d.num_assignments = 6;
+  BOOST_TEST(ops::Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(d) == bytes(6, 40));
 }
 
 BOOST_AUTO_TEST_CASE(real_shapes_vs_naive_kernel) {

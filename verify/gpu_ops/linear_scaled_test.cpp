@@ -89,7 +89,7 @@ std::vector<DType> fused_formats() {
 
 /// The fused tile on one problem against ref::dot_tc; returns the mismatch count (fp32 + bf16).
 int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string const& what,
-                    ops::TcQuantPath path = ops::TcQuantPath::kRing) {
+                    ops::TcQuantPath path = ops::TcQuantPath::kRing, ops::TcTile tile = ops::TcTile::kAuto) {
   int64_t const ldx = w.k + 8;
   auto const xb = random_x(m, ldx, seed);
   std::vector<float> xf(xb.size());
@@ -100,6 +100,7 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
   DeviceBuffer<uint16_t> dyb(std::vector<uint16_t>(static_cast<size_t>(m * w.n), 0x7FAB));
   ops::LinearTcDesc d{m, w.n, w.k};
   d.quant = path;
+  d.tile = tile;
   ops::LinearTcArgs a;
   a.x = reinterpret_cast<Bf16 const*>(dx.data());
   a.ldx = ldx;
@@ -127,8 +128,10 @@ int64_t check_fused(ScaledW const& w, int64_t m, uint64_t seed, std::string cons
       bad += !ok32 + !ok16;
     }
   g_outputs += m * w.n;
+  ops::TcTile const ran = ops::tc_tile_run(d, a);
   std::printf("%-40s %s M %3lld N %5lld K %5lld ldq %5lld | mismatches %lld\n", what.c_str(),
-              ops::tc_tile_for(d) == ops::TcTile::kGemm ? "gemm  "
+              ran == ops::TcTile::kWgmma                ? "wgmma "
+              : ran == ops::TcTile::kGemm               ? "gemm  "
               : path == ops::TcQuantPath::kDirect       ? "direct"
               : path == ops::TcQuantPath::kWarpSpec     ? "wspec "
                                                         : "ring  ",
@@ -179,7 +182,8 @@ BOOST_AUTO_TEST_CASE(fused_tile_matches_dot_tc) {
   std::printf("fused block-scaled tile: %lld outputs compared\n", static_cast<long long>(g_outputs));
 }
 
-// The GEMM tile (M ≥ kTcGemmMinRows: codes decoded per 32-wide K slab inside the 128 × 128 block tile) against
+// The GEMM tiles (M ≥ kTcGemmMinRows: codes decoded per K slab inside the block: the mma.sync 128 × 128 tile and,
+// where ops::tc_wgmma_available, the wgmma 128 × 256 tile) against
 // ref::dot_tc: N off the 128-column tiles and the 32-row scale blocks, one to 160 K slabs, M off the 128-row tiles,
 // scales near 1 and over the whole range (±inf products included), padded code rows; a real Flash shape.
 BOOST_AUTO_TEST_CASE(gemm_tile_matches_dot_tc) {
@@ -194,12 +198,18 @@ BOOST_AUTO_TEST_CASE(gemm_tile_matches_dot_tc) {
           char const* const what = fmt == DType::kF8E4m3 ? (extreme ? "fp8 gemm all-scales" : "fp8 gemm scales~1")
                                                          : (extreme ? "fp4 gemm all-scales" : "fp4 gemm scales~1");
           BOOST_TEST_INFO(what << " M " << m << " N " << w.n << " K " << w.k);
-          BOOST_TEST(check_fused(w, m, seed++, what) == 0);
+          BOOST_TEST(check_fused(w, m, seed++, what, ops::TcQuantPath::kRing, ops::TcTile::kGemm) == 0);
+          if (ops::tc_wgmma_available())
+            BOOST_TEST(check_fused(w, m, seed++, what, ops::TcQuantPath::kRing, ops::TcTile::kWgmma) == 0);
         }
       }
   for (DType fmt : fused_formats()) {
     ScaledW const w = make_scaled(fmt, 2304, 5120, 0, false, seed++);
-    BOOST_TEST(check_fused(w, 200, seed++, fmt == DType::kF8E4m3 ? "fp8 gemm real" : "fp4 gemm real") == 0);
+    BOOST_TEST(check_fused(w, 200, seed++, fmt == DType::kF8E4m3 ? "fp8 gemm real" : "fp4 gemm real", ops::TcQuantPath::kRing,
+                           ops::TcTile::kGemm) == 0);
+    if (ops::tc_wgmma_available())
+      BOOST_TEST(check_fused(w, 300, seed++, fmt == DType::kF8E4m3 ? "fp8 wgmma real" : "fp4 wgmma real",
+                             ops::TcQuantPath::kRing, ops::TcTile::kWgmma) == 0);
   }
 }
 

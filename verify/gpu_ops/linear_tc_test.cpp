@@ -2,9 +2,11 @@
 /// The tensor-core bf16 linear (ops::linear_tc_cuda: mma.sync on the H200) against ref::dot_tc, the exact model
 /// of the tensor-core accumulation (tc::BlockAcc), bit for bit: every fp32 accumulator and every →bf16 output.
 ///
-/// Every problem runs through the four (tile, instruction) variants: gemm and skinny tiles, each with one
+/// Every problem runs through the (tile, instruction) variants: gemm and skinny tiles, each with one
 /// m16n8k16 per 16-wide K block (the production instruction, ASSERTED: zero mismatches) and with two m16n8k8
-/// per block (diagnostic only: if m16n8k16 were split internally the k8 variant would be the one that matches).
+/// per block (diagnostic only: if m16n8k16 were split internally the k8 variant would be the one that matches),
+/// the skinny tile's other K slabs, and the wgmma tile (one m64n256k16 per block, ASSERTED; where
+/// ops::tc_wgmma_available).
 /// Mismatches are counted per variant and per input category and printed as a table at the end, with how many
 /// of the mismatching elements other adder models would have produced (16-blocks with 24 or 26 alignment
 /// bits, 8- or 32-blocks), so one run says which instruction follows which model.
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -140,7 +143,8 @@ Variant const kVariants[] = {{TcTile::kGemm, TcMma::kK16},   {TcTile::kSkinny, T
                              {TcTile::kGemm, TcMma::kK8x2},  {TcTile::kSkinny, TcMma::kK8x2},
                              {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k512x4},
                              {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k1024x3},
-                             {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k512x6}};
+                             {TcTile::kSkinny, TcMma::kK16, ops::TcSlab::k512x6},
+                             {TcTile::kWgmma, TcMma::kK16}};
 
 /// Tallies by variant name ("gemm/k16/vec16", …) and by "category | variant" (printed by the last case).
 std::map<std::string, Tally> g_by_variant, g_by_category;
@@ -188,6 +192,7 @@ void check_problem(Problem const& p) {
   DeviceBuffer<uint16_t> dx(p.xb), dw(p.wb);
   std::string line;
   for (Variant const v : kVariants) {
+    if (v.tile == TcTile::kWgmma && !ops::tc_wgmma_available()) continue;  // sm_90a builds on compute capability 9.0
     std::string name;
     GpuResult const got = run_variant(p, dx, dw, v, true, true, &name);
     Tally t;
@@ -227,7 +232,8 @@ void check_problem(Problem const& p) {
       }
     }
     g_by_variant[name].add(t);
-    std::string const vk = std::string(v.tile == TcTile::kGemm ? "gemm" : "skinny") + (v.mma == TcMma::kK16 ? "/k16" : "/k8x2");
+    std::string const vk = std::string(v.tile == TcTile::kGemm ? "gemm" : v.tile == TcTile::kWgmma ? "wgmma" : "skinny") +
+                           (v.mma == TcMma::kK16 ? "/k16" : "/k8x2");
     g_by_category[p.category + " | " + vk].add(t);
     line += " " + name + " " + std::to_string(t.fp32) + "/" + std::to_string(t.bf16);
     if (v.mma == TcMma::kK16 && p.asserted) {
@@ -289,6 +295,16 @@ BOOST_AUTO_TEST_CASE(argument_checks) {
   BOOST_TEST((ops::tc_tile_for({63, 1, 1}) == TcTile::kSkinny));
   BOOST_TEST((ops::tc_tile_for({64, 1, 1}) == TcTile::kGemm));
   BOOST_TEST((ops::tc_tile_for({1, 1, 1, TcMma::kK16, TcTile::kGemm}) == TcTile::kGemm));
+  // The wgmma tile: m16n8k16 only; where it cannot run it is refused, never run wrong.
+  ops::LinearTcDesc dw{4, 8, 16, TcMma::kK8x2, TcTile::kWgmma};
+  BOOST_TEST((ops::linear_tc_cuda(dw, a, ctx).code() == StatusCode::kInvalidArgument));
+  dw.mma = TcMma::kK16;
+  BOOST_TEST((ops::linear_tc_cuda(dw, a, ctx).ok() == ops::tc_wgmma_available()));
+  ops::LinearTcDesc const big{4096, 4096, 4096};
+  char const* const env = std::getenv("TESSERA_TC_WGMMA");
+  bool const auto_wgmma = ops::tc_wgmma_available() && !(env && std::string(env) == "0");
+  BOOST_TEST((ops::tc_tile_run(big, a) == (auto_wgmma ? TcTile::kWgmma : TcTile::kGemm)));
+  BOOST_TEST((ops::tc_tile_run({127, 8, 16}, a) == TcTile::kGemm));
 }
 
 BOOST_AUTO_TEST_CASE(random_shapes_match_dot_tc) {

@@ -14,7 +14,9 @@
 /// the number of rows m either, except across kExl3DecodeOnceMinRows: from that many rows Exl3Gemm decodes W'
 /// once and multiplies on cuBLASLt, whose accumulation order differs from the chunk chain of the smaller
 /// row counts (kernels/exl3/exl3_kernels.cuh); both are within the spec §7.4 bounds, and each is invariant
-/// on its own side. `Exl3GemmDesc::strict_rows` keeps every row count on the chunk chain.
+/// on its own side. `Exl3GemmDesc::strict_rows` keeps every row count on the chunk chain. Every path of
+/// Exl3GroupedGemm sums on the chunk chain: its rows are invariant at every row count, and equal to Exl3Gemm's
+/// chunk-chain rows times the routing weight.
 #pragma once
 
 #include <cstdint>
@@ -142,11 +144,27 @@ template <> struct Exl3Gemm<Backend::kCuda> {
   static size_t workspace_bytes(Exl3GemmDesc const&);
   static Status run(Exl3GemmDesc const&, Exl3GemmArgs const&, ExecContext&);
 };
-/// GEMV over each expert's rows (W' never materialised: all experts' W' would not fit in scratch, and the
-/// host does not know the per-expert row counts, which live in device memory); the epilogue is fused into
-/// the GEMV for one token on layers of ≤ 2^17 tiles (impl_override 1 / 5 force fused / separate).
+/// Average rows per expert (num_assignments / num_experts) from which the CUDA Exl3GroupedGemm takes the grouped
+/// GEMM. Per expert of R rows the GEMV decodes every tile ⌈R/16⌉ times and stores and reloads S chunk partials
+/// per output (S = 40 on the DeepSeek-V4.1 w1/w3: 360 KiB a row); the GEMM decodes ⌈R/128⌉ times and keeps the
+/// chain in registers. Estimated from the dense H200 timings in bench/RESULTS.md (a 5120×2304 GEMV pass of one
+/// row ≈ 11 µs; a 128-row GEMM block ≈ 220 µs, 18 column blocks an expert over 264 resident blocks ≈ 15 µs an
+/// expert tile): equal cost near R ≈ 16–24 rows; `exl3_bench --moe` times both paths on the grouped op.
+inline constexpr int64_t kExl3GroupedGemmMinRows = 32;
+
+/// W' is never materialised (all experts' W' would not fit in scratch), and the host does not know the
+/// per-expert row counts, which live in device memory. Paths (ctx.impl_override; 1, 2 and 5 give the same
+/// bits, one summation order: kernels/exl3/exl3_kernels.cuh):
+///   1  GEMV over each expert's rows with the epilogue fused into its last block per column group (one launch);
+///   2  grouped GEMM: the chunk-chain GEMM over 128-row tiles of each expert's rows (tile slots mapped to
+///      experts on the device), one fp32 accumulator per output, then the epilogue kernel;
+///   5  GEMV writing S chunk partials per output, then the epilogue kernel.
+/// Any other value: auto = 1 for one token on layers of ≤ 2^17 tiles, 2 from num_assignments ≥
+/// kExl3GroupedGemmMinRows · num_experts, else 5.
 template <> struct Exl3GroupedGemm<Backend::kCuda> {
   static Status check(Exl3GroupedGemmDesc const&, DeviceInfo const&);
+  /// Device scratch of the auto path: fp16 xh [A, k] + fp32 chunk partials [S][A][n] (paths 1, 5) or
+  /// accumulators [A][n] (path 2).
   static size_t workspace_bytes(Exl3GroupedGemmDesc const&);
   static Status run(Exl3GroupedGemmDesc const&, Exl3GroupedGemmArgs const&, ExecContext&);
 };

@@ -34,9 +34,22 @@ enum class TcMma : int { kK16 = 0, kK8x2 = 1 };
 ///   kSkinny  decode: one warp per block owns 8 columns of W and 16 rows of x (rows past M are zeros in
 ///            registers); W is streamed with coalesced 16-byte cp.async through an 8-stage ring of 256-wide K
 ///            slabs. grid.y covers M in groups of 16 (M > 16 re-streams W once per group).
-enum class TcTile : int { kAuto = -1, kGemm = 0, kSkinny = 1 };
+///   kWgmma   prefill on sm_90a: 128 × 256 outputs per block of 2 warpgroups, one wgmma m64n256k16 per 16-wide K
+///            block and warpgroup, K staged 64 at a time in 128-byte-swizzled shared memory (4-stage cp.async ring;
+///            block-scaled codes decoded to bf16 in the block): kernels/linear/linear_tc_wgmma.cuh. m16n8k16
+///            contract (kK16 only). kAuto takes it for M ≥ kTcWgmmaMinRows where tc_wgmma_available() and
+///            TESSERA_TC_WGMMA is not 0 (16-byte staging; bf16 W with element loads stays on kGemm there).
+enum class TcTile : int { kAuto = -1, kGemm = 0, kSkinny = 1, kWgmma = 2 };
 
 inline constexpr int64_t kTcGemmMinRows = 64;
+inline constexpr int64_t kTcWgmmaMinRows = 128;
+
+/// true when the wgmma tile runs here: the build holds sm_90a code (gpu_arch 90a) and the current device is
+/// compute capability 9.0.
+bool tc_wgmma_available();
+/// tc_wgmma_available() and TESSERA_TC_WGMMA is not 0 (read once): kAuto's prefill tiles (linears and the MoE
+/// expert GEMMs) run on wgmma. For A/B timings only: the values never change.
+bool tc_wgmma_auto();
 
 /// The skinny tile's K slab and ring depth (k256x8: 256-wide slabs, 8 stages; …). Values are identical for every
 /// choice (the block order does not depend on the staging); what differs is the length of each W row's
@@ -123,7 +136,8 @@ inline bool tc_quant_ok(LinearTcDesc const& d, LinearTcArgs const& a) {
          (reinterpret_cast<uintptr_t>(a.x) & 15u) == 0;
 }
 
-/// The tile variant a descriptor runs: its own choice, or kGemm for M ≥ kTcGemmMinRows and kSkinny below.
+/// The tile variant a descriptor asks for: its own choice, or kGemm for M ≥ kTcGemmMinRows and kSkinny below
+/// (tc_tile_run says whether kAuto's kGemm runs as kWgmma).
 inline TcTile tc_tile_for(LinearTcDesc const& d) {
   if (d.tile != TcTile::kAuto) return d.tile;
   return d.m >= kTcGemmMinRows ? TcTile::kGemm : TcTile::kSkinny;
@@ -136,6 +150,11 @@ inline bool tc_vec16(LinearTcDesc const& d, LinearTcArgs const& a) {
   auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   return d.k % 8 == 0 && a.ldx % 8 == 0 && a.ldw % 8 == 0 && aligned(a.x) && aligned(a.w);
 }
+
+/// The tile a call runs: tc_tile_for, with kAuto's kGemm taken by kWgmma from kTcWgmmaMinRows rows when the
+/// wgmma tile is available, the call is m16n8k16 with 16-byte staging (tc_vec16, or block-scaled W) and
+/// TESSERA_TC_WGMMA is not 0 (read once; for A/B timings: the values never change, only the speed).
+TcTile tc_tile_run(LinearTcDesc const& d, LinearTcArgs const& a);
 
 /// "gemm/k16/vec16" and the like: the compiled variant a call runs (logs, tests, benches).
 char const* linear_tc_variant_name(LinearTcDesc const& d, LinearTcArgs const& a);
