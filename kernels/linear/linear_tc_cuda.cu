@@ -244,6 +244,7 @@ bool tc_wgmma_auto() {
 TcTile tc_tile_run(LinearTcDesc const& d, LinearTcArgs const& a) {
   TcTile const t = tc_tile_for(d);
   if (d.tile != TcTile::kAuto || t != TcTile::kGemm || d.m < kTcWgmmaMinRows || d.mma != TcMma::kK16) return t;
+  if (a.w_format != DType::kBf16 && d.m < kTcWgmmaScaledMinRows) return t;
   bool const staged16 = a.w_format != DType::kBf16 ? tc_quant_ok(d, a) : tc_vec16(d, a);
   return staged16 && tc_wgmma_auto() ? TcTile::kWgmma : t;
 }

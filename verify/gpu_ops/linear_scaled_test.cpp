@@ -16,6 +16,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -330,6 +331,17 @@ BOOST_AUTO_TEST_CASE(fused_tile_refuses_what_it_does_not_take) {
   }
   BOOST_TEST(run({1, 16, 64}, w.ldq).ok());
   BOOST_TEST(run({64, 16, 64}, w.ldq).ok());  // GEMM-sized: the block-scaled GEMM tile
+  {  // kAuto's prefill tile on block-scaled W: mma.sync below kTcWgmmaScaledMinRows rows, wgmma from there where it runs
+    ops::LinearTcArgs a;
+    a.x = reinterpret_cast<Bf16 const*>(dx.data()), a.ldx = 72;
+    a.w_format = DType::kF8E4m3;
+    a.w_q = dq.data(), a.ldw_q = w.ldq, a.w_scale = ds.data(), a.ldw_scale = w.lds;
+    char const* const env = std::getenv("TESSERA_TC_WGMMA");
+    bool const auto_wgmma = ops::tc_wgmma_available() && !(env && std::string(env) == "0");
+    BOOST_TEST((ops::tc_tile_run({ops::kTcWgmmaScaledMinRows - 1, 16, 64}, a) == ops::TcTile::kGemm));
+    BOOST_TEST((ops::tc_tile_run({ops::kTcWgmmaScaledMinRows, 16, 64}, a) ==
+                (auto_wgmma ? ops::TcTile::kWgmma : ops::TcTile::kGemm)));
+  }
   BOOST_TEST((run({1, 16, 48}, w.ldq).code() == StatusCode::kNotSupported));   // k % 32 != 0
   BOOST_TEST((run({1, 8, 64}, 72).code() == StatusCode::kNotSupported));       // code rows not 16-byte strided
   BOOST_TEST((run({1, 16, 64, ops::TcMma::kK8x2}, w.ldq).code() == StatusCode::kNotSupported));

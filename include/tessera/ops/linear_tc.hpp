@@ -37,12 +37,19 @@ enum class TcMma : int { kK16 = 0, kK8x2 = 1 };
 ///   kWgmma   prefill on sm_90a: 128 × 256 outputs per block of 2 warpgroups, one wgmma m64n256k16 per 16-wide K
 ///            block and warpgroup, K staged 64 at a time in 128-byte-swizzled shared memory (4-stage cp.async ring;
 ///            block-scaled codes decoded to bf16 in the block): kernels/linear/linear_tc_wgmma.cuh. m16n8k16
-///            contract (kK16 only). kAuto takes it for M ≥ kTcWgmmaMinRows where tc_wgmma_available() and
-///            TESSERA_TC_WGMMA is not 0 (16-byte staging; bf16 W with element loads stays on kGemm there).
+///            contract (kK16 only). kAuto takes it for M ≥ kTcWgmmaMinRows (block-scaled W: M ≥
+///            kTcWgmmaScaledMinRows) where tc_wgmma_available() and TESSERA_TC_WGMMA is not 0 (16-byte staging;
+///            bf16 W with element loads stays on kGemm there).
 enum class TcTile : int { kAuto = -1, kGemm = 0, kSkinny = 1, kWgmma = 2 };
 
 inline constexpr int64_t kTcGemmMinRows = 64;
 inline constexpr int64_t kTcWgmmaMinRows = 128;
+/// Block-scaled W (FP8 / FP4 codes decoded in the block) takes the wgmma tile from this many rows. Below it the
+/// in-block decode, not the MMA, sets the time, and the 128 × 256 block gives narrow N half the blocks of the
+/// 128 × 128 mma.sync tile (H100, tc_bench --quant-gemm: FP8 w1/w3 at 512 rows 164 µs wgmma vs 134 µs mma.sync;
+/// FP8 summed over the five DeepSeek-V4.1 shapes wgmma is 2 % slower at 512 rows, 2 % faster at 2048, 8 %
+/// faster at 8192). bf16 W takes wgmma from kTcWgmmaMinRows: it is never slower there (1.0–1.6× mma.sync).
+inline constexpr int64_t kTcWgmmaScaledMinRows = 2048;
 
 /// true when the wgmma tile runs here: the build holds sm_90a code (gpu_arch 90a) and the current device is
 /// compute capability 9.0.
