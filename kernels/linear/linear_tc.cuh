@@ -279,17 +279,23 @@ __device__ __forceinline__ void gemm_block_tile(uint16_t* smem, uint16_t const* 
   __syncthreads();
 }
 
-/// The block's tile origin (m0, n0) of a GEMM launch: grid ⌈M/128⌉·⌈N/128⌉ (1-D), grouped raster (kGemmGroupM M tiles
-/// share a sweep over N, so W slabs are reused in L2).
-__device__ __forceinline__ void gemm_tile_origin(TcLinearParams const& p, int64_t& m0, int64_t& n0) {
-  int64_t const tiles_m = (p.m + kGemmBM - 1) / kGemmBM, tiles_n = (p.n + kGemmBN - 1) / kGemmBN;
-  int64_t const per_group = kGemmGroupM * tiles_n;
+/// Block blockIdx.x's tile origin (m0, n0) of an M × N problem in kBM × kBN tiles on a 1-D grid of ⌈M/kBM⌉·⌈N/kBN⌉,
+/// grouped raster: kGroupM M tiles share a sweep over N, so W slabs are reused in L2.
+template <int kBM, int kBN, int kGroupM>
+__device__ __forceinline__ void grouped_tile_origin(int64_t m, int64_t n, int64_t& m0, int64_t& n0) {
+  int64_t const tiles_m = (m + kBM - 1) / kBM, tiles_n = (n + kBN - 1) / kBN;
+  int64_t const per_group = kGroupM * tiles_n;
   int64_t const bid = blockIdx.x;
-  int64_t const first_m = bid / per_group * kGemmGroupM;
-  int64_t const group_m = tiles_m - first_m < kGemmGroupM ? tiles_m - first_m : kGemmGroupM;
+  int64_t const first_m = bid / per_group * kGroupM;
+  int64_t const group_m = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
   int64_t const in_group = bid % per_group;
-  m0 = (first_m + in_group % group_m) * kGemmBM;
-  n0 = in_group / group_m * kGemmBN;
+  m0 = (first_m + in_group % group_m) * kBM;
+  n0 = in_group / group_m * kBN;
+}
+
+/// The block's tile origin (m0, n0) of a GEMM launch: grid ⌈M/128⌉·⌈N/128⌉ (1-D), grouped raster.
+__device__ __forceinline__ void gemm_tile_origin(TcLinearParams const& p, int64_t& m0, int64_t& n0) {
+  grouped_tile_origin<kGemmBM, kGemmBN, kGemmGroupM>(p.m, p.n, m0, n0);
 }
 
 /// The x rows this thread stages for the tile at m0 (gemm_block_tile's xrow / xok; rows ≥ M read row 0's address).

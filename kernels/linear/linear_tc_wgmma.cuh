@@ -146,14 +146,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 
 /// The block's tile origin (m0, n0): grid ⌈M/128⌉·⌈N/256⌉ (1-D), grouped raster as gemm_tile_origin.
 __device__ __forceinline__ void wgmma_tile_origin(TcLinearParams const& p, int64_t& m0, int64_t& n0) {
-  int64_t const tiles_m = (p.m + kWgBM - 1) / kWgBM, tiles_n = (p.n + kWgBN - 1) / kWgBN;
-  int64_t const per_group = kWgGroupM * tiles_n;
-  int64_t const bid = blockIdx.x;
-  int64_t const first_m = bid / per_group * kWgGroupM;
-  int64_t const group_m = tiles_m - first_m < kWgGroupM ? tiles_m - first_m : kWgGroupM;
-  int64_t const in_group = bid % per_group;
-  m0 = (first_m + in_group % group_m) * kWgBM;
-  n0 = in_group / group_m * kWgBN;
+  grouped_tile_origin<kWgBM, kWgBN, kWgGroupM>(p.m, p.n, m0, n0);
 }
 
 /// One block's 128 × 256 tile: x rows xrow[i] (row (tid / 8) + 32·i of the block; xok[i] false: staged as +0) against
