@@ -4,6 +4,7 @@
 /// from the descriptor and the operands' alignment (plus the K-slab variants of the skinny tile and its
 /// block-scaled FP8 / FP4 forms: the ring, direct and warp-specialised tiles of linear_tc_quant*.cuh), and the launch.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -217,17 +218,20 @@ namespace tessera::ops {
 
 bool tc_wgmma_available() {
 #if defined(TESSERA_SM90A)
-  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no
+  // Per device: 0 unknown, 1 yes, 2 no. Atomic: thread ranks ask concurrently (each writes the same answer).
+  static std::atomic<int> cached[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
   if (dev >= 64) return false;
-  if (cached[dev] == 0) {
+  int known = cached[dev].load(std::memory_order_relaxed);
+  if (known == 0) {
     int major = 0, minor = 0;
     bool const ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
-    cached[dev] = ok && major == 9 && minor == 0 ? 1 : 2;
+    known = ok && major == 9 && minor == 0 ? 1 : 2;
+    cached[dev].store(known, std::memory_order_relaxed);
   }
-  return cached[dev] == 1;
+  return known == 1;
 #else
   return false;
 #endif
