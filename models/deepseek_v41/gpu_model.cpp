@@ -291,6 +291,9 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // bf16 numerics keep the block-scaled projections as stored (upload); fp32 numerics read fp32 weights.
   WeightLoadOptions wo;
   wo.keep_scaled_projections = I.md == DType::kBf16 && !opts.dequantize_weights;
+  // Their fp32 host copies are not made: upload takes the stored form, or dequantize_scaled of it where a
+  // projection runs dense (dense_weight), the same values (4 B a weight of host memory at load: ~0.5 GB a Flash layer).
+  wo.projections_as_stored = wo.keep_scaled_projections;
   wo.keep_exl3 = !opts.dequantize_weights;  // EXL3 linears run as stored (gpu_exl3.cpp), in either numerics
   // Routed experts stay as stored where MoeExperts runs them so (routed_scaled_runs: the CPU op any format, CUDA
   // the fused tiles).
