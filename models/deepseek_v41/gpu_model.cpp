@@ -144,7 +144,8 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
   auto up = [&](Tensor const& t, gpu::DevTensor* o, DType as = DType::kF32) { return upload_tensor(mem, w, t, as, o); };
   // A projection: as stored when h.scaled has it (bf16 numerics, where its bf16 value is the tensor's) and
   // the forward's row views of it are block-aligned; else the dequantised tensor as `lin` (made from the stored
-  // form when the host weights hold only that: a CPU model with weights_as_stored and its rank slices).
+  // form when the host weights hold only that: this loader's projections_as_stored, a CPU model with
+  // weights_as_stored and its rank slices).
   // The routed experts' block-scaled dtype when layer l's were loaded as stored (load_weights with
   // experts_as_stored, which leaves their ExpertWeights empty); kF32 when they were loaded dequantised.
   auto routed_scaled_dtype = [&](Weights const& hw, int64_t l, int64_t E) {
