@@ -588,7 +588,7 @@ bool moe_auto_warp_spec(int64_t rows) {
 
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
-  size_t act, ybuf, x_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
+  size_t act, ybuf, x_bf16, shared_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
   MoeTcPath path;
   int64_t tile_rows, max_routed_tiles;
 };
@@ -616,6 +616,9 @@ ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
   L.act = take(static_cast<size_t>(slots * d.inter) * (tc ? sizeof(uint16_t) : sizeof(float)));
   L.ybuf = take(static_cast<size_t>(slots * d.dim) * sizeof(float));
   L.x_bf16 = take(tc ? static_cast<size_t>(d.rows * d.dim) * sizeof(uint16_t) : 0);
+  // kGemm with a block-scaled shared expert: its W1 | W3 | W2 decoded to bf16 for the bf16 block tiles.
+  bool const shared_decoded = moe_shared_scaled(d) && L.path == MoeTcPath::kGemm;
+  L.shared_bf16 = take(shared_decoded ? static_cast<size_t>(3 * d.dim * d.inter) * sizeof(uint16_t) : 0);
   L.keys = take(static_cast<size_t>(A) * 4); L.keys_sorted = take(static_cast<size_t>(A) * 4);
   L.vals = take(static_cast<size_t>(A) * 4); L.vals_sorted = take(static_cast<size_t>(A) * 4);
   L.tiles = take(static_cast<size_t>(L.max_routed_tiles) * sizeof(kernels::TileInfo));
@@ -669,6 +672,21 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
   if (d.shared_expert)
     TESSERA_CHECK(a.dev.shared_w1 && a.dev.shared_w3 && a.dev.shared_w2,
                   "moe_experts CUDA needs dev.shared_w1/w3/w2 when shared_expert");
+  if (moe_shared_scaled(d)) {
+    // The block-scaled shared expert runs on the routed experts' block-scaled paths (their checks above).
+    TESSERA_CHECK(moe_routed_scaled(d), "moe_experts: a block-scaled shared expert needs block-scaled routed experts");
+    TESSERA_CHECK(a.dev.shared_s1 && a.dev.shared_s3 && a.dev.shared_s2,
+                  "moe_experts: a block-scaled shared expert needs dev.shared_s1/s3/s2");
+    for (void const* q : {a.dev.shared_w1, a.dev.shared_w3, a.dev.shared_w2})
+      TESSERA_CHECK((reinterpret_cast<uintptr_t>(q) & 15u) == 0,
+                    "moe_experts: a block-scaled shared expert needs 16-byte aligned codes");
+    if (!tc_quant_format_fused(d.shared_scaled))
+      return not_supported("moe_experts: a block-scaled shared expert in " + std::string(dtype_name(d.shared_scaled)) +
+                           " has no verified fused tile (ops::tc_quant_format_fused)");
+  } else {
+    TESSERA_CHECK(!d.shared_expert || d.shared_scaled == DType::kF32 || d.shared_scaled == d.weight_dtype,
+                  "moe_experts shared_scaled must be f8_e4m3, f4_e2m1x2 or unset");
+  }
   return {};
 }
 
@@ -721,6 +739,17 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
                   (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d.rows));
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
+    if (moe_shared_scaled(d)) {
+      q.shared_scaled = d.shared_scaled;
+      if (L.path == MoeTcPath::kGemm) {  // the bf16 block tiles on the shared expert decoded once per call
+        auto* const sb = reinterpret_cast<uint16_t*>(base + L.shared_bf16);
+        TESSERA_TRY(moe_tc::launch_decode_shared(q, sb, st));
+        q.w.shared_w1 = sb;
+        q.w.shared_w3 = sb + d.inter * d.dim;
+        q.w.shared_w2 = sb + 2 * d.inter * d.dim;
+        q.shared_scaled = DType::kBf16;
+      }
+    }
     if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d) && d.decode_group_experts > 0) {
       TESSERA_TRY(moe_tc::launch_gemm_decoded(q, d.experts, std::min(d.decode_group_experts, d.experts), st));
     } else if (L.path == MoeTcPath::kGemm && moe_routed_scaled(d)) {

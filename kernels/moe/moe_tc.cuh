@@ -59,6 +59,10 @@ struct MoeTcParams {
   /// kF8E4m3 / kF4E2m1x2: routed tiles read block-scaled codes (w.w1/w3/w2) and scales (w.s1/s3/s2) and run in
   /// their own launches (kernels/linear/linear_tc_quant.cuh's tile); the shared expert's tiles stay bf16.
   DType routed_scaled = DType::kBf16;
+  /// kF8E4m3 / kF4E2m1x2 (needs routed_scaled): the shared expert's token tiles read block-scaled codes
+  /// (w.shared_w1/w3/w2) and scales (w.shared_s1/s3/s2) on the block-scaled tiles of that format, in launches of
+  /// their own (launch_skinny). launch_gemm* take bf16 shared weights: the caller decodes them first.
+  DType shared_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
@@ -79,5 +83,8 @@ Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st);
 /// their W1 / W3 / W2 decoded to bf16 (ops::scaled_weight, the values the skinny tiles use) into stream-ordered
 /// memory, then launch_gemm restricted to the group's tiles (the shared expert's tiles with the first group).
 Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group, cudaStream_t st);
+/// The block-scaled shared expert (p.shared_scaled) decoded to bf16 (ops::scaled_weight, the values its skinny
+/// tiles use): W1 at out, W3 at out + inter·dim, W2 at out + 2·inter·dim; the bf16 weights of launch_gemm*.
+Status launch_decode_shared(MoeTcParams const& p, uint16_t* out, cudaStream_t st);
 
 }  // namespace tessera::kernels::moe_tc

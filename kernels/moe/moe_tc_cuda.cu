@@ -187,8 +187,9 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_kernel(MoeTcParams cons
   else down_skinny<kStages, false>(p, t, slot_s, down_skinny_smem, w);
 }
 
-// ---- kSkinny on block-scaled routed experts (MoeTcParams::routed_scaled): grid (⌈N/8⌉, max_routed_tiles), one
-// warp per block; routed tiles only (the shared expert's tiles run the bf16 kernels above in their own launch).
+// ---- kSkinny on block-scaled experts (MoeTcParams::routed_scaled): grid (⌈N/8⌉, tiles of the part), one warp per
+// block; the routed tiles, or (launches of their own, p.tile0 = max_routed_tiles) the shared expert's token tiles
+// when it is block-scaled too (MoeTcParams::shared_scaled; else they run the bf16 kernels above).
 // 256-code K slabs: FP8 4 KiB (act) / 2 KiB (down) of codes per slab, FP4 half of that. ----
 constexpr int kQuantBKMoe = 256;
 constexpr int kActQStages = 6;
@@ -199,58 +200,72 @@ __device__ __forceinline__ QuantW routed_q(void const* const* codes, void const*
   return {static_cast<uint8_t const*>(codes[e]), static_cast<uint8_t const*>(scales[e]), k / kCodesPerByte<kFmt>, (k + 31) / 32};
 }
 
+/// The block-scaled operand of a tile: routed expert t.expert's, or the shared expert's (t.expert < 0; a launch
+/// of shared tiles has kFmt = p.shared_scaled). m: 0 = W1, 1 = W3, 2 = W2; k: the matrix's columns.
+template <DType kFmt>
+__device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, int m, int64_t k) {
+  if (t.expert < 0) {
+    void const* const q = m == 0 ? p.w.shared_w1 : m == 1 ? p.w.shared_w3 : p.w.shared_w2;
+    void const* const s = m == 0 ? p.w.shared_s1 : m == 1 ? p.w.shared_s3 : p.w.shared_s2;
+    return {static_cast<uint8_t const*>(q), static_cast<uint8_t const*>(s), k / kCodesPerByte<kFmt>, (k + 31) / 32};
+  }
+  return m == 0 ? routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, k)
+         : m == 1 ? routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, k)
+                  : routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, k);
+}
+
 /// kDirect: the codes loaded into registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
 /// is at most the call's rows, and the launch takes it when rows ≤ kTcDirectMaxRows and the x rows fit), else the
 /// shared-memory ring (linear_tc_quant.cuh). Same values.
-template <DType kFmt, bool kDirect>
+template <DType kFmt, bool kDirect, int kDepth = kShallowDirect>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
   __syncwarp();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
+  QuantW const w[2] = {tile_q<kFmt>(p, t, 0, p.dim), tile_q<kFmt>(p, t, 1, p.dim)};
   float acc[2][4];
   auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2, kDepth>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
   else skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
   act_store(p, t, rows_s, n0, acc);
 }
 
-template <DType kFmt, bool kDirect>
+template <DType kFmt, bool kDirect, int kDepth = kShallowDirect>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
   __syncwarp();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
+  QuantW const w[1] = {tile_q<kFmt>(p, t, 2, p.inter)};
   float acc[1][4];
   auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1, kDepth>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
   else skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
   down_store(p, t, slot_s, n0, acc);
 }
 
-/// Warp-specialised routed tiles (MoeTcParams::warp_spec): one block of kWsThreads per (8 columns, tile); four
+/// Warp-specialised block-scaled tiles (MoeTcParams::warp_spec): one block of kWsThreads per (8 columns, tile); four
 /// warps decode the codes into a bf16 ring, warp 0 runs the mma chain and the epilogue. Same values.
 template <DType kFmt, int kRaw>
 __global__ void __launch_bounds__(kWsThreads) moe_tc_act_ws_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_ws_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;  // block-uniform
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;  // block-uniform
   int const tid = static_cast<int>(threadIdx.x);
   if (tid < t.count) rows_s[tid] = row_info(p, t, tid);
   __syncthreads();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[2] = {routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim), routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim)};
+  QuantW const w[2] = {tile_q<kFmt>(p, t, 0, p.dim), tile_q<kFmt>(p, t, 1, p.dim)};
   float acc[2][4];
   auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
   skinny_block_tile_ws<kFmt, 2, kRaw>(act_ws_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
@@ -262,12 +277,12 @@ __global__ void __launch_bounds__(kWsThreads) moe_tc_down_ws_kernel(MoeTcParams 
   extern __shared__ __align__(16) unsigned char down_ws_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, blockIdx.y, t) || t.expert < 0) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const tid = static_cast<int>(threadIdx.x);
   if (tid < t.count) slot_s[tid] = row_info(p, t, tid).slot;
   __syncthreads();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[1] = {routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter)};
+  QuantW const w[1] = {tile_q<kFmt>(p, t, 2, p.inter)};
   float acc[1][4];
   auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
   skinny_block_tile_ws<kFmt, 1, kRaw>(down_ws_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
@@ -474,18 +489,13 @@ Status check_grid(int64_t gx, int64_t gy, char const* what) {
 
 }  // namespace
 
-/// Experts [e0, e0 + gridDim.y) of one block-scaled matrix kind decoded to bf16: expert e's [rows, cols] at
-/// out + (e − e0)·rows·cols, and table[e] pointing there (for the GEMM tiles' expert_w). A thread decodes 8
-/// consecutive weights of a row (ops::scaled_weight each; cols % 32 == 0) and stores them as one 16-byte word.
-__global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, void const* const* codes,
-                                                                    void const* const* scales, int32_t e0, int64_t rows,
-                                                                    int64_t cols, uint16_t* out, void const** table) {
-  int32_t const e = e0 + static_cast<int32_t>(blockIdx.y);
-  auto const* q = static_cast<uint8_t const*>(codes[e]);
-  auto const* sc = static_cast<uint8_t const*>(scales[e]);
+namespace {
+/// Rows × cols of one block-scaled matrix (ops::Linear's layouts; cols % 32 == 0) decoded to bf16 at w, by the
+/// threads of the grid's x dimension: a thread decodes 8 consecutive weights of a row (ops::scaled_weight each) and
+/// stores them as one 16-byte word.
+__device__ __forceinline__ void decode_matrix_bf16(DType fmt, uint8_t const* q, uint8_t const* sc, int64_t rows,
+                                                   int64_t cols, uint16_t* w) {
   int64_t const ldq = fmt == DType::kF4E2m1x2 ? cols / 2 : cols, lds = (cols + 31) / 32, groups = cols / 8;
-  uint16_t* w = out + static_cast<int64_t>(blockIdx.y) * rows * cols;
-  if (blockIdx.x == 0 && threadIdx.x == 0) table[e] = w;
   int64_t const total = rows * groups;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -497,6 +507,35 @@ __global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, v
     *reinterpret_cast<uint4*>(w + r * cols + i0) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
+}  // namespace
+
+/// Experts [e0, e0 + gridDim.y) of one block-scaled matrix kind decoded to bf16: expert e's [rows, cols] at
+/// out + (e − e0)·rows·cols, and table[e] pointing there (for the GEMM tiles' expert_w).
+__global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, void const* const* codes,
+                                                                    void const* const* scales, int32_t e0, int64_t rows,
+                                                                    int64_t cols, uint16_t* out, void const** table) {
+  int32_t const e = e0 + static_cast<int32_t>(blockIdx.y);
+  uint16_t* w = out + static_cast<int64_t>(blockIdx.y) * rows * cols;
+  if (blockIdx.x == 0 && threadIdx.x == 0) table[e] = w;
+  decode_matrix_bf16(fmt, static_cast<uint8_t const*>(codes[e]), static_cast<uint8_t const*>(scales[e]), rows, cols, w);
+}
+
+/// The shared expert's W1, W3 ([inter, dim]) and W2 ([dim, inter]) decoded to bf16 (grid y = 3: the matrix).
+__global__ void __launch_bounds__(256) moe_tc_decode_shared_kernel(MoeTcParams const p, uint16_t* out) {
+  int const m = static_cast<int>(blockIdx.y);
+  void const* const q = m == 0 ? p.w.shared_w1 : m == 1 ? p.w.shared_w3 : p.w.shared_w2;
+  void const* const s = m == 0 ? p.w.shared_s1 : m == 1 ? p.w.shared_s3 : p.w.shared_s2;
+  decode_matrix_bf16(p.shared_scaled, static_cast<uint8_t const*>(q), static_cast<uint8_t const*>(s),
+                     m == 2 ? p.dim : p.inter, m == 2 ? p.inter : p.dim, out + static_cast<int64_t>(m) * p.inter * p.dim);
+}
+
+Status launch_decode_shared(MoeTcParams const& p, uint16_t* out, cudaStream_t st) {
+  if (!ops::is_block_scaled(p.shared_scaled)) return invalid_argument("moe_tc decode shared: shared expert not block-scaled");
+  if (p.dim % 32 != 0 || p.inter % 32 != 0) return invalid_argument("moe_tc decode shared: dim and inter must be multiples of 32");
+  unsigned const bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(p.inter * p.dim / 8, 256), 4096));
+  moe_tc_decode_shared_kernel<<<dim3(bx, 3), 256, 0, st>>>(p, out);
+  return launch_status("moe_tc_decode_shared_kernel");
+}
 
 Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st) {
   if (n <= 0) return {};
@@ -506,27 +545,70 @@ Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st
 }
 
 namespace {
-/// The routed act then down launches of the warp-specialised kernels (xr: rows per tile, ≤ kSkinnyTileRows).
+/// The act then down launches of the warp-specialised kernels over gy tiles from p.tile0 (xr: rows per tile,
+/// ≤ kSkinnyTileRows).
 template <DType kFmt, int kRaw>
-Status launch_routed_ws(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, int64_t gr, cudaStream_t st) {
+Status launch_ws_part(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, int64_t gy, cudaStream_t st) {
   constexpr auto kActW = moe_tc_act_ws_kernel<kFmt, kRaw>;
   constexpr auto kDownW = moe_tc_down_ws_kernel<kFmt, kRaw>;
   TESSERA_TRY(cuda_status(allow_smem<kActW>(skinny_ws_smem_bytes<kFmt>(2, kRaw, kSkinnyTileRows, ops::kTcQuantMaxK)),
                           "moe_tc act (block-scaled, warp-specialised): shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDownW>(skinny_ws_smem_bytes<kFmt>(1, kRaw, kSkinnyTileRows, ops::kTcQuantMaxK)),
                           "moe_tc down (block-scaled, warp-specialised): shared memory attribute"));
-  kActW<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), kWsThreads,
+  kActW<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), kWsThreads,
           skinny_ws_smem_bytes<kFmt>(2, kRaw, xr, p.dim), st>>>(p);
   TESSERA_TRY(launch_status("moe_tc_act_ws_kernel"));
-  kDownW<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), kWsThreads,
+  kDownW<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kWsThreads,
            skinny_ws_smem_bytes<kFmt>(1, kRaw, xr, p.inter), st>>>(p);
   return launch_status("moe_tc_down_ws_kernel");
 }
 
+/// The direct act then down launches of one part (launch_part_q), kDepth groups of codes in flight per lane.
+template <DType kFmt, int kDepth>
+Status launch_part_qd(MoeTcParams const& p, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
+  constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true, kDepth>;
+  constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true, kDepth>;
+  TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_smem_bytes<kFmt>(2, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
+                          "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
+                          "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
+  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
+  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter), st>>>(p);
+  return launch_status("moe_tc_down_skinny_q_kernel (direct)");
+}
+
+/// One part of a kSkinny call on the block-scaled tiles of kFmt: the routed tiles (p.tile0 = 0, gy =
+/// max_routed_tiles) or the shared expert's token tiles (p.tile0 = max_routed_tiles, gy of them), act then down,
+/// on the warp-specialised tiles when p.warp_spec, else the direct tile when every tile's rows fit it (a tile's
+/// rows are distinct tokens: ≤ p.rows), else the ring. xr: rows per tile (≤ kSkinnyTileRows). Same values on each.
 template <DType kFmt>
-Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
+Status launch_part_q(MoeTcParams const& p, int64_t xr, int64_t gy, cudaStream_t st) {
+  if (gy <= 0) return {};
+  int64_t const ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
+  if (p.warp_spec)
+    return xr <= kWsDeepMaxRows ? launch_ws_part<kFmt, kWsRawDeep>(p, xr, ga, gd, gy, st)
+                                : launch_ws_part<kFmt, kWsRawShallow>(p, xr, ga, gd, gy, st);
+  dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), grid_d(static_cast<unsigned>(gd), static_cast<unsigned>(gy));
+  if (p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter))
+    return direct_depth() == kDeepDirect ? launch_part_qd<kFmt, kDeepDirect>(p, grid_a, grid_d, st)
+                                         : launch_part_qd<kFmt, kShallowDirect>(p, grid_a, grid_d, st);
   constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt, false>;
   constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt, false>;
+  TESSERA_TRY(cuda_status(allow_smem<kActQ>(skinny_q_smem_bytes<kFmt>(2, kActQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
+                          "moe_tc act skinny (block-scaled): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDownQ>(skinny_q_smem_bytes<kFmt>(1, kDownQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
+                          "moe_tc down skinny (block-scaled): shared memory attribute"));
+  kActQ<<<grid_a, 32, skinny_q_smem_bytes<kFmt>(2, kActQStages, xr, kQuantBKMoe, p.dim), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel"));
+  kDownQ<<<grid_d, 32, skinny_q_smem_bytes<kFmt>(1, kDownQStages, xr, kQuantBKMoe, p.inter), st>>>(p);
+  return launch_status("moe_tc_down_skinny_q_kernel");
+}
+
+/// kSkinny with block-scaled routed experts of kFmt: the routed part, then the shared expert's part on the
+/// block-scaled tiles of p.shared_scaled, or on the bf16 skinny kernels.
+template <DType kFmt>
+Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
   constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
   if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");
@@ -535,75 +617,24 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
                             std::to_string(ops::kTcQuantMaxK));
   int64_t const xr = p.rows * p.top_k < kSkinnyTileRows ? p.rows * p.top_k : kSkinnyTileRows;
   int64_t const xs = p.rows < kSkinnyTileRows ? p.rows : kSkinnyTileRows;  // shared-expert tile rows
-  auto act_q = [&](int64_t r) { return skinny_q_smem_bytes<kFmt>(2, kActQStages, r, kQuantBKMoe, p.dim); };
-  auto down_q = [&](int64_t r) { return skinny_q_smem_bytes<kFmt>(1, kDownQStages, r, kQuantBKMoe, p.inter); };
-  TESSERA_TRY(cuda_status(allow_smem<kActQ>(skinny_q_smem_bytes<kFmt>(2, kActQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
-                          "moe_tc act skinny (block-scaled): shared memory attribute"));
-  TESSERA_TRY(cuda_status(allow_smem<kDownQ>(skinny_q_smem_bytes<kFmt>(1, kDownQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
-                          "moe_tc down skinny (block-scaled): shared memory attribute"));
-  TESSERA_TRY(cuda_status(allow_smem<kAct>(skinny_tile_smem_bytes(2, kActStages, kSkinnyTileRows)),
-                          "moe_tc act skinny: shared memory attribute"));
-  TESSERA_TRY(cuda_status(allow_smem<kDown>(skinny_tile_smem_bytes(1, kDownStages, kSkinnyTileRows)),
-                          "moe_tc down skinny: shared memory attribute"));
   int64_t const gr = p.max_routed_tiles, gs = p.shared ? ceil_div(p.rows, p.tile_rows) : 0;
   int64_t const ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
   TESSERA_TRY(check_grid(ga, gr + gs, "moe_tc act skinny"));
   TESSERA_TRY(check_grid(gd, gr + gs, "moe_tc down skinny"));
+  TESSERA_TRY(launch_part_q<kFmt>(p, xr, gr, st));
+  if (gs == 0) return {};
   MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
   ps.tile0 = p.max_routed_tiles;
-  if (p.warp_spec && gr > 0) {
-    Status const ws = xr <= kWsDeepMaxRows ? launch_routed_ws<kFmt, kWsRawDeep>(p, xr, ga, gd, gr, st)
-                                           : launch_routed_ws<kFmt, kWsRawShallow>(p, xr, ga, gd, gr, st);
-    TESSERA_TRY(ws);
-    if (gs > 0) {
-      kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
-      TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
-      kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
-      TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
-    }
-    return {};
-  }
-  // Codes into registers when every tile fits the direct path (a tile's rows are distinct tokens: ≤ p.rows).
-  bool const direct = p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter);
-  if (direct && gr > 0) {
-    constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true>;
-    constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true>;
-    size_t const sa = skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim), sd = skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter);
-    TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_smem_bytes<kFmt>(2, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
-                            "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
-    TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
-                            "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
-    kActD<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, sa, st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
-    if (gs > 0) {
-      kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
-      TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
-    }
-    kDownD<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), 32, sd, st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_down_skinny_q_kernel (direct)"));
-    if (gs > 0) {
-      kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
-      TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
-    }
-    return {};
-  }
-  if (gr > 0) {
-    kActQ<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), 32, act_q(xr), st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel"));
-  }
-  if (gs > 0) {
-    kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
-    TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
-  }
-  if (gr > 0) {
-    kDownQ<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), 32, down_q(xr), st>>>(p);
-    TESSERA_TRY(launch_status("moe_tc_down_skinny_q_kernel"));
-  }
-  if (gs > 0) {
-    kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
-    TESSERA_TRY(launch_status("moe_tc_down_skinny_kernel"));
-  }
-  return {};
+  if (p.shared_scaled == DType::kF8E4m3) return launch_part_q<DType::kF8E4m3>(ps, xs, gs, st);
+  if (p.shared_scaled == DType::kF4E2m1x2) return launch_part_q<DType::kF4E2m1x2>(ps, xs, gs, st);
+  TESSERA_TRY(cuda_status(allow_smem<kAct>(skinny_tile_smem_bytes(2, kActStages, kSkinnyTileRows)),
+                          "moe_tc act skinny: shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDown>(skinny_tile_smem_bytes(1, kDownStages, kSkinnyTileRows)),
+                          "moe_tc down skinny: shared memory attribute"));
+  kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
+  TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
+  kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
+  return launch_status("moe_tc_down_skinny_kernel");
 }
 }  // namespace
 

@@ -499,7 +499,11 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
         f.moe_exl3(l, xa, rw, rid, N, F);
       } else {
         ops::MoeExpertsDesc ed{N, s.n_experts, D, s.moe_inter, K, s.swiglu_limit, true, md};
-        ed.weight_dtype = lw.moe.s1.dtype;
+        // The dense experts' dtype (a block-scaled shared expert rides beside block-scaled routed experts, whose
+        // weight_dtype the backend fixes: fp32 on the CPU, bf16 on CUDA).
+        ed.weight_dtype = lw.moe.shared_scaled == DType::kF32 ? lw.moe.s1.dtype
+                          : mem.backend == Backend::kCpu     ? DType::kF32
+                                                             : DType::kBf16;
         ops::MoeExpertsArgs ma{};
         ma.x = dcv2(xa, N, D);
         ma.ids = TensorView<int32_t const, 2>(rid, {N, K}, kDev);
@@ -516,9 +520,15 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           ma.dev.s3 = st + s.n_experts;
           ma.dev.s2 = st + 2 * s.n_experts;
         }
-        ma.dev.shared_w1 = lw.moe.s1.p;
+        ma.dev.shared_w1 = lw.moe.s1.p;  // codes when block-scaled, with their scales:
         ma.dev.shared_w3 = lw.moe.s3.p;
         ma.dev.shared_w2 = lw.moe.s2.p;
+        if (lw.moe.shared_scaled != DType::kF32) {
+          ed.shared_scaled = lw.moe.shared_scaled;
+          ma.dev.shared_s1 = lw.moe.s1.scale;
+          ma.dev.shared_s3 = lw.moe.s3.scale;
+          ma.dev.shared_s2 = lw.moe.s2.scale;
+        }
         std::vector<CF2> hw1, hw3, hw2;  // the CPU backend's views of the same weights (fp32, or codes + scales)
         std::vector<ops::BlockScaledView> hq1, hq3, hq2;
         if (mem.backend == Backend::kCpu) {
@@ -539,9 +549,15 @@ Status GpuDsv41Model::Impl::forward_pass(std::span<SequenceStep const> steps) {
           ma.w1_scaled = hq1;
           ma.w3_scaled = hq3;
           ma.w2_scaled = hq2;
-          ma.shared_w1 = dcv2(lw.moe.s1);
-          ma.shared_w3 = dcv2(lw.moe.s3);
-          ma.shared_w2 = dcv2(lw.moe.s2);
+          if (lw.moe.shared_scaled != DType::kF32) {
+            ma.shared_w1_scaled = scaled_view(lw.moe.s1);
+            ma.shared_w3_scaled = scaled_view(lw.moe.s3);
+            ma.shared_w2_scaled = scaled_view(lw.moe.s2);
+          } else {
+            ma.shared_w1 = dcv2(lw.moe.s1);
+            ma.shared_w3 = dcv2(lw.moe.s3);
+            ma.shared_w2 = dcv2(lw.moe.s2);
+          }
         }
         run<ops::MoeExperts>(ctx, ed, ma);
       }

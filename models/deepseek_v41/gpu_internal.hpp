@@ -210,6 +210,7 @@ struct GpuExperts {
   void* scale_ptrs = nullptr;    // device [3, E] table of the routed experts' scales (block-scaled only)
   DType routed_scaled = DType::kF32;  // kF8E4m3 / kF4E2m1x2: the routed experts are stored block-scaled
   DevTensor s1, s3, s2;          // shared expert
+  DType shared_scaled = DType::kF32;  // kF8E4m3 / kF4E2m1x2: the shared expert is held block-scaled (s1/s3/s2)
   // EXL3 routed experts (w1/w3/w2 EXL3 DevTensors, one layer shape per projection): device [3][3][E] pointers,
   // projection j (w1 | w3 | w2) × (trellis | suh | svh) × expert; the shared expert is EXL3 as well.
   void* exl3_ptrs = nullptr;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "models/deepseek_v41/gpu_impl.hpp"
 #include "models/deepseek_v41/model_internal.hpp"
@@ -249,9 +250,17 @@ Status GpuDsv41Model::Impl::upload(Weights const& h, int64_t held_experts) {
       TESSERA_TRY(mem.copy(m.exl3_ptrs, xptrs.data(), xptrs.size() * sizeof(void*), Copy::kHostToDev));
       TESSERA_TRY(mem.sync());
     } else {
-      TESSERA_TRY(up(s.shared.w1, &m.s1, ex));
-      TESSERA_TRY(up(s.shared.w3, &m.s3, ex));
-      TESSERA_TRY(up(s.shared.w2, &m.s2, ex));
+      // The shared expert as stored where the routed experts run block-scaled (MoeExpertsDesc::shared_scaled rides
+      // on their paths) and its format runs; else dense: its tensor, or its stored form dequantised (same values).
+      auto const skey = [&](char const* wn) { return scaled_shared_key(static_cast<int64_t>(l), wn); };
+      ScaledWeight const* const sq[3] = {h.scaled_of(skey("w1")), h.scaled_of(skey("w3")), h.scaled_of(skey("w2"))};
+      bool const keep = rq != DType::kF32 && sq[0] && sq[1] && sq[2] && sq[1]->dtype == sq[0]->dtype &&
+                        sq[2]->dtype == sq[0]->dtype && routed_scaled_runs(spec, mem.backend, sq[0]->dtype);
+      gpu::DevTensor* const dst[3] = {&m.s1, &m.s3, &m.s2};
+      Tensor const* const dense[3] = {&s.shared.w1, &s.shared.w3, &s.shared.w2};
+      for (int j = 0; j < 3; ++j)
+        TESSERA_TRY(keep ? upload_scaled(mem, w, *sq[j], dst[j]) : up(dense_weight(*dense[j], sq[j]), dst[j], ex));
+      m.shared_scaled = keep ? sq[0]->dtype : DType::kF32;
     }
     if (E > 0) {
       auto p = alloc_weight(mem, w, ptrs.size() * sizeof(void*));
@@ -300,6 +309,12 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // the fused tiles).
   if (wo.keep_scaled_projections)
     wo.experts_as_stored = [spec, backend](DType t) { return routed_scaled_runs(spec, backend, t); };
+  // The shared expert too, beside routed experts kept as stored: on the CPU backend; on CUDA with
+  // TESSERA_SHARED_AS_STORED=1 (its block-scaled skinny launches are not yet the CUDA default); =0: dense on both.
+  char const* const shared_env = std::getenv("TESSERA_SHARED_AS_STORED");
+  bool const shared_stored = shared_env ? std::string_view(shared_env) == "1" : backend == Backend::kCpu;
+  if (wo.keep_scaled_projections && shared_stored)
+    wo.shared_expert_as_stored = [spec, backend](DType t) { return routed_scaled_runs(spec, backend, t); };
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();
   TESSERA_TRY(check_exl3_weights(spec, *hw, false));
@@ -582,6 +597,14 @@ Result<DType> GpuDsv41Model::projection_dtype(std::string const& key) const {
   }
   if (!t || !t->p) return not_found("projection_dtype: no projection weight '" + key + "'");
   return t->dtype;
+}
+
+Result<DType> GpuDsv41Model::shared_expert_dtype(int64_t layer) const {
+  gpu::GpuWeights const& w = impl_->w;
+  if (layer < 0 || layer >= static_cast<int64_t>(w.layers.size()))
+    return not_found("shared_expert_dtype: no layer " + std::to_string(layer));
+  gpu::GpuExperts const& m = w.layers[static_cast<size_t>(layer)].moe;
+  return m.shared_scaled != DType::kF32 ? m.shared_scaled : m.s1.dtype;
 }
 
 Result<DType> GpuDsv41Model::routed_experts_dtype(int64_t layer) const {

@@ -124,6 +124,32 @@ class Loader {
     for (auto& [key, sw] : got) out_.scaled[key] = std::move(sw);
     return true;
   }
+  /// The stored form of layer l's shared expert when WeightLoadOptions::shared_expert_as_stored takes it (w1, w3,
+  /// w2 stored block-scaled in one dtype, the expected logical shapes, no rank part): recorded under
+  /// scaled_shared_key, and true; false (nothing recorded) otherwise.
+  Result<bool> shared_as_stored(int64_t l, int64_t I, int64_t D) {
+    if (!opts_.shared_expert_as_stored || part_of(&RankParts::shared_in) || part_of(&RankParts::shared_out)) return false;
+    std::vector<std::pair<std::string, ScaledWeight>> got;
+    DType dt = DType::kF32;
+    for (auto [wn, rows, cols, old_name, new_name] :
+         {std::tuple{"w1", I, D, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+          {"w3", I, D, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+          {"w2", D, I, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"}}) {
+      std::string const name = find_name(lname(l, old_name, new_name));
+      if (name.empty()) return false;  // the dequantised load names the missing tensor
+      auto sw = src_.load_scaled(name);
+      if (!sw) return sw.status();
+      if (!sw->present() || (dt != DType::kF32 && sw->dtype != dt)) return false;
+      if (sw->rows != rows || sw->cols != cols)
+        return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
+                         shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string({rows, cols}));
+      dt = sw->dtype;
+      got.emplace_back(scaled_shared_key(l, wn), std::move(*sw));
+    }
+    if (!opts_.shared_expert_as_stored(dt)) return false;
+    for (auto& [key, sw] : got) out_.scaled[key] = std::move(sw);
+    return true;
+  }
   Result<Tensor> stored(std::string const& key, std::vector<std::string> const& names, std::vector<int64_t> const& shape,
                         bool record) {
     if (record && opts_.projections_as_stored) {
@@ -333,6 +359,7 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
   int64_t const e0 = ld.routed_begin(), e1 = ld.routed_end(E);
   std::string fused_gu = "model.layers." + std::to_string(l) + ".mlp.experts.gate_up_proj";
   std::string fused_dn = "model.layers." + std::to_string(l) + ".mlp.experts.down_proj";
+  bool routed_stored = false;  // the routed experts recorded as stored (WeightLoadOptions::experts_as_stored)
   if (ld.src().contains(fused_gu)) {
     Tensor gu, dn;
     TRY_ASSIGN(gu, ld.get({fused_gu}, {E, 2 * I, D}));
@@ -343,25 +370,28 @@ Status load_layer(ModelSpec const& s, Loader& ld, int64_t l, LayerWeights& w) {
       w.experts[e].w2 = slice_expert(dn, e, 0, D);
     }
   } else {
-    bool stored_only = false;
-    TRY_ASSIGN(stored_only, ld.experts_as_stored(l, e0, e1, I, D));
-    for (int64_t e = e0; e < e1 && !stored_only; ++e) {
+    TRY_ASSIGN(routed_stored, ld.experts_as_stored(l, e0, e1, I, D));
+    for (int64_t e = e0; e < e1 && !routed_stored; ++e) {
       std::string p = "ffn.experts." + std::to_string(e) + ".";
       TRY_ASSIGN(w.experts[e].w1, ld.linear(scaled_expert_key(l, e, "w1"), lname(l, p + "w1.weight", p + "w1.weight"), {I, D}));
       TRY_ASSIGN(w.experts[e].w3, ld.linear(scaled_expert_key(l, e, "w3"), lname(l, p + "w3.weight", p + "w3.weight"), {I, D}));
       TRY_ASSIGN(w.experts[e].w2, ld.linear(scaled_expert_key(l, e, "w2"), lname(l, p + "w2.weight", p + "w2.weight"), {D, I}));
     }
   }
+  bool shared_stored = false;
+  if (routed_stored) TRY_ASSIGN(shared_stored, ld.shared_as_stored(l, I, D));
   auto const shared_in = ld.part_of(&RankParts::shared_in);
-  TRY_ASSIGN(w.shared.w1, ld.linear(exl3_shared_key(l, "w1"),
-                                    lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D},
-                                    shared_in));
-  TRY_ASSIGN(w.shared.w3, ld.linear(exl3_shared_key(l, "w3"),
-                                    lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D},
-                                    shared_in));
-  TRY_ASSIGN(w.shared.w2, ld.linear(exl3_shared_key(l, "w2"),
-                                    lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I},
-                                    ld.part_of(&RankParts::shared_out)));
+  if (!shared_stored) {
+    TRY_ASSIGN(w.shared.w1, ld.linear(exl3_shared_key(l, "w1"),
+                                      lname(l, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), {I, D},
+                                      shared_in));
+    TRY_ASSIGN(w.shared.w3, ld.linear(exl3_shared_key(l, "w3"),
+                                      lname(l, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), {I, D},
+                                      shared_in));
+    TRY_ASSIGN(w.shared.w2, ld.linear(exl3_shared_key(l, "w2"),
+                                      lname(l, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), {D, I},
+                                      ld.part_of(&RankParts::shared_out)));
+  }
   int64_t ei = s.engram_index(l);
   if (ei >= 0) {
     int64_t de = s.engram_head_dim, C = (s.engram_max_ngram - 1) * s.engram_n_heads;

@@ -90,7 +90,14 @@ Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs 
       TESSERA_TRY(check_shape(a.w2[e], {d.dim, d.inter}, "moe_experts w2"));
     }
   }
-  if (d.shared_expert) {
+  TESSERA_CHECK(moe_shared_scaled(d) || !d.shared_expert || d.shared_scaled == DType::kF32 ||
+                    d.shared_scaled == d.weight_dtype,
+                "moe_experts shared_scaled must be f8_e4m3, f4_e2m1x2 or unset");
+  if (moe_shared_scaled(d)) {
+    TESSERA_TRY(check_scaled(a.shared_w1_scaled, d.shared_scaled, d.inter, d.dim, "moe_experts shared w1 (block-scaled)"));
+    TESSERA_TRY(check_scaled(a.shared_w3_scaled, d.shared_scaled, d.inter, d.dim, "moe_experts shared w3 (block-scaled)"));
+    TESSERA_TRY(check_scaled(a.shared_w2_scaled, d.shared_scaled, d.dim, d.inter, "moe_experts shared w2 (block-scaled)"));
+  } else if (d.shared_expert) {
     TESSERA_TRY(check_shape(a.shared_w1, {d.inter, d.dim}, "moe_experts shared w1"));
     TESSERA_TRY(check_shape(a.shared_w3, {d.inter, d.dim}, "moe_experts shared w3"));
     TESSERA_TRY(check_shape(a.shared_w2, {d.dim, d.inter}, "moe_experts shared w2"));
@@ -102,16 +109,17 @@ Status MoeExperts<Backend::kCpu>::check(MoeExpertsDesc const& d, MoeExpertsArgs 
 }
 
 Status MoeExperts<Backend::kCpu>::run(MoeExpertsDesc const& d, MoeExpertsArgs const& a, ExecContext& ctx) {
-  bool const scaled = moe_routed_scaled(d);
+  bool const scaled = moe_routed_scaled(d), shared_scaled = moe_shared_scaled(d);
   detail::cpu_pool(ctx).parallel_for(d.rows, [&](int64_t b, int64_t e) {
     std::vector<float> acc(static_cast<size_t>(d.dim)), scratch(static_cast<size_t>(2 * d.inter));
-    std::vector<float> wrow(static_cast<size_t>(scaled ? std::max(d.dim, d.inter) : 0));
+    std::vector<float> wrow(static_cast<size_t>(scaled || shared_scaled ? std::max(d.dim, d.inter) : 0));
     std::vector<std::pair<int32_t, float>> order(static_cast<size_t>(d.top_k));
     // Row r of a block-scaled expert weight widened to its values (one row at a time, read before the next).
-    auto widen = [&](BlockScaledView const& v, int64_t r, int64_t cols) {
-      scaled_weight_row(d.routed_scaled, v.q.data, v.q.stride[0], v.scale.data, v.scale.stride[0], r, cols, wrow.data());
+    auto widen_as = [&](DType t, BlockScaledView const& v, int64_t r, int64_t cols) {
+      scaled_weight_row(t, v.q.data, v.q.stride[0], v.scale.data, v.scale.stride[0], r, cols, wrow.data());
       return static_cast<float const*>(wrow.data());
     };
+    auto widen = [&](BlockScaledView const& v, int64_t r, int64_t cols) { return widen_as(d.routed_scaled, v, r, cols); };
     for (int64_t r = b; r < e; ++r) {
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t i = 0; i < d.top_k; ++i) order[i] = {a.ids(r, i), a.weights(r, i)};
@@ -129,7 +137,13 @@ Status MoeExperts<Backend::kCpu>::run(MoeExpertsDesc const& d, MoeExpertsArgs co
           ref::moe_expert_row_accumulate(x, a.w1[id].data, a.w3[id].data, a.w2[id].data, d.dim, d.inter, d.swiglu_limit,
                                          true, w, d.md, acc.data(), scratch.data());
       }
-      if (d.shared_expert)
+      if (shared_scaled)
+        ref::moe_expert_row_accumulate_rows(
+            x, [&](int64_t i) { return widen_as(d.shared_scaled, a.shared_w1_scaled, i, d.dim); },
+            [&](int64_t i) { return widen_as(d.shared_scaled, a.shared_w3_scaled, i, d.dim); },
+            [&](int64_t o) { return widen_as(d.shared_scaled, a.shared_w2_scaled, o, d.inter); }, d.dim, d.inter,
+            d.swiglu_limit, false, 0.f, d.md, acc.data(), scratch.data());
+      else if (d.shared_expert)
         ref::moe_expert_row_accumulate(x, a.shared_w1.data, a.shared_w3.data, a.shared_w2.data, d.dim, d.inter,
                                        d.swiglu_limit, false, 0.f, d.md, acc.data(), scratch.data());
       for (int64_t o = 0; o < d.dim; ++o) a.out(r, o) = ref::round_md(acc[o], d.md);

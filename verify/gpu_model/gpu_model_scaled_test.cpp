@@ -4,7 +4,8 @@
 /// (codes + scales through ops::Linear's kF8E4m3 weights) and computes exactly what it computes with them
 /// dequantised to bf16 (ModelOptions::dequantize_weights) and what the CPU model computes: every logits row
 /// of a prefill past the window and the compressor groups, then single-token decode steps, bit for bit.
-/// The FP4 routed experts are kept as stored too (MoeExpertsDesc::routed_scaled; the CPU op widens their rows). The
+/// The FP4 routed experts are kept as stored too (MoeExpertsDesc::routed_scaled; the CPU op widens their rows), and
+/// beside them the FP8 shared expert (MoeExpertsDesc::shared_scaled; GpuDsv41Model::shared_expert_dtype). The
 /// CPU model with ModelOptions::weights_as_stored holds the same stored forms and gives the same logits. Which
 /// weights were kept is checked through GpuDsv41Model::projection_dtype / routed_experts_dtype and the weight
 /// bytes (the saving is exactly Σ b·rows·cols − codes − scales over the kept ones, b the dequantised copy's bytes a
@@ -12,8 +13,11 @@
 /// groups start on 32-row scale blocks (o_lora_rank % 32 == 0) and dequantised otherwise.
 #include <boost/test/unit_test.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <string_view>
 #include <unistd.h>
 
 #include "tessera/models/deepseek_v41/synthetic.hpp"
@@ -145,6 +149,36 @@ void scaled_equals_dequantised(Config const& c, bool wo_a_kept) {
       }
   }
   BOOST_TEST(he.scaled.count(scaled_weight_key(0, "wq_a")) == 0u);  // projections are not asked for here
+  BOOST_TEST(he.scaled.count(scaled_shared_key(0, "w1")) == 0u);    // nor the shared expert
+  // The shared expert: FP8 in the checkpoint, recorded instead of loaded beside routed experts kept as stored, and
+  // held so by the kept model where FP8 runs (CUDA: the fused tile; the CPU backend: always) and the model takes it
+  // (the CPU backend by default, CUDA with TESSERA_SHARED_AS_STORED=1; =0 neither).
+  char const* const shared_env = std::getenv("TESSERA_SHARED_AS_STORED");
+  bool const shared_kept = fp8_kept && (shared_env ? std::string_view(shared_env) == "1" : kBackend == Backend::kCpu);
+  std::printf("gpu_model_scaled: shared expert held %s\n", shared_kept ? "FP8 as stored" : "dense");
+  WeightLoadOptions so = eo;
+  so.shared_expert_as_stored = [](DType t) { return t == DType::kF8E4m3; };
+  Weights const hs = load_weights(ck.spec, ck.src, Numerics::kBf16, so).value_or_throw();
+  for (int64_t l = 0; l < L; ++l) {
+    BOOST_TEST(!hs.layers[static_cast<size_t>(l)].shared.w1.defined());
+    DType const dense = kBackend == Backend::kCuda ? DType::kBf16 : DType::kF32;
+    BOOST_TEST((kept->shared_expert_dtype(l).value_or_throw() == (shared_kept ? DType::kF8E4m3 : dense)), "layer " << l);
+    BOOST_TEST((deq->shared_expert_dtype(l).value_or_throw() == dense));
+    if (!shared_kept) continue;
+    size_t const dense_bytes = kBackend == Backend::kCuda ? 2 : 4;
+    for (char const* wn : {"w1", "w3", "w2"}) {
+      ScaledWeight const& sw = hs.scaled.at(scaled_shared_key(l, wn));
+      BOOST_TEST((sw.dtype == DType::kF8E4m3));
+      saved += static_cast<size_t>(dense_bytes * sw.rows * sw.cols) - sw.codes.nbytes() - sw.scales.nbytes();
+    }
+  }
+  BOOST_TEST(!kept->shared_expert_dtype(L).ok());
+  // Without routed experts kept as stored the shared expert loads dequantised (its block-scaled path rides on theirs).
+  WeightLoadOptions so_only;
+  so_only.shared_expert_as_stored = so.shared_expert_as_stored;
+  Weights const hso = load_weights(ck.spec, ck.src, Numerics::kBf16, so_only).value_or_throw();
+  BOOST_TEST(hso.layers.front().shared.w1.defined());
+  BOOST_TEST(hso.scaled.count(scaled_shared_key(0, "w1")) == 0u);
   BOOST_TEST(saved > 0u);
   BOOST_TEST(deq->weight_bytes() - kept->weight_bytes() == saved);
 

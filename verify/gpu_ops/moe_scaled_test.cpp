@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// MoeExperts<kCuda> with block-scaled routed experts (MoeExpertsDesc::routed_scaled: FP4 e2m1 with per-row-per-32
 /// ue8m0 scales, as the native release layout stores them; FP8 e4m3 with 32×32-block scales, refused where
-/// ops::tc_quant_format_fused does not allow it; the shared expert bf16) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
+/// ops::tc_quant_format_fused does not allow it; the shared expert bf16, or block-scaled in either format as
+/// MoeExpertsDesc::shared_scaled, the release storing it FP8) against the CPU op on the decoded weights (ops::scaled_weight), BIT FOR BIT, on bf16-valued inputs:
 /// the Flash expert shape (5120 × 2304) and small ones, rows 1, 2, 5, 16, 48, 64 (experts with one or several tiles of
 /// 8 assignments, a pruned slot), kAuto, kSkinny and kGemm (codes decoded in the tiles; and the experts decoded to
 /// bf16 first, in groups of one expert and of all); a token alone and the first two rows as their own batch give their bits in the full batch; calls the
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "tessera/ops/linear.hpp"
 #include "tessera/ops/linear_tc.hpp"
@@ -60,12 +62,14 @@ QMat make_q(DType fmt, int64_t rows, int64_t cols, uint64_t seed) {
 
 struct Problem {
   DType fmt = DType::kF4E2m1x2;
+  DType shared_fmt = DType::kBf16;              // kF8E4m3 / kF4E2m1x2: the shared expert block-scaled (sq*)
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, k = 0;
   float limit = 0.f;
   std::vector<float> x, wts;
   std::vector<int32_t> ids;
   std::vector<QMat> q1, q3, q2;                 // routed
-  std::vector<float> sh1, sh3, sh2;             // shared (bf16 values)
+  std::vector<float> sh1, sh3, sh2;             // shared (bf16 values; the decoded sq* when block-scaled)
+  QMat sq1, sq3, sq2;                           // shared, block-scaled
   std::vector<DeviceBuffer<uint8_t>> bufs;      // codes and scales
   std::vector<DeviceBuffer<Bf16>> shared_bufs;
   DeviceBuffer<uint64_t> t1, t3, t2, u1, u3, u2;
@@ -75,11 +79,12 @@ struct Problem {
     ops::MoeExpertsDesc d{nr, experts, dim, inter, k, limit, true, DType::kBf16, DType::kBf16};
     d.tc_path = path;
     d.routed_scaled = fmt;
+    if (shared_fmt != DType::kBf16) d.shared_scaled = shared_fmt;
     return d;
   }
 
   void upload() {
-    bufs.reserve(6 * static_cast<size_t>(experts));
+    bufs.reserve(6 * static_cast<size_t>(experts) + 6);  // addresses of the elements are kept: no reallocation
     auto put = [&](std::vector<uint8_t> const& h) {
       bufs.emplace_back(h);
       return reinterpret_cast<uint64_t>(bufs.back().data());
@@ -97,6 +102,12 @@ struct Problem {
     dev.s1 = reinterpret_cast<void const* const*>(u1.data());
     dev.s3 = reinterpret_cast<void const* const*>(u3.data());
     dev.s2 = reinterpret_cast<void const* const*>(u2.data());
+    if (shared_fmt != DType::kBf16) {  // codes and scales of the shared expert
+      dev.shared_w1 = reinterpret_cast<void const*>(put(sq1.q)); dev.shared_s1 = reinterpret_cast<void const*>(put(sq1.s));
+      dev.shared_w3 = reinterpret_cast<void const*>(put(sq3.q)); dev.shared_s3 = reinterpret_cast<void const*>(put(sq3.s));
+      dev.shared_w2 = reinterpret_cast<void const*>(put(sq2.q)); dev.shared_s2 = reinterpret_cast<void const*>(put(sq2.s));
+      return;
+    }
     shared_bufs.reserve(3);
     for (auto const* h : {&sh1, &sh3, &sh2}) {
       std::vector<Bf16> hb(h->size());
@@ -154,9 +165,11 @@ struct Problem {
   }
 };
 
-Problem make(DType fmt, int64_t rows, int64_t experts, int64_t dim, int64_t inter, int64_t k, float limit, uint64_t seed) {
+Problem make(DType fmt, int64_t rows, int64_t experts, int64_t dim, int64_t inter, int64_t k, float limit, uint64_t seed,
+             DType shared_fmt = DType::kBf16) {
   Problem p;
   p.fmt = fmt;
+  p.shared_fmt = shared_fmt;
   p.rows = rows; p.experts = experts; p.dim = dim; p.inter = inter; p.k = k; p.limit = limit;
   p.x = bf16_values(static_cast<size_t>(rows * dim), seed, 1.f);
   p.wts = randn(static_cast<size_t>(rows * k), seed + 1, 0.3f, 0.5f);
@@ -182,6 +195,14 @@ Problem make(DType fmt, int64_t rows, int64_t experts, int64_t dim, int64_t inte
   p.sh1 = bf16_values(static_cast<size_t>(inter * dim), seed + 3, 2.f * s1);
   p.sh3 = bf16_values(static_cast<size_t>(inter * dim), seed + 4, 2.f * s1);
   p.sh2 = bf16_values(static_cast<size_t>(dim * inter), seed + 5, 2.f * s2);
+  if (shared_fmt != DType::kBf16) {
+    p.sq1 = make_q(shared_fmt, inter, dim, seed + 3);
+    p.sq3 = make_q(shared_fmt, inter, dim, seed + 4);
+    p.sq2 = make_q(shared_fmt, dim, inter, seed + 5);
+    p.sh1 = p.sq1.w;
+    p.sh3 = p.sq3.w;
+    p.sh2 = p.sq2.w;
+  }
   p.upload();
   return p;
 }
@@ -191,14 +212,15 @@ void check(Problem const& p) {
   int64_t nonzero = 0;
   for (float v : cpu) nonzero += v != 0.f;
   BOOST_TEST(nonzero > static_cast<int64_t>(cpu.size()) / 2);
-  char const* fmt = p.fmt == DType::kF8E4m3 ? "fp8" : "fp4";
+  std::string const fmt = std::string(p.fmt == DType::kF8E4m3 ? "fp8" : "fp4") +
+                          (p.shared_fmt == DType::kBf16 ? "" : p.shared_fmt == DType::kF8E4m3 ? "+shared fp8" : "+shared fp4");
   for (MoeTcPath path : {MoeTcPath::kAuto, MoeTcPath::kSkinny, MoeTcPath::kGemm}) {
     std::vector<float> gpu;
     Status const s = p.gpu(0, p.rows, path, &gpu);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
     int64_t const diff = count_bit_diffs(gpu, cpu, "moe block-scaled vs cpu");
     std::printf("moe %s routed rows=%lld experts=%lld dim=%lld inter=%lld path=%s: %lld/%zu outputs differ from the CPU\n",
-                fmt, static_cast<long long>(p.rows), static_cast<long long>(p.experts), static_cast<long long>(p.dim),
+                fmt.c_str(), static_cast<long long>(p.rows), static_cast<long long>(p.experts), static_cast<long long>(p.dim),
                 static_cast<long long>(p.inter),
                 path == MoeTcPath::kAuto ? (ops::moe_tc_path_for(p.desc(p.rows, path)) == MoeTcPath::kGemm ? "auto(gemm)" : "auto")
                 : path == MoeTcPath::kSkinny ? "skinny" : "gemm",
@@ -214,7 +236,7 @@ void check(Problem const& p) {
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
     int64_t const diff = count_bit_diffs(grouped, cpu, "moe block-scaled gemm, experts decoded first, vs cpu");
     std::printf("moe %s routed rows=%lld gemm, decoded first in groups of %lld: %lld/%zu outputs differ from the CPU\n",
-                fmt, static_cast<long long>(p.rows), static_cast<long long>(group), static_cast<long long>(diff),
+                fmt.c_str(), static_cast<long long>(p.rows), static_cast<long long>(group), static_cast<long long>(diff),
                 grouped.size());
     BOOST_TEST(diff == 0);
   }
@@ -225,7 +247,7 @@ void check(Problem const& p) {
     Status const s = p.gpu(0, p.rows, MoeTcPath::kAuto, &ring, ops::TcQuantPath::kRing);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
     int64_t const diff = count_bit_diffs(ring, cpu, "moe block-scaled ring vs cpu");
-    std::printf("moe %s routed rows=%lld ring path: %lld/%zu outputs differ from the CPU\n", fmt,
+    std::printf("moe %s routed rows=%lld ring path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
                 static_cast<long long>(p.rows), static_cast<long long>(diff), ring.size());
     BOOST_TEST(diff == 0);
   }
@@ -235,7 +257,7 @@ void check(Problem const& p) {
     Status const s = p.gpu(0, p.rows, MoeTcPath::kSkinny, &ws, ops::TcQuantPath::kWarpSpec);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
     int64_t const diff = count_bit_diffs(ws, cpu, "moe block-scaled warp-specialised vs cpu");
-    std::printf("moe %s routed rows=%lld warp-specialised path: %lld/%zu outputs differ from the CPU\n", fmt,
+    std::printf("moe %s routed rows=%lld warp-specialised path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
                 static_cast<long long>(p.rows), static_cast<long long>(diff), ws.size());
     BOOST_TEST(diff == 0);
   }
@@ -278,6 +300,22 @@ BOOST_AUTO_TEST_CASE(small_shapes_many_rows) {
     }
 }
 
+// The shared expert block-scaled (MoeExpertsDesc::shared_scaled): every routed × shared pair of fused formats on
+// small shapes (one row: the direct tiles; 16 and 64 rows: warp-specialised, and kGemm decoding the shared expert
+// first), and the release's pair, FP4 routed + FP8 shared, at the Flash expert shape.
+BOOST_AUTO_TEST_CASE(block_scaled_shared_expert) {
+  uint64_t seed = 900;
+  for (DType fmt : fused_formats())
+    for (DType sfmt : fused_formats())
+      for (int64_t rows : {1, 16, 64}) {
+        check(make(fmt, rows, 6, 256, 96, 4, 0.f, seed++, sfmt));
+        check(make(fmt, rows, 20, 544, 160, 6, 7.f, seed++, sfmt));
+      }
+  if (ops::tc_quant_format_fused(DType::kF4E2m1x2) && ops::tc_quant_format_fused(DType::kF8E4m3))
+    for (int64_t rows : {1, 2, 5, 48})
+      check(make(DType::kF4E2m1x2, rows, 8, 5120, 2304, 6, 10.f, 950 + static_cast<uint64_t>(rows), DType::kF8E4m3));
+}
+
 BOOST_AUTO_TEST_CASE(refuses_what_it_does_not_take) {
   Problem const p = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 77);
   BOOST_TEST((p.gpu(0, 4, MoeTcPath::kEmulated, nullptr).code() == StatusCode::kInvalidArgument));
@@ -285,6 +323,13 @@ BOOST_AUTO_TEST_CASE(refuses_what_it_does_not_take) {
   Problem q = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 78);
   q.dev.s2 = nullptr;
   BOOST_TEST((q.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kInvalidArgument));
+  // A block-scaled shared expert without its scales, or with codes off 16-byte alignment.
+  Problem sh = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 80, DType::kF8E4m3);
+  sh.dev.shared_s3 = nullptr;
+  BOOST_TEST((sh.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kInvalidArgument));
+  Problem sa = make(DType::kF4E2m1x2, 4, 6, 256, 96, 4, 0.f, 81, DType::kF8E4m3);
+  sa.dev.shared_w2 = static_cast<uint8_t const*>(sa.dev.shared_w2) + 4;
+  BOOST_TEST((sa.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kInvalidArgument));
   if (!ops::tc_quant_format_fused(DType::kF8E4m3)) {  // no verified fused FP8 tile: refused
     Problem const r = make(DType::kF8E4m3, 4, 6, 256, 96, 4, 0.f, 79);
     BOOST_TEST((r.gpu(0, 4, MoeTcPath::kAuto, nullptr).code() == StatusCode::kNotSupported));

@@ -249,12 +249,12 @@ BOOST_AUTO_TEST_CASE(route_and_experts_vs_token_loop_with_clamp) {
 
 // Block-scaled routed experts on the CPU (MoeExpertsDesc::routed_scaled, MoeExpertsArgs::w*_scaled): bit for bit the
 // op on fp32 views of the decoded values (ops::scaled_weight), FP8 32×32 blocks and FP4 per-row-per-32 scales, in
-// fp32 and bf16 numerics, with a pruned slot; bad view shapes are refused.
+// fp32 and bf16 numerics, with a pruned slot; bad view shapes are refused. Then the shared expert block-scaled too
+// (MoeExpertsDesc::shared_scaled, either format): bit for bit the op on its decoded values.
 BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
   int64_t const rows = 5, E = 4, D = 64, I = 96, K = 2;
   for (DType fmt : {DType::kF8E4m3, DType::kF4E2m1x2})
     for (DType md : {DType::kF32, DType::kBf16}) {
-      bool const fp4 = fmt == DType::kF4E2m1x2;
       // Codes and scales of one [r, c] matrix; e4m3 NaN codes avoided; scales near 2^-7 (FP8) / 2^-5 (FP4).
       struct Q {
         std::vector<uint8_t> q, s;
@@ -263,7 +263,8 @@ BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
       };
       uint64_t state = verify::test_seed(501);
       auto next = [&] { state = state * 6364136223846793005ull + 1442695040888963407ull; return static_cast<uint8_t>(state >> 56); };
-      auto make = [&](int64_t r, int64_t c) {
+      auto make_as = [&](DType mf, int64_t r, int64_t c) {
+        bool const fp4 = mf == DType::kF4E2m1x2;
         Q m;
         int64_t const qc = fp4 ? c / 2 : c, kb = (c + 31) / 32, sr = fp4 ? r : (r + 31) / 32;
         m.q.resize(static_cast<size_t>(r * qc));
@@ -272,10 +273,11 @@ BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
         for (auto& b : m.s) b = static_cast<uint8_t>((fp4 ? 122 : 120) + next() % 3);
         m.w.resize(static_cast<size_t>(r * c));
         for (int64_t i = 0; i < r; ++i)
-          for (int64_t j = 0; j < c; ++j) m.w[i * c + j] = ops::scaled_weight(fmt, m.q.data(), qc, m.s.data(), kb, i, j);
+          for (int64_t j = 0; j < c; ++j) m.w[i * c + j] = ops::scaled_weight(mf, m.q.data(), qc, m.s.data(), kb, i, j);
         m.view = {TensorView<uint8_t const, 2>(m.q.data(), {r, qc}), TensorView<uint8_t const, 2>(m.s.data(), {sr, kb})};
         return m;
       };
+      auto make = [&](int64_t r, int64_t c) { return make_as(fmt, r, c); };
       std::vector<Q> q1, q3, q2;
       for (int64_t e = 0; e < E; ++e) { q1.push_back(make(I, D)); q3.push_back(make(I, D)); q2.push_back(make(D, I)); }
       std::vector<TensorView<float const, 2>> v1, v3, v2;
@@ -323,6 +325,34 @@ BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
       bad[1] = b1[1];
       as.w2_scaled = bad;
       BOOST_TEST(!ops::moe_experts(ctx, ds, as).ok());
+      as.w2_scaled = b2;
+      // The shared expert block-scaled as well, in either format: the op on its decoded values.
+      for (DType sfmt : {DType::kF8E4m3, DType::kF4E2m1x2}) {
+        Q const h1 = make_as(sfmt, I, D), h3 = make_as(sfmt, I, D), h2 = make_as(sfmt, D, I);
+        ops::MoeExpertsArgs ad = a;
+        std::vector<float> want_s(rows * D), got_s(rows * D);
+        ad.shared_w1 = TensorView<float const, 2>(h1.w.data(), {I, D});
+        ad.shared_w3 = TensorView<float const, 2>(h3.w.data(), {I, D});
+        ad.shared_w2 = TensorView<float const, 2>(h2.w.data(), {D, I});
+        ad.out = TensorView<float, 2>(want_s.data(), {rows, D});
+        BOOST_REQUIRE(ops::moe_experts(ctx, d, ad).ok());
+        ops::MoeExpertsArgs ah = as;
+        ah.shared_w1 = {};
+        ah.shared_w3 = {};
+        ah.shared_w2 = {};
+        ah.shared_w1_scaled = h1.view;
+        ah.shared_w3_scaled = h3.view;
+        ah.shared_w2_scaled = h2.view;
+        ah.out = TensorView<float, 2>(got_s.data(), {rows, D});
+        ops::MoeExpertsDesc dh = ds;
+        dh.shared_scaled = sfmt;
+        BOOST_REQUIRE(ops::moe_experts(ctx, dh, ah).ok());
+        BOOST_TEST(std::memcmp(got_s.data(), want_s.data(), got_s.size() * sizeof(float)) == 0,
+                   "routed " << dtype_name(fmt) << " shared " << dtype_name(sfmt) << " md " << dtype_name(md));
+        BOOST_TEST(std::memcmp(want_s.data(), want.data(), want.size() * sizeof(float)) != 0);  // the shared expert counts
+        ah.shared_w2_scaled = h1.view;  // the w1 shape where w2 belongs: refused
+        BOOST_TEST(!ops::moe_experts(ctx, dh, ah).ok());
+      }
     }
 }
 

@@ -82,7 +82,7 @@ struct MoeExpertsDesc {
   MoeTcPath tc_path = MoeTcPath::kAuto;  // CUDA, bf16 weights and md only
   /// kF8E4m3 or kF4E2m1x2 when the ROUTED experts are block-scaled (the native release layout's FP4 experts;
   /// layouts and values as ops::Linear's block-scaled weights, ops::scaled_weight); the shared expert stays
-  /// weight_dtype. The values are those of routed weights holding the decoded (bf16) values.
+  /// weight_dtype unless shared_scaled. The values are those of routed weights holding the decoded (bf16) values.
   ///   CUDA: codes in dev.w1/w3/w2, scales in dev.s1/s3/s2. Needs weight_dtype = md = kBf16, the kSkinny or kGemm
   ///         path, dim and inter multiples of 32 and ≤ kTcQuantMaxK, 16-byte aligned codes.
   ///   CPU:  MoeExpertsArgs::w1_scaled / w3_scaled / w2_scaled; each weight row is widened to its values and the
@@ -98,11 +98,22 @@ struct MoeExpertsDesc {
   /// choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
   /// fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
+  /// kF8E4m3 or kF4E2m1x2 when the SHARED expert is block-scaled (the native release stores it FP8 with 32 × 32
+  /// ue8m0 blocks); its values are ops::scaled_weight's, as for routed_scaled. Any other value: weight_dtype.
+  ///   CUDA: codes in dev.shared_w1/w3/w2, scales in dev.shared_s1/s3/s2; needs block-scaled routed experts (the
+  ///         paths and alignment they need). kSkinny runs its token tiles on the block-scaled tile of its own
+  ///         format (direct, warp-specialised or ring as the routed tiles), kGemm decodes it to bf16 in the
+  ///         call's workspace first (3·dim·inter·2 bytes) and runs the bf16 tiles.
+  ///   CPU:  MoeExpertsArgs::shared_w1_scaled / shared_w3_scaled / shared_w2_scaled, rows widened.
+  DType shared_scaled = DType::kF32;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
 };
 
 inline bool moe_routed_scaled(MoeExpertsDesc const& d) {
   return d.routed_scaled == DType::kF8E4m3 || d.routed_scaled == DType::kF4E2m1x2;
+}
+inline bool moe_shared_scaled(MoeExpertsDesc const& d) {
+  return d.shared_expert && (d.shared_scaled == DType::kF8E4m3 || d.shared_scaled == DType::kF4E2m1x2);
 }
 
 /// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
@@ -126,6 +137,8 @@ inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
             << " md=" << dtype_name(d.md)
             << " weight=" << dtype_name(d.weight_dtype)
             << " tc_path=" << static_cast<int>(d.tc_path)
+            << " routed_scaled=" << dtype_name(d.routed_scaled)
+            << " shared_scaled=" << dtype_name(d.shared_scaled)
             << " routed_quant_path=" << static_cast<int>(d.routed_quant_path)
             << " decode_group_experts=" << d.decode_group_experts << " }";
 }
@@ -145,6 +158,11 @@ struct MoeExpertsDeviceWeights {
   void const* const* s1 = nullptr;
   void const* const* s3 = nullptr;
   void const* const* s2 = nullptr;
+  // MoeExpertsDesc::shared_scaled only: the shared expert's scales (layouts as the routed experts' above);
+  // shared_w1/w3/w2 then point to its codes.
+  void const* shared_s1 = nullptr;
+  void const* shared_s3 = nullptr;
+  void const* shared_s2 = nullptr;
 };
 
 struct MoeExpertsArgs {
@@ -161,6 +179,9 @@ struct MoeExpertsArgs {
   /// CPU backend with MoeExpertsDesc::routed_scaled: experts × the routed experts' codes and scales (w1 / w3
   /// logical [inter, dim], w2 [dim, inter]); w1 / w3 / w2 above are then not read.
   std::span<BlockScaledView const> w1_scaled, w3_scaled, w2_scaled;
+  /// CPU backend with MoeExpertsDesc::shared_scaled: the shared expert's codes and scales; shared_w1 / w3 / w2
+  /// above are then not read.
+  BlockScaledView shared_w1_scaled, shared_w3_scaled, shared_w2_scaled;
 };
 
 template <Backend B> struct MoeRoute;

@@ -188,7 +188,8 @@ struct Weights {
   std::vector<LayerWeights> layers;
   /// With WeightLoadOptions::keep_scaled_projections: the stored form of each block-scaled projection, by
   /// scaled_weight_key (the dequantised tensor above is loaded as well unless projections_as_stored); with
-  /// experts_as_stored also routed experts, by scaled_expert_key (their ExpertWeights stay empty). Its bf16
+  /// experts_as_stored also routed experts, by scaled_expert_key (their ExpertWeights stay empty), and with
+  /// shared_expert_as_stored the shared expert, by scaled_shared_key (its ExpertWeights stay empty). Its bf16
   /// value ops::scaled_weight = →bf16(code · 2^(s − 127)) equals the tensor above in bf16 numerics. A rank's
   /// weights (rank_weights, sharded.hpp) hold the slices of these: codes and scales of the rank's rows or columns.
   std::map<std::string, ScaledWeight> scaled;
@@ -225,6 +226,9 @@ inline std::string exl3_shared_key(int64_t layer, char const* w) {
   return "layers." + std::to_string(layer) + ".shared." + w;
 }
 
+/// "layers.<l>.shared.<w>" (w = w1, w3, w2): the shared expert's key in Weights::scaled (the exl3_shared_key string).
+inline std::string scaled_shared_key(int64_t layer, char const* w) { return exl3_shared_key(layer, w); }
+
 struct WeightLoadOptions {
   /// Linears stored as EXL3 groups (the head, every projection, routed and shared experts) are recorded in
   /// Weights::exl3 as stored and their dense tensors left undefined. Off: they load as their effective dense
@@ -243,6 +247,12 @@ struct WeightLoadOptions {
   /// ~56 GB in fp32, ~7 GB stored). Empty (default): experts always load dequantised. The shared expert and
   /// fused NEW-format expert tensors always load dequantised.
   std::function<bool(DType)> experts_as_stored;
+  /// A layer whose routed experts were recorded as stored (experts_as_stored) and whose shared expert's w1/w3/w2
+  /// are stored block-scaled in one dtype this accepts, read whole (no RankParts part), has the shared expert
+  /// recorded in Weights::scaled (keys scaled_shared_key) INSTEAD of loaded dequantised: its ExpertWeights stay
+  /// empty (the native release stores it FP8: 35 MB a Flash layer as stored, 141 MB in fp32). Empty (default):
+  /// the shared expert loads dequantised.
+  std::function<bool(DType)> shared_expert_as_stored;
   /// Only routed experts [routed_begin, routed_end) are read (routed_end −1: all): the others are not read at all,
   /// their ExpertWeights stay empty and they get no Weights::scaled entry (a rank's host weights, sharded.hpp).
   /// Fused NEW-format expert tensors are read whole and the range kept.
