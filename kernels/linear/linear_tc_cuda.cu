@@ -80,20 +80,15 @@ Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
 }
 
 /// Block-scaled W with the codes loaded into registers (linear_tc_quant_direct.cuh): M ≤ kTcDirectMaxRows, one row group.
-template <DType kFmt, int kDepth>
-Status launch_skinny_qd_depth(TcLinearParams const& p, cudaStream_t stream) {
-  constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt, kDepth>;
+template <DType kFmt>
+Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt>;
   size_t const smax = skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2);
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(smax), "linear_tc skinny (block-scaled, direct): shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols);
   if (gx > 0x7FFFFFFF) return invalid_argument("linear_tc skinny: grid too large");
   kKernel<<<static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k), stream>>>(p);
   return launch_status("linear_tc_skinny_qd_kernel");
-}
-template <DType kFmt>
-Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
-  return direct_depth() == kDeepDirect ? launch_skinny_qd_depth<kFmt, kDeepDirect>(p, stream)
-                                       : launch_skinny_qd_depth<kFmt, kShallowDirect>(p, stream);
 }
 
 /// Block-scaled W, warp-specialised (linear_tc_quant_ws.cuh): kRaw-deep code ring.
@@ -412,21 +407,16 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
       return launch_status("linear_tc_skinny_ws_batch_kernel");
     }
     if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
-      constexpr BatchKernel kd4s = linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2, kShallowDirect>;
-      constexpr BatchKernel kd4d = linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2, kDeepDirect>;
-      constexpr BatchKernel kd8s = linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3, kShallowDirect>;
-      constexpr BatchKernel kd8d = linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3, kDeepDirect>;
-      bool const deep = direct_depth() == kDeepDirect;
-      BatchKernel const kd = fp4 ? (deep ? kd4d : kd4s) : (deep ? kd8d : kd8s);
+      constexpr BatchKernel kd4 = linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2>;
+      constexpr BatchKernel kd8 = linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
+      BatchKernel const kd = fp4 ? kd4 : kd8;
       size_t smem = 0;
       for (size_t i = 0; i < d.size(); ++i)
         smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k)
                                   : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k));
       // The widest direct call (launch_skinny_qd's bound), once per kernel.
-      size_t const widest = fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)
-                                : skinny_qd_smem_bytes<DType::kF8E4m3>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2);
-      cudaError_t const e = fp4 ? (deep ? allow_smem<kd4d>(widest) : allow_smem<kd4s>(widest))
-                                : (deep ? allow_smem<kd8d>(widest) : allow_smem<kd8s>(widest));
+      cudaError_t const e = fp4 ? allow_smem<kd4>(skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2))
+                                : allow_smem<kd8>(skinny_qd_smem_bytes<DType::kF8E4m3>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2));
       TESSERA_TRY(cuda_status(e, "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
       kd<<<dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx)>>>(b);
       return launch_status("linear_tc_skinny_qd_batch_kernel");

@@ -12,12 +12,8 @@
 /// integer sum of aligned terms), so the permutation changes nothing; the block order is unchanged.
 ///
 /// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 from a 256-entry
-/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kDepth groups of kDirectGroup blocks
-/// of codes are in flight: while group i is multiplied, groups i+1 … i+kDepth−1 are loading (a ring of kDepth
-/// register sets, indexed statically in a loop unrolled by kDepth). A tile's time is its chain of ⌈K/16⌉ block steps
-/// or its loads' round trips, whichever is longer: with one group ahead (kDepth 2) a K = 5120 tile waits a DRAM
-/// round trip (~1 µs under load) every 8 blocks when its warp has few neighbours; kDeepDirect keeps three ahead
-/// (direct_depth() picks; the values are the same at every depth). The main loop is lean: groups of
+/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kDirectGroup blocks of codes are in
+/// flight while the previous kDirectGroup are multiplied (two named register sets). The main loop is lean: groups of
 /// kDirectGroup whole blocks load without bounds checks at immediate offsets from one pointer per group (W rows past n
 /// read row n − 1, A rows past xr repeat row xr − 1; neither is stored), and the scales are converted once at
 /// staging (FP4: bf16 bits per W row, FP8: fp32 per warp block), so a block pair reads its scale with one shared load.
@@ -26,27 +22,13 @@
 /// All 32 lanes call it; everything is warp-uniform.
 #pragma once
 
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "kernels/linear/linear_tc_quant.cuh"
 
 namespace tessera::kernels::tc_linear {
 
-inline constexpr int kDirectGroup = 8;  // blocks per prefetch group
-/// Groups in flight per lane and matrix (kDepth·kMats·kDirectGroup registers of codes): the two compiled depths.
-inline constexpr int kShallowDirect = 2, kDeepDirect = 4;
-
-/// The depth the direct launches take: kShallowDirect, or kDeepDirect with TESSERA_DIRECT_DEPTH=4 (the same
-/// values; read once).
-inline int direct_depth() {
-  static int const depth = [] {
-    char const* e = std::getenv("TESSERA_DIRECT_DEPTH");
-    return e && std::string_view(e) == "4" ? kDeepDirect : kShallowDirect;
-  }();
-  return depth;
-}
+inline constexpr int kDirectGroup = 8;  // blocks per prefetch group (two groups in flight per lane and matrix)
 
 /// Scales of one matrix as the direct tile holds them, converted once at staging: FP4 the bf16 bits of 2^(s−127)
 /// (e8m0_bf16x2's half) per W row and 32 K, rows direct_scale_stride apart; FP8 fp32 2^(s−127) per 32 K of the
@@ -64,7 +46,7 @@ inline constexpr size_t skinny_qd_smem_bytes(int mats, int64_t xr, int64_t k) {
   return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(k) + 15) / 16 * 16);
 }
 
-template <DType kFmt, int kMats, int kDepth = kShallowDirect, class XRow>
+template <DType kFmt, int kMats, class XRow>
 __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW const (&w)[kMats], int64_t n0, int64_t n,
                                                     int64_t k, int xr, XRow const& xrow, float (&acc)[kMats][4]) {
   using Word = std::conditional_t<kFmt == DType::kF8E4m3, uint32_t, uint16_t>;  // 4 codes
@@ -86,27 +68,23 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   Word const* wp[kMats];
 #pragma unroll
   for (int i = 0; i < kMats; ++i) wp[i] = reinterpret_cast<Word const*>(w[i].q + wr * w[i].ldq) + c;
-  auto load_group = [&](int grp, uint32_t (&regs)[kMats][kG], auto checked) {
+  auto load_group = [&](int grp, uint32_t (&buf)[kMats][kG], auto checked) {
 #pragma unroll
     for (int i = 0; i < kMats; ++i) {
       Word const* const base = wp[i] + 4 * kG * grp;
 #pragma unroll
       for (int j = 0; j < kG; ++j) {
-        if constexpr (decltype(checked)::value) regs[i][j] = grp * kG + j < nblocks ? static_cast<uint32_t>(__ldg(base + 4 * j)) : 0u;
-        else regs[i][j] = static_cast<uint32_t>(__ldg(base + 4 * j));
+        if constexpr (decltype(checked)::value) buf[i][j] = grp * kG + j < nblocks ? static_cast<uint32_t>(__ldg(base + 4 * j)) : 0u;
+        else buf[i][j] = static_cast<uint32_t>(__ldg(base + 4 * j));
       }
     }
   };
-  constexpr int kD = kDepth;
-  static_assert(kD >= 2, "one group multiplied while the next loads");
-  uint32_t buf[kD][kMats][kG];  // group i in buf[i % kD]
-  auto load = [&](int grp, uint32_t (&dst)[kMats][kG]) {
-    if (grp < nfull) load_group(grp, dst, std::false_type{});
-    else load_group(grp, dst, std::true_type{});
+  uint32_t buf_a[kMats][kG], buf_b[kMats][kG];
+  auto load = [&](int grp, uint32_t (&buf)[kMats][kG]) {
+    if (grp < nfull) load_group(grp, buf, std::false_type{});
+    else load_group(grp, buf, std::true_type{});
   };
-#pragma unroll
-  for (int d = 0; d + 1 < kD; ++d)  // in flight while x, the table and the scales are staged
-    if (d < ngroups) load(d, buf[d]);
+  load(0, buf_a);  // in flight while x, the table and the scales are staged
 
   // x rows, block-permuted: the 8 values of a 16-byte chunk at k = 8t are k 16b + 8h + 0..7 (h = t % 2), i.e.
   // c' = 2h, 2h + 1; their pairs (j = 0, 1) and (j = 2, 3) land at 2c', 2c' + 8 as 4-byte words.
@@ -167,7 +145,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
 
   // A scale covers 32 K (two blocks): read once per block pair (kG is even and groups start on even blocks).
   static_assert(kG % 2 == 0, "scale pairs");
-  auto compute_group = [&](int grp, uint32_t const (&regs)[kMats][kG], auto checked) {
+  auto compute_group = [&](int grp, uint32_t const (&buf)[kMats][kG], auto checked) {
     [[maybe_unused]] float sc[kMats];       // FP8: 2^(s−127) in fp32
     [[maybe_unused]] uint32_t sc2[kMats];   // FP4: 2^(s−127) as bf16x2
     uint32_t const xg = xa + static_cast<uint32_t>(grp * kG) * 32u;
@@ -187,7 +165,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
       ldmatrix_x4(a, xg + static_cast<uint32_t>(j) * 32u);
 #pragma unroll
       for (int i = 0; i < kMats; ++i) {
-        uint32_t const word = regs[i][j];
+        uint32_t const word = buf[i][j];
         uint32_t b0, b1;
         if constexpr (kFp4) {
           b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2[i]);
@@ -200,23 +178,21 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
       }
     }
   };
-  auto compute = [&](int grp, uint32_t const (&src)[kMats][kG]) {
-    if (grp < nfull) compute_group(grp, src, std::false_type{});
-    else compute_group(grp, src, std::true_type{});
+  auto compute = [&](int grp, uint32_t const (&buf)[kMats][kG]) {
+    if (grp < nfull) compute_group(grp, buf, std::false_type{});
+    else compute_group(grp, buf, std::true_type{});
   };
-  // Group grp + d sits in buf[d] (grp is a multiple of kD); group grp + d + kD − 1 refills the set group grp + d − 1
-  // left, so kD groups are in flight when group grp + d is multiplied.
-  for (int grp = 0; grp < ngroups; grp += kD) {
-#pragma unroll
-    for (int d = 0; d < kD; ++d) {
-      if (grp + d >= ngroups) break;
-      if (grp + d + kD - 1 < ngroups) load(grp + d + kD - 1, buf[(d + kD - 1) % kD]);
-      compute(grp + d, buf[d]);
+  for (int grp = 0; grp < ngroups; grp += 2) {
+    if (grp + 1 < ngroups) load(grp + 1, buf_b);
+    compute(grp, buf_a);
+    if (grp + 1 < ngroups) {
+      if (grp + 2 < ngroups) load(grp + 2, buf_a);
+      compute(grp + 1, buf_b);
     }
   }
 }
 
-template <DType kFmt, int kDepth>
+template <DType kFmt>
 __device__ __forceinline__ void skinny_qd_tile(TcLinearParams const& p) {
   extern __shared__ __align__(16) unsigned char skinny_qd_smem[];
   int const lane = static_cast<int>(threadIdx.x);
@@ -225,20 +201,20 @@ __device__ __forceinline__ void skinny_qd_tile(TcLinearParams const& p) {
   int const xr = static_cast<int>(p.m);
   QuantW const w[1] = {{p.wq, p.wscale, p.ldwq, p.ldwscale}};
   float acc[1][4];
-  skinny_warp_tile_qd<kFmt, 1, kDepth>(skinny_qd_smem, w, n0, p.n, p.k, xr, [&](int j) { return p.x + j * p.ldx; }, acc);
+  skinny_warp_tile_qd<kFmt, 1>(skinny_qd_smem, w, n0, p.n, p.k, xr, [&](int j) { return p.x + j * p.ldx; }, acc);
   int const g = lane >> 2, c = lane & 3;
   int64_t const col = n0 + 2 * c;
   store_pair(p, g, col, acc[0][0], acc[0][1]);
   store_pair(p, g + 8, col, acc[0][2], acc[0][3]);
 }
 
-template <DType kFmt, int kDepth>
+template <DType kFmt>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_kernel(TcLinearParams const p) {
-  skinny_qd_tile<kFmt, kDepth>(p);
+  skinny_qd_tile<kFmt>(p);
 }
-template <DType kFmt, int kDepth>
+template <DType kFmt>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_batch_kernel(TcLinearBatch const b) {
-  skinny_qd_tile<kFmt, kDepth>(b.p[blockIdx.z]);
+  skinny_qd_tile<kFmt>(b.p[blockIdx.z]);
 }
 
 }  // namespace tessera::kernels::tc_linear

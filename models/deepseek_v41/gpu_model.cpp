@@ -309,11 +309,9 @@ Result<std::unique_ptr<GpuDsv41Model>> GpuDsv41Model::create(ModelSpec spec, Wei
   // the fused tiles).
   if (wo.keep_scaled_projections)
     wo.experts_as_stored = [spec, backend](DType t) { return routed_scaled_runs(spec, backend, t); };
-  // The shared expert too, beside routed experts kept as stored: on the CPU backend; on CUDA with
-  // TESSERA_SHARED_AS_STORED=1 (its block-scaled skinny launches are not yet the CUDA default); =0: dense on both.
+  // The shared expert too, beside routed experts kept as stored (TESSERA_SHARED_AS_STORED=0: dense, the A/B).
   char const* const shared_env = std::getenv("TESSERA_SHARED_AS_STORED");
-  bool const shared_stored = shared_env ? std::string_view(shared_env) == "1" : backend == Backend::kCpu;
-  if (wo.keep_scaled_projections && shared_stored)
+  if (wo.keep_scaled_projections && !(shared_env && std::string_view(shared_env) == "0"))
     wo.shared_expert_as_stored = [spec, backend](DType t) { return routed_scaled_runs(spec, backend, t); };
   auto hw = load_weights(spec, src, opts.numerics, wo);
   if (!hw) return hw.status();

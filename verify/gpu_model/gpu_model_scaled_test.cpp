@@ -151,10 +151,10 @@ void scaled_equals_dequantised(Config const& c, bool wo_a_kept) {
   BOOST_TEST(he.scaled.count(scaled_weight_key(0, "wq_a")) == 0u);  // projections are not asked for here
   BOOST_TEST(he.scaled.count(scaled_shared_key(0, "w1")) == 0u);    // nor the shared expert
   // The shared expert: FP8 in the checkpoint, recorded instead of loaded beside routed experts kept as stored, and
-  // held so by the kept model where FP8 runs (CUDA: the fused tile; the CPU backend: always) and the model takes it
-  // (the CPU backend by default, CUDA with TESSERA_SHARED_AS_STORED=1; =0 neither).
+  // held so by the kept model where FP8 runs (CUDA: the fused tile; the CPU backend: always) unless
+  // TESSERA_SHARED_AS_STORED=0.
   char const* const shared_env = std::getenv("TESSERA_SHARED_AS_STORED");
-  bool const shared_kept = fp8_kept && (shared_env ? std::string_view(shared_env) == "1" : kBackend == Backend::kCpu);
+  bool const shared_kept = fp8_kept && !(shared_env && std::string_view(shared_env) == "0");
   std::printf("gpu_model_scaled: shared expert held %s\n", shared_kept ? "FP8 as stored" : "dense");
   WeightLoadOptions so = eo;
   so.shared_expert_as_stored = [](DType t) { return t == DType::kF8E4m3; };

@@ -110,8 +110,7 @@ class GpuDsv41Model final : public LanguageModel {
   /// checkpoint storing them block-scaled), else their dense dtype; kNotFound for a layer without experts.
   Result<DType> routed_experts_dtype(int64_t layer) const;
   /// How layer `layer`'s shared expert is held: kF8E4m3 / kF4E2m1x2 as stored (where the routed experts are held
-  /// so too and the checkpoint stores it block-scaled; on CUDA with TESSERA_SHARED_AS_STORED=1 at create, and
-  /// =0 loads it dense on either backend), else
+  /// so too and the checkpoint stores it block-scaled; TESSERA_SHARED_AS_STORED=0 at create loads it dense), else
   /// its dense dtype (EXL3: kI16); kNotFound for a layer out of range.
   Result<DType> shared_expert_dtype(int64_t layer) const;
 
