@@ -2,11 +2,13 @@
 # Issue 5's table at one tree, in one call: the gates first (the GPU op and model suites, verify golden
 # --device cuda fp32 / bf16, verify invariance, generate --device cuda on the golden and synthetic checkpoints),
 # then bench_model decode at batch 1 / 4 / 16 / 64 (context 128) and prefill at 1K / 8K / 32K on synthetic v41-flash
-# fp8 and exl3:2.8 checkpoints (1 and 3 layers, 32 experts: the 40-layer fit), and the PyTorch eager layer
+# fp8 and exl3:2.8 checkpoints (1 and 3 layers, EXPERTS routed experts: the 40-layer fit), and the PyTorch eager layer
 # (bench/model/torch_layer.py) in the same run. Results: $OUT/issue5_table/ (logs, jsonl) and stdout.
 # Usage (repository root on the GPU machine): TESSERA_SHARED_DIR=/path/to/shared [PREBUILT=pack.tar.xz] bash scripts/device/issue5_table.sh
 # PREBUILT: binaries from scripts/device/pack_prebuilt.sh (SUITES="linear_scaled moe_scaled linear_tc moe_tc"
 # EXTRA="verify/exl3/verify_exl3_gpu"); without it the tree is built here (-Dgpu_arch=90a).
+# EXPERTS: routed experts of the synthetic checkpoints (default 32; 384 is the release's: by the shapes ~10 GB a
+# layer in fp8 and ~5 GB in exl3:2.8, ~60 GB for the four checkpoints, so SYN_DIR needs that much free disk).
 cd "$(dirname "$0")/../.." || exit 1
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 export TESSERA_SHARED_DIR=${TESSERA_SHARED_DIR:-$(cd .. && pwd)/shared}
@@ -22,8 +24,8 @@ st() { sed 's/\x1b\[[0-9;]*m//g' $1 | grep -E 'No errors|failure|passed|failed' 
 ( timeout 400 $B/verify/gpu_ops/verify_gpu_linear_scaled --log_level=message > $R/linear_scaled.log 2>&1
   echo "[bg] verify_gpu_linear_scaled rc=$? t=$SECONDS: $(st $R/linear_scaled.log)" ) &
 ( for spec in "f1 1 fp8" "f3 3 fp8" "e1 1 exl3:2.8" "e3 3 exl3:2.8"; do set -- $spec
-    [ -f $S/$1/config.json ] || timeout 200 $B/tessera make-synthetic --out $S/$1 --preset v41-flash --layers $2 \
-      --experts 32 --format $3 > $R/make_$1.log 2>&1 || tail -3 $R/make_$1.log
+    [ -f $S/$1/config.json ] || timeout 600 $B/tessera make-synthetic --out $S/$1 --preset v41-flash --layers $2 \
+      --experts ${EXPERTS:-32} --format $3 > $R/make_$1.log 2>&1 || tail -3 $R/make_$1.log
   done; echo "[bg] synthetic checkpoints t=$SECONDS" ) &
 G=$TESSERA_SHARED_DIR/golden/v41-tiny
 timeout 150 $B/verify/gpu_model/verify_gpu_model --log_level=message > $R/gpu_model.log 2>&1
