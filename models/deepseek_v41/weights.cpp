@@ -98,6 +98,23 @@ class Loader {
       if (src_.contains(n)) return n;
     return {};
   }
+  /// One member of a set of weights recorded as stored together: tensor `name`'s stored form appended to `got` under
+  /// `key` when it is block-scaled in the set's dtype `dt` (kF32 until the first member sets it): true; false when
+  /// the name is absent (the dequantised load names it) or the tensor is not such a member; malformed for a stored
+  /// shape other than [rows, cols].
+  Result<bool> gather_stored(std::string const& name, int64_t rows, int64_t cols, std::string key, DType& dt,
+                             std::vector<std::pair<std::string, ScaledWeight>>& got) {
+    if (name.empty()) return false;
+    auto sw = src_.load_scaled(name);
+    if (!sw) return sw.status();
+    if (!sw->present() || (dt != DType::kF32 && sw->dtype != dt)) return false;
+    if (sw->rows != rows || sw->cols != cols)
+      return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
+                       shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string({rows, cols}));
+    dt = sw->dtype;
+    got.emplace_back(std::move(key), std::move(*sw));
+    return true;
+  }
   /// The stored forms of a layer's routed experts [e0, e1) when WeightLoadOptions::experts_as_stored takes them all
   /// (every w1/w3/w2 stored block-scaled, one dtype, the expected logical shapes): recorded under
   /// scaled_expert_key, and true; false (nothing recorded) otherwise.
@@ -108,16 +125,9 @@ class Loader {
     for (int64_t e = e0; e < e1; ++e) {
       std::string const p = "ffn.experts." + std::to_string(e) + ".";
       for (auto [wn, rows, cols] : {std::tuple{"w1", I, D}, {"w3", I, D}, {"w2", D, I}}) {
-        std::string const name = find_name(lname(l, p + wn + ".weight", p + wn + ".weight"));
-        if (name.empty()) return false;  // the dequantised load names the missing tensor
-        auto sw = src_.load_scaled(name);
-        if (!sw) return sw.status();
-        if (!sw->present() || (dt != DType::kF32 && sw->dtype != dt)) return false;
-        if (sw->rows != rows || sw->cols != cols)
-          return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
-                           shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string({rows, cols}));
-        dt = sw->dtype;
-        got.emplace_back(scaled_expert_key(l, e, wn), std::move(*sw));
+        auto ok = gather_stored(find_name(lname(l, p + wn + ".weight", p + wn + ".weight")), rows, cols,
+                                scaled_expert_key(l, e, wn), dt, got);
+        if (!ok || !*ok) return ok;
       }
     }
     if (!opts_.experts_as_stored(dt)) return false;
@@ -135,16 +145,8 @@ class Loader {
          {std::tuple{"w1", I, D, "ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
           {"w3", I, D, "ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
           {"w2", D, I, "ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"}}) {
-      std::string const name = find_name(lname(l, old_name, new_name));
-      if (name.empty()) return false;  // the dequantised load names the missing tensor
-      auto sw = src_.load_scaled(name);
-      if (!sw) return sw.status();
-      if (!sw->present() || (dt != DType::kF32 && sw->dtype != dt)) return false;
-      if (sw->rows != rows || sw->cols != cols)
-        return malformed(src_.describe() + ": scaled tensor " + name + " stores " +
-                         shape_to_string({sw->rows, sw->cols}) + ", expected " + shape_to_string({rows, cols}));
-      dt = sw->dtype;
-      got.emplace_back(scaled_shared_key(l, wn), std::move(*sw));
+      auto ok = gather_stored(find_name(lname(l, old_name, new_name)), rows, cols, scaled_shared_key(l, wn), dt, got);
+      if (!ok || !*ok) return ok;
     }
     if (!opts_.shared_expert_as_stored(dt)) return false;
     for (auto& [key, sw] : got) out_.scaled[key] = std::move(sw);
