@@ -43,8 +43,8 @@ namespace dx = tessera::device::exl3;
 using tessera::exl3::Codebook;
 
 /// Operands of the GEMV/GEMM kernels. Dense layers: trellis set, expert arrays null, rows [0, num_rows).
-/// MoE: trellis_e[e] per expert and rows [expert_offsets[e], expert_offsets[e+1]) (GEMV: grid.z = expert;
-/// grouped GEMM: tile slots, see grouped_slot_expert).
+/// MoE: trellis_e[e] per expert and rows [expert_offsets[e], expert_offsets[e+1]) (GEMV: grid.z = expert, or an
+/// assignment row when rows < experts; grouped GEMM: tile slots, see grouped_slot_expert).
 struct Exl3MmaParams {
   __half const* xh = nullptr;                // [num_rows, k] input-transformed activations (GEMM; GEMV when x is null)
   // GEMV only: when x is set, the kernel applies the input transform itself (no xh in global memory).
@@ -65,7 +65,7 @@ struct Exl3MmaParams {
   __half* y16 = nullptr;                     // [num_rows, n] fp16 output, or
   float* y32 = nullptr;                      // [num_rows, n] fp32 output
   int64_t num_rows = 0, k = 0, n = 0;
-  int num_experts = 0;                       // E (grouped GEMM)
+  int num_experts = 0;                       // E (MoE; set by the launchers)
   int tiles_k = 0, tiles_n = 0;
   int num_chunks = 1;                        // S
   int chunk_tiles = 0;                       // C = tiles_k / S
@@ -243,7 +243,22 @@ __device__ __forceinline__ uint32_t const* tile_words(int16_t const* trellis, in
   return reinterpret_cast<uint32_t const*>(trellis) + (static_cast<int64_t>(tk) * tiles_n + tn) * (8 * kBits);
 }
 
-/// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, E or 1), block 128,
+/// MoE GEMV launched over assignment rows (grid.z = A < E, see launch_exl3_gemv): the expert whose rows start at
+/// `row`, −1 when none does (row inside an expert's rows, or past expert_offsets[E]). At most one e has
+/// off[e] = row < off[e + 1] (offsets are non-decreasing). Every thread reaches both barriers; block-uniform.
+__device__ __forceinline__ int gemv_row_expert(int32_t const* off, int num_experts, int64_t row) {
+  __shared__ int found;
+  if (threadIdx.x == 0) found = -1;
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < num_experts; e += static_cast<int>(blockDim.x))
+    if (off[e] == row && off[e + 1] > row) found = e;
+  __syncthreads();
+  return found;
+}
+
+/// GEMV: chunk partials for up to 16 rows at a time. grid (ceil(tiles_n / 4), S, Z), block 128, Z = 1 (dense),
+/// E (MoE: z = expert) or A < E (MoE over few rows: z = an assignment row, the block of an expert's first row works
+/// and the others exit, so a step touching 6 of 384 experts launches 6, not 384, column × chunk grids),
 /// dynamic shared memory C·512 B (max(C, S)·512 B with the fused epilogue). The block's 4 warps share one
 /// chunk of C k-tiles (C a multiple of 8): the A fragments of the row group (xh rows rg..rg+15, lane order
 /// {a0, a1, a2, a3}) are staged once in shared memory and read with one 16-byte load per tile. Each warp owns one column tile and keeps a ring
@@ -263,7 +278,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
   int const C = p.chunk_tiles;
   int const t0 = chunk * C;
   bool const active = tn < p.tiles_n;
-  int16_t const* trellis = p.expert_offsets ? p.trellis_e[blockIdx.z] : p.trellis;
+  // z = expert, or (grid.z < E) an assignment row whose expert is known after pdl_wait only.
+  bool const by_row = p.expert_offsets && static_cast<int>(gridDim.z) < p.num_experts;
+  int ex = static_cast<int>(blockIdx.z);
+  if (by_row) {
+    pdl_wait();
+    ex = gemv_row_expert(p.expert_offsets, p.num_experts, blockIdx.z);
+    if (ex < 0) return;   // block-uniform: no barrier or ticket of this block is awaited
+  }
+  int16_t const* trellis = p.expert_offsets ? p.trellis_e[ex] : p.trellis;
   int const first = dx::lane_first_bit<kBits>(lane);
   int const o = first & 31;
   int off[kW];   // the lane's word offsets inside a tile, circular
@@ -286,12 +309,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
       for (int q = 0; q < kW; ++q) ring[i][q] = q < kLw ? __ldg(tp + i * stride + off[q]) : 0u;
   };
   if (active) load_ring(tile0);
-  pdl_wait();
+  if (!by_row) pdl_wait();
   pdl_launch_dependents();
   int64_t r0 = 0, r1 = p.num_rows;
   if (p.expert_offsets) {
-    r0 = p.expert_offsets[blockIdx.z];
-    r1 = p.expert_offsets[blockIdx.z + 1];
+    r0 = p.expert_offsets[ex];
+    r1 = p.expert_offsets[ex + 1];
   }
   int const g = lane >> 2, c = lane & 3;
   for (int64_t rg = r0; rg < r1; rg += 16) {
@@ -303,7 +326,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
       // is two k-pairs of tile i = 8b + l/4, in-tile k kc = 4(l%4), 4(l%4)+2 → entry (i, 4(r%8) + (kc%8)/2),
       // register (r ≥ 8) + 2(kc ≥ 8).
       uint32_t* sa32 = reinterpret_cast<uint32_t*>(gemv_sa);
-      __half const* suh = p.suh_e ? p.suh_e[blockIdx.z] : p.suh;
+      __half const* suh = p.suh_e ? p.suh_e[ex] : p.suh;
       int const units = 16 * (C / 8);
       for (int u = threadIdx.x >> 5; u < units; u += kGemvWarps) {
         int const r = u & 15, b = u >> 4;
@@ -365,7 +388,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
   __threadfence();   // this block's partials are visible device-wide before its ticket is taken
   __syncthreads();
   int const group = blockIdx.x >> 1;
-  uint32_t* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * (p.tiles_n / 8) + group;
+  uint32_t* ticket = p.tickets + static_cast<int64_t>(ex) * (p.tiles_n / 8) + group;
   if (threadIdx.x == 0) {
     uint32_t const last = 2u * static_cast<uint32_t>(p.num_chunks) - 1u;
     elected = atomicAdd(ticket, 1u) == last ? 1u : 0u;
@@ -375,11 +398,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kGemvMinBlocks<kBits>) exl3_g
   if (!elected) return;
   __threadfence();
   // Rows and lane re-derived here rather than kept live across the main loop (its 64-register budget).
-  int64_t const e0 = p.expert_offsets ? p.expert_offsets[blockIdx.z] : 0;
-  int64_t const e1 = p.expert_offsets ? p.expert_offsets[blockIdx.z + 1] : p.num_rows;
+  int64_t const e0 = p.expert_offsets ? p.expert_offsets[ex] : 0;
+  int64_t const e1 = p.expert_offsets ? p.expert_offsets[ex + 1] : p.num_rows;
   int const ln = threadIdx.x & 31;
   int64_t const col = static_cast<int64_t>(group) * 128 + 4 * ln;
-  __half const* svh = p.svh_e ? p.svh_e[blockIdx.z] : p.svh;
+  __half const* svh = p.svh_e ? p.svh_e[ex] : p.svh;
   uint2 const sv = __ldg(reinterpret_cast<uint2 const*>(svh + col));
   uint2 const bv = p.bias ? __ldg(reinterpret_cast<uint2 const*>(p.bias + col)) : make_uint2(0u, 0u);
   int64_t const cstride = p.num_rows * p.n;
@@ -668,11 +691,15 @@ __global__ void __launch_bounds__(128) exl3_reconstruct_t_kernel(int16_t const* 
 /// Launchers (defined per (K, codebook) in the generated inst/ TUs).
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemv(Exl3MmaParams const& p, int num_experts, cudaStream_t stream) {
-  dim3 grid((p.tiles_n + kGemvWarps - 1) / kGemvWarps, p.num_chunks, num_experts);
+  // MoE with fewer assignment rows than experts: z over the rows (at most A experts have any).
+  Exl3MmaParams q = p;
+  q.num_experts = num_experts;
+  int64_t const z = p.expert_offsets && p.num_rows < num_experts ? p.num_rows : num_experts;
+  dim3 grid((p.tiles_n + kGemvWarps - 1) / kGemvWarps, p.num_chunks, static_cast<unsigned>(z));
   // A fragments of the chunk (C·512 B); the fused epilogue reuses the space for S partial quads of a row.
   int const slots = p.tickets && p.num_chunks > p.chunk_tiles ? p.num_chunks : p.chunk_tiles;
   size_t const smem = static_cast<size_t>(slots) * 32 * sizeof(uint4);
-  return launch_pdl(exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemvWarps * 32), smem, stream, p);
+  return launch_pdl(exl3_gemv_kernel<kBits, static_cast<Codebook>(kCb)>, grid, dim3(kGemvWarps * 32), smem, stream, q);
 }
 template <int kBits, int kCb>
 cudaError_t launch_exl3_gemm(Exl3MmaParams const& p, int, cudaStream_t stream) {

@@ -618,6 +618,57 @@ BOOST_AUTO_TEST_CASE(moe_grouped_gemm_equals_gemv_bitwise) {
   BOOST_TEST(ops::Exl3GroupedGemm<Backend::kCuda>::workspace_bytes(d) == bytes(6, 40));
 }
 
+BOOST_AUTO_TEST_CASE(moe_gemv_few_rows_over_many_experts) {
+  // Fewer assignment rows than experts (a decode step: 6 of 384): the GEMV's grid runs over the rows and the
+  // block of an expert's first row does its work. Against the dense op per expert times the routing weight, and
+  // the fused (1), unfused (5) and auto paths bit for bit; capacity rows past expert_offsets[E] stay unwritten.
+  // Cases: 40 experts with rows at the first, inside (3 rows at once) and the last, 3 spare rows (A = 10 < 40);
+  // one token's 6 rows over 64 experts (auto = the fused GEMV); one row, one expert of 24, no spare.
+  uint64_t const seed = tessera::verify::test_seed(511);
+  struct Case { std::vector<int> counts; int64_t tokens, spare, k, n; };
+  auto sparse = [](int experts, std::vector<std::pair<int, int>> const& rows) {
+    std::vector<int> c(static_cast<size_t>(experts), 0);
+    for (auto [e, r] : rows) c[static_cast<size_t>(e)] = r;
+    return c;
+  };
+  std::vector<Case> const cases{
+      {sparse(40, {{0, 1}, {5, 1}, {17, 3}, {18, 1}, {39, 1}}), 4, 3, 256, 384},
+      {sparse(64, {{2, 1}, {9, 1}, {30, 1}, {31, 1}, {47, 1}, {63, 1}}), 1, 0, 512, 256},
+      {sparse(24, {{11, 1}}), 1, 0, 256, 512}};
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    Case const& c = cases[ci];
+    GroupedProblem pr(c.k, c.n, 6, x3::Codebook::kMul1, c.counts, c.tokens, c.spare, seed + 97 * ci);
+    BOOST_TEST_REQUIRE(pr.cap < pr.experts());
+    auto const fused = pr.run(1);
+    auto const gemv = pr.run(5);
+    auto const dflt = pr.run(-1);
+    int64_t const used = pr.used * c.n;
+    BOOST_TEST(bit_mismatches(fused.data(), gemv.data(), used) == 0, "case " << ci << ": fused vs unfused");
+    BOOST_TEST(bit_mismatches(dflt.data(), gemv.data(), used) == 0, "case " << ci << ": auto vs unfused");
+    std::vector<uint8_t> const filler(static_cast<size_t>((pr.cap - pr.used) * c.n * 4), 0xFF);
+    for (auto const* y : {&gemv, &fused})
+      BOOST_TEST(std::memcmp(y->data() + used, filler.data(), filler.size()) == 0,
+                 "case " << ci << ": rows past expert_offsets[E] written");
+    int checked = 0;
+    for (size_t e = 0; e < c.counts.size(); ++e) {
+      int64_t const cnt = c.counts[e];
+      if (cnt == 0) continue;
+      std::vector<uint16_t> xe;
+      for (int64_t i = pr.off[e]; i < pr.off[e + 1]; ++i)
+        xe.insert(xe.end(), pr.x.begin() + pr.tok[static_cast<size_t>(i)] * c.k,
+                  pr.x.begin() + (pr.tok[static_cast<size_t>(i)] + 1) * c.k);
+      std::vector<float> ye;
+      run_dense(pr.ex[e], pr.dev[e], xe, cnt, DType::kF32, 5, &ye);
+      for (int64_t i = 0; i < cnt; ++i)
+        for (int64_t j = 0; j < c.n; ++j) ye[static_cast<size_t>(i * c.n + j)] *= pr.wgt[static_cast<size_t>(pr.off[e] + i)];
+      BOOST_TEST(bit_mismatches(ye.data(), fused.data() + pr.off[e] * c.n, cnt * c.n) == 0,
+                 "case " << ci << ": expert " << e << " (" << cnt << " rows) vs the dense op");
+      ++checked;
+    }
+    BOOST_TEST(checked > 0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(real_shapes_vs_naive_kernel) {
   uint64_t seed = tessera::verify::test_seed(506);
   struct Shape { int64_t k, n; char const* name; };
