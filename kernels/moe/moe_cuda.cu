@@ -586,6 +586,19 @@ bool moe_auto_warp_spec(int64_t rows) {
   return forced >= 0 ? forced == 1 : rows >= 2;
 }
 
+/// The path of a call: ops::moe_tc_path_for, whose kAuto takes kGemm from kMoeTcGemmMinPerExpert assignments per
+/// expert on average; TESSERA_MOE_GEMM_MIN=n (n ≥ 1) moves that threshold to n (read once; for benchmarks: every
+/// path gives the same values, only the speed differs).
+MoeTcPath moe_path(MoeExpertsDesc const& d) {
+  static int64_t const forced = [] {
+    char const* e = std::getenv("TESSERA_MOE_GEMM_MIN");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : 0;
+  }();
+  MoeTcPath const path = moe_tc_path_for(d);
+  if (forced == 0 || d.tc_path != MoeTcPath::kAuto || path == MoeTcPath::kEmulated) return path;
+  return d.rows * d.top_k >= forced * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
+}
+
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
   size_t act, ybuf, x_bf16, shared_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
@@ -603,7 +616,7 @@ ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
   using kernels::align256;
   int64_t const A = d.rows * d.top_k, slots = d.rows * (d.top_k + 1);
   ExpertsLayout L{};
-  L.path = moe_tc_path_for(d);
+  L.path = moe_path(d);
   bool const tc = L.path != MoeTcPath::kEmulated;
   L.tile_rows = L.path == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
   L.max_routed_tiles = max_routed_tiles(d, L.tile_rows);
@@ -643,7 +656,7 @@ Status MoeExperts<Backend::kCuda>::check(MoeExpertsDesc const& d, MoeExpertsArgs
                     d.tc_path == MoeTcPath::kSkinny || d.tc_path == MoeTcPath::kGemm,
                 "moe_experts: unknown tc_path");
   {
-    int64_t const T = moe_tc_path_for(d) == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
+    int64_t const T = moe_path(d) == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
     TESSERA_CHECK(d.rows <= 65535 && max_routed_tiles(d, T) + kernels::ceil_div(d.rows, T) <= 65535,
                   "moe_experts CUDA: too many rows per launch (split the batch)");
   }

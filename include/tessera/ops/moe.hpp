@@ -63,6 +63,11 @@ struct MoeRouteArgs {
 ///              per 8 output columns, W streamed once per tile (decode);
 ///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
 ///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
+///              From one assignment per expert on average kGemm's one read of W per 128 assignments (the
+///              wgmma tile on sm_90a) beats kSkinny's one read per 8, though its block tile multiplies 128 rows
+///              (H100, fp8 synthetic v41-flash, FP4 experts, ms for one layer + head, kSkinny → kGemm: 384
+///              experts prefill 128 / 256 / 1K tokens 13.6 / 21.0 / 56.6 → 8.4 / 12.0 / 20.8, decode b64 16.1 →
+///              12.4; 32 experts b64 8.5 → 6.8, b8 +3 … +9 %, b16 −2 … +4 % over two runs each).
 /// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny and kGemm decode their codes inside the
 /// tiles (kGemm per 32-wide K slab of its 128-column block tile); with decode_group_experts > 0, kGemm instead
 /// decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory first and runs the bf16
@@ -71,7 +76,7 @@ struct MoeRouteArgs {
 /// is →bf16 in bf16 mode; the activations are →bf16 by construction). x is rounded to bf16 on the device; a value
 /// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
-inline constexpr int64_t kMoeTcGemmMinPerExpert = 32;
+inline constexpr int64_t kMoeTcGemmMinPerExpert = 1;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
