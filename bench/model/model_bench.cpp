@@ -32,6 +32,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,11 @@ Result<WeightBytes> weight_bytes(std::string const& dir, ModelSpec const& spec, 
   auto ck = io::Checkpoint::open(dir);
   if (!ck) return ck.status();
   WeightBytes wb;
+  // The release's packed FP4 experts: an I8 [r, c/2] `X.weight` beside an F8_E8M0 `X.scale` (two e2m1 codes a
+  // byte; the loader's CheckpointSource::scaled rule).
+  std::set<std::string> e8m0_scales;
+  for (io::TensorInfo const& t : ck->tensors())
+    if (t.dtype == DType::kE8m0 && ends_with(t.name, ".scale")) e8m0_scales.insert(t.name);
   for (io::TensorInfo const& t : ck->tensors()) {
     std::string const& n = t.name;
     if (n.rfind("mtp.", 0) == 0 || n.rfind("engram_hash.", 0) == 0 || n.rfind("static.", 0) == 0) continue;
@@ -103,11 +109,13 @@ Result<WeightBytes> weight_bytes(std::string const& dir, ModelSpec const& spec, 
       }
     bool const is_scale_or_part = !ends_with(n, ".weight") && group != n;
     bool const trellis = ends_with(n, ".trellis");  // EXL3 [in/16, out/16, 16·K]: in·out weights
+    bool const fp4_packed = t.dtype == DType::kI8 && t.shape.size() == 2 && ends_with(n, ".weight") &&
+                            e8m0_scales.count(group + ".scale") > 0;
     bool const quantized = group != n && (!ends_with(n, ".weight") || t.dtype == DType::kF8E4m3 ||
-                                          t.dtype == DType::kF4E2m1x2);
+                                          t.dtype == DType::kF4E2m1x2 || fp4_packed);
     double numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<double>(d);
-    if (t.dtype == DType::kF4E2m1x2) numel *= 2;
+    if (t.dtype == DType::kF4E2m1x2 || fp4_packed) numel *= 2;
     if (trellis && t.shape.size() == 3) numel = static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]) * 256.0;
     bool const expert = n.find(".ffn.experts.") != std::string::npos;
     bool const embed = n.rfind("model.embed.", 0) == 0 || n.rfind("embed.", 0) == 0;
