@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -579,10 +580,17 @@ namespace {
 /// in registers, one accumulator per output), 5 GEMV then the epilogue kernel; any other value: auto (see
 /// Exl3GroupedGemm<kCuda> in ops/exl3.hpp). One token of a small layer: 1 (one launch); from
 /// kExl3GroupedGemmMinRows rows per expert on average: 2; otherwise 5.
+/// TESSERA_EXL3_GEMM_MIN=n (n ≥ 1) replaces kExl3GroupedGemmMinRows (read once; for A/B runs: the paths give the
+/// same bits, only the speed differs).
 int grouped_path(Exl3GroupedGemmDesc const& d, int impl_override) {
+  static int64_t const min_rows = [] {
+    char const* e = std::getenv("TESSERA_EXL3_GEMM_MIN");
+    int64_t const v = e ? std::atoll(e) : 0;
+    return v >= 1 ? v : kExl3GroupedGemmMinRows;
+  }();
   if (impl_override == 1 || impl_override == 2 || impl_override == 5) return impl_override;
   if (d.num_tokens == 1 && kx::gemv_fuses_transform(d.layer.k / 16, d.layer.n / 16)) return 1;
-  return d.num_assignments >= kExl3GroupedGemmMinRows * d.num_experts ? 2 : 5;
+  return d.num_assignments >= min_rows * d.num_experts ? 2 : 5;
 }
 /// fp16 xh [A, k] + fp32 chunk partials [S][A][n] (GEMV) or accumulators [A][n] (grouped GEMM).
 size_t grouped_workspace(Exl3GroupedGemmDesc const& d, int path) {
