@@ -153,13 +153,18 @@ __device__ __forceinline__ void wgmma_tile_origin(TcLinearParams const& p, int64
 /// W rows n0 .. n0 + 255 (bf16 `w`, row stride ldw, when kFmt is kBf16; else the codes and scales of `q`), K = k.
 /// kVec16: 16-byte cp.async staging (k % 8 == 0, 16-byte aligned rows); otherwise guarded element loads (bf16 W
 /// only). acc: this thread's 128 accumulators (layout above). smem: the launch's dynamic shared memory.
+/// live_rows: the warpgroup whose 64 rows all lie at or past it issues no wgmma (empty commit groups keep the
+/// pipeline's counts; both warpgroups still stage, decode and meet every barrier) and its accumulators stay +0;
+/// such rows must not be stored. A stored row's chain is unchanged.
 template <DType kFmt, bool kVec16>
 __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16_t const* const (&xrow)[kWgXRowsPerThread],
                                                  bool const (&xok)[kWgXRowsPerThread], uint16_t const* w, int64_t ldw,
-                                                 QuantW const& q, int64_t n0, int64_t n, int64_t k, float (&acc)[128]) {
+                                                 QuantW const& q, int64_t n0, int64_t n, int64_t k, float (&acc)[128],
+                                                 int live_rows = kWgBM) {
   constexpr bool kQuant = kFmt != DType::kBf16;
   static_assert(!kQuant || kVec16, "block-scaled W stages x with 16-byte cp.async");
   int const tid = static_cast<int>(threadIdx.x), wg = tid >> 7;
+  bool const issue = wg * 64 < live_rows;  // warpgroup-uniform
   int const srow = tid >> 3, schunk = tid & 7;  // this thread's staging row (+ 32·i) and 16-byte chunk
   // 1024-aligned tile base in the shared window.
   uint32_t const base_addr = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -286,7 +291,7 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kWgBK / 16; ++j)
-      if (j < steps) wgmma_m64n256k16(acc, wgmma_desc(xa + 32u * j), wgmma_desc(wa + 32u * j));
+      if (j < steps && issue) wgmma_m64n256k16(acc, wgmma_desc(xa + 32u * j), wgmma_desc(wa + 32u * j));
     wgmma_commit();
     wgmma_wait<1>();
   }

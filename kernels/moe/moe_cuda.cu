@@ -599,6 +599,16 @@ MoeTcPath moe_path(MoeExpertsDesc const& d) {
   return d.rows * d.top_k >= forced * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
 }
 
+/// TESSERA_MOE_WG_SKIP=1: the wgmma kGemm tiles' idle warpgroup (rows past the tile's count) issues no wgmma
+/// (moe_tc::MoeTcParams::wg_skip_idle; read once). Off by default: not yet run on a device.
+bool moe_wg_skip_idle() {
+  static bool const on = [] {
+    char const* e = std::getenv("TESSERA_MOE_WG_SKIP");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
   size_t act, ybuf, x_bf16, shared_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
@@ -751,6 +761,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.direct_ok = d.routed_quant_path != TcQuantPath::kRing && d.routed_quant_path != TcQuantPath::kWarpSpec;
     q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
                   (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d.rows));
+    q.wg_skip_idle = moe_wg_skip_idle();
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (moe_shared_scaled(d)) {
       q.shared_scaled = d.shared_scaled;

@@ -67,6 +67,9 @@ struct MoeTcParams {
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
   bool warp_spec = false;  // block-scaled routed tiles take the warp-specialised kernels (linear_tc_quant_ws.cuh)
+  /// wgmma kGemm tiles: a warpgroup whose 64 rows lie past the tile's count issues no wgmma (same values;
+  /// TESSERA_MOE_WG_SKIP=1, off by default until timed and run through the suites on a device).
+  bool wg_skip_idle = false;
 };
 
 /// xb[i] = →bf16(x[i]) (RNE) for i < n.

@@ -33,12 +33,18 @@ __device__ __forceinline__ void wg_for_each_slow(int count, int cols, F&& f) {
   }
 }
 
+/// The rows of tile t whose wgmma issue wg_pass keeps: its count with MoeTcParams::wg_skip_idle, else all.
+__device__ __forceinline__ int wg_live_rows(MoeTcParams const& p, Tile const& t) {
+  return p.wg_skip_idle ? t.count : kWgBM;
+}
+
 /// One wgmma block tile over the tile's gathered rows (x_row(rows_s[r]) for r < count, +0 past it) against W rows
-/// n0 .. n0 + 255 of n (bf16 `w` with row stride k, or the block-scaled `q`), K = k.
+/// n0 .. n0 + 255 of n (bf16 `w` with row stride k, or the block-scaled `q`), K = k. live_rows: wgmma_block_tile's
+/// (the tile's count when MoeTcParams::wg_skip_idle, else all 128 rows).
 template <DType kFmt, bool kVec16, class XRow>
 __device__ __forceinline__ void wg_pass(Tile const& t, RowInfo const* rows_s, XRow const& x_row, unsigned char* smem,
                                         uint16_t const* w, QuantW const& q, int64_t n0, int64_t n, int64_t k,
-                                        float (&acc)[128]) {
+                                        float (&acc)[128], int live_rows) {
   int const tid = static_cast<int>(threadIdx.x);
   uint16_t const* xrow[kWgXRowsPerThread];
   bool xok[kWgXRowsPerThread];
@@ -48,7 +54,7 @@ __device__ __forceinline__ void wg_pass(Tile const& t, RowInfo const* rows_s, XR
     xok[i] = r < t.count;
     xrow[i] = x_row(rows_s[xok[i] ? r : 0]);
   }
-  wgmma_block_tile<kFmt, kVec16>(smem, xrow, xok, w, k, q, n0, n, k, acc);
+  wgmma_block_tile<kFmt, kVec16>(smem, xrow, xok, w, k, q, n0, n, k, acc, live_rows);
 }
 
 /// The act epilogue of the block tile at n0 (smem free: wgmma_block_tile ends with a barrier).
@@ -87,12 +93,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_act_wgmma_kernel(MoeTcPa
   if constexpr (kFmt == DType::kBf16) {
     uint16_t const* const w = kUp ? expert_w(p.w.w3, p.w.shared_w3, t.expert) : expert_w(p.w.w1, p.w.shared_w1, t.expert);
     if (p.dim % 8 == 0 && aligned16(w))
-      wg_pass<kFmt, true>(t, rows_s, x_row, act_wgmma_smem, w, QuantW{}, n0, p.inter, p.dim, acc);
+      wg_pass<kFmt, true>(t, rows_s, x_row, act_wgmma_smem, w, QuantW{}, n0, p.inter, p.dim, acc, wg_live_rows(p, t));
     else
-      wg_pass<kFmt, false>(t, rows_s, x_row, act_wgmma_smem, w, QuantW{}, n0, p.inter, p.dim, acc);
+      wg_pass<kFmt, false>(t, rows_s, x_row, act_wgmma_smem, w, QuantW{}, n0, p.inter, p.dim, acc, wg_live_rows(p, t));
   } else {
     QuantW const q = kUp ? routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim) : routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim);
-    wg_pass<kFmt, true>(t, rows_s, x_row, act_wgmma_smem, nullptr, q, n0, p.inter, p.dim, acc);
+    wg_pass<kFmt, true>(t, rows_s, x_row, act_wgmma_smem, nullptr, q, n0, p.inter, p.dim, acc, wg_live_rows(p, t));
   }
   wg_act_epilogue<kUp>(p, t, rows_s, act_wgmma_smem, n0, acc);
 }
@@ -112,12 +118,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcP
   if constexpr (kFmt == DType::kBf16) {
     uint16_t const* const w2 = expert_w(p.w.w2, p.w.shared_w2, t.expert);
     if (p.inter % 8 == 0 && aligned16(w2))
-      wg_pass<kFmt, true>(t, rows_s, x_row, down_wgmma_smem, w2, QuantW{}, n0, p.dim, p.inter, acc);
+      wg_pass<kFmt, true>(t, rows_s, x_row, down_wgmma_smem, w2, QuantW{}, n0, p.dim, p.inter, acc, wg_live_rows(p, t));
     else
-      wg_pass<kFmt, false>(t, rows_s, x_row, down_wgmma_smem, w2, QuantW{}, n0, p.dim, p.inter, acc);
+      wg_pass<kFmt, false>(t, rows_s, x_row, down_wgmma_smem, w2, QuantW{}, n0, p.dim, p.inter, acc, wg_live_rows(p, t));
   } else {
     wg_pass<kFmt, true>(t, rows_s, x_row, down_wgmma_smem, nullptr, routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter), n0,
-                        p.dim, p.inter, acc);
+                        p.dim, p.inter, acc, wg_live_rows(p, t));
   }
   int const cols = static_cast<int>(p.dim - n0 < kWgBN ? p.dim - n0 : kWgBN);
   wg_for_each(acc, t.count, cols, [&](int row, int lc, float y) {
