@@ -590,13 +590,12 @@ bool moe_auto_warp_spec(int64_t rows) {
 /// expert on average; TESSERA_MOE_GEMM_MIN=n (n ≥ 1) moves that threshold to n (read once; for benchmarks: every
 /// path gives the same values, only the speed differs).
 MoeTcPath moe_path(MoeExpertsDesc const& d) {
-  static int64_t const forced = [] {
+  static int64_t const min_per_expert = [] {
     char const* e = std::getenv("TESSERA_MOE_GEMM_MIN");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : 0;
+    int64_t const v = e ? std::atoll(e) : 0;
+    return v >= 1 ? v : kMoeTcGemmMinPerExpert;
   }();
-  MoeTcPath const path = moe_tc_path_for(d);
-  if (forced == 0 || d.tc_path != MoeTcPath::kAuto || path == MoeTcPath::kEmulated) return path;
-  return d.rows * d.top_k >= forced * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
+  return moe_tc_path_for(d, min_per_expert);
 }
 
 /// TESSERA_MOE_WG_SKIP=1: the wgmma kGemm tiles' idle warpgroup (rows past the tile's count) issues no wgmma

@@ -122,12 +122,12 @@ inline bool moe_shared_scaled(MoeExpertsDesc const& d) {
 }
 
 /// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
-/// choice, or for kAuto kGemm when rows·top_k ≥ kMoeTcGemmMinPerExpert·experts (W read once per 128
-/// assignments pays off), else kSkinny.
-inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d) {
+/// choice, or for kAuto kGemm when rows·top_k ≥ min_per_expert·experts (W read once per 128 assignments pays
+/// off), else kSkinny.
+inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d, int64_t min_per_expert = kMoeTcGemmMinPerExpert) {
   if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
   if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
-  return d.rows * d.top_k >= kMoeTcGemmMinPerExpert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
+  return d.rows * d.top_k >= min_per_expert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
 }
 
 inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
