@@ -68,7 +68,7 @@ struct MoeTcParams {
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
   bool warp_spec = false;  // block-scaled routed tiles take the warp-specialised kernels (linear_tc_quant_ws.cuh)
   /// wgmma kGemm tiles: a warpgroup whose 64 rows lie past the tile's count issues no wgmma (same values;
-  /// TESSERA_MOE_WG_SKIP=1, off by default until timed and run through the suites on a device).
+  /// the MoE op sets it unless TESSERA_MOE_WG_SKIP=0).
   bool wg_skip_idle = false;
 };
 

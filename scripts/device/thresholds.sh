@@ -3,9 +3,9 @@
 # prefill at 128 … 2K tokens (0.33 … 32 assignments per expert) and decode b32 / b64, with the MoE tile threshold
 # (TESSERA_MOE_GEMM_MIN, fp8 checkpoint: kSkinny below, kGemm from it) and the EXL3 grouped-GEMM threshold
 # (TESSERA_EXL3_GEMM_MIN, exl3:2.8 checkpoint: GEMV + chunk partials below, grouped GEMM from it) swept; 0 = the
-# built-in value (MoE 1, EXL3 32). Every path gives the same bits; only the time differs.
-# The fp8 sweep runs with TESSERA_MOE_WG_SKIP=0 and =1 (the wgmma kGemm tile's idle warpgroup issuing no wgmma);
-# where the MoE suites were packed, they run first with it on (the switch's exactness gate).
+# built-in value (MoE 1, EXL3 16). Every path gives the same bits; only the time differs.
+# The fp8 sweep runs with TESSERA_MOE_WG_SKIP=0 and =1 (1, the default: the wgmma kGemm tile's idle warpgroup
+# issues no wgmma); where the MoE suites were packed, they run first with it on (the switch's exactness gate).
 # Usage (repository root on the GPU machine): [PREBUILT=pack.tar.xz] bash scripts/device/thresholds.sh
 # Results: stdout and $OUT/thresholds/*.jsonl. Knobs: MOE_MINS, EXL3_MINS, WG_SKIPS (lists), FORMATS ("fp8 exl3:2.8").
 cd "$(dirname "$0")/../.." || exit 1

@@ -149,8 +149,10 @@ template <> struct Exl3Gemm<Backend::kCuda> {
 /// per output (S = 40 on the DeepSeek-V4.1 w1/w3: 360 KiB a row); the GEMM decodes ⌈R/128⌉ times and keeps the
 /// chain in registers. Estimated from the dense H200 timings in bench/RESULTS.md (a 5120×2304 GEMV pass of one
 /// row ≈ 11 µs; a 128-row GEMM block ≈ 220 µs, 18 column blocks an expert over 264 resident blocks ≈ 15 µs an
-/// expert tile): equal cost near R ≈ 16–24 rows; `exl3_bench --moe` times both paths on the grouped op.
-inline constexpr int64_t kExl3GroupedGemmMinRows = 32;
+/// expert tile): equal cost near R ≈ 16–24 rows. Measured on the H100 at 384 experts (one exl3:2.8 v41-flash
+/// layer, `scripts/device/thresholds.sh`): a 1K prefill (16 rows per expert) takes 24.4 ms a layer at 16 and 27.7
+/// at 32; 512 tokens (8 rows) take 17.5 ms at 16 and 18.8 at 8. bench/RESULTS.md 2026-12-07 (session 24).
+inline constexpr int64_t kExl3GroupedGemmMinRows = 16;
 
 /// W' is never materialised (all experts' W' would not fit in scratch), and the host does not know the
 /// per-expert row counts, which live in device memory. Paths (ctx.impl_override; 1, 2 and 5 give the same
