@@ -586,16 +586,18 @@ bool moe_auto_warp_spec(int64_t rows) {
   return forced >= 0 ? forced == 1 : rows >= 2;
 }
 
-/// The path of a call: ops::moe_tc_path_for, whose kAuto takes kGemm from kMoeTcGemmMinPerExpert assignments per
-/// expert on average; TESSERA_MOE_GEMM_MIN=n (n ≥ 1) moves that threshold to n (read once; for benchmarks: every
-/// path gives the same values, only the speed differs).
+/// The path of a call: ops::moe_tc_path_for, whose kAuto takes kGemm from min(kMoeTcGemmMinPerExpert per expert,
+/// kMoeTcGemmMinAssignments) assignments; TESSERA_MOE_GEMM_MIN=n and TESSERA_MOE_GEMM_MIN_ROWS=a (n, a ≥ 1) replace
+/// those two (read once; for benchmarks: every path gives the same values, only the speed differs).
 MoeTcPath moe_path(MoeExpertsDesc const& d) {
-  static int64_t const min_per_expert = [] {
-    char const* e = std::getenv("TESSERA_MOE_GEMM_MIN");
+  static auto const env = [](char const* name, int64_t dflt) {
+    char const* e = std::getenv(name);
     int64_t const v = e ? std::atoll(e) : 0;
-    return v >= 1 ? v : kMoeTcGemmMinPerExpert;
-  }();
-  return moe_tc_path_for(d, min_per_expert);
+    return v >= 1 ? v : dflt;
+  };
+  static int64_t const min_per_expert = env("TESSERA_MOE_GEMM_MIN", kMoeTcGemmMinPerExpert);
+  static int64_t const min_assignments = env("TESSERA_MOE_GEMM_MIN_ROWS", kMoeTcGemmMinAssignments);
+  return moe_tc_path_for(d, min_per_expert, min_assignments);
 }
 
 /// The wgmma kGemm tiles' idle warpgroup (rows past the tile's count) issues no wgmma

@@ -356,6 +356,48 @@ BOOST_AUTO_TEST_CASE(block_scaled_routed_experts_equal_their_decoded_values) {
     }
 }
 
+// kAuto's tile choice (the same values on every path; this pins which one runs): kGemm from
+// min(kMoeTcGemmMinPerExpert · experts, kMoeTcGemmMinAssignments) assignments, kEmulated unless weights and md are
+// bf16, an explicit path as given.
+BOOST_AUTO_TEST_CASE(tensor_core_path_rule) {
+  using ops::MoeTcPath;
+  auto desc = [](int64_t rows, int64_t experts) {
+    ops::MoeExpertsDesc d;
+    d.rows = rows, d.experts = experts, d.dim = 5120, d.inter = 2304, d.top_k = 6;
+    d.md = DType::kBf16, d.weight_dtype = DType::kBf16;
+    return d;
+  };
+  BOOST_TEST_REQUIRE(ops::kMoeTcGemmMinAssignments == 32);
+  BOOST_TEST_REQUIRE(ops::kMoeTcGemmMinPerExpert == 1);
+  // 384 experts: 30 assignments (b5) kSkinny, 36 (b6) kGemm; 32 experts: the per-expert bound, also 32.
+  BOOST_TEST((ops::moe_tc_path_for(desc(5, 384)) == MoeTcPath::kSkinny));
+  BOOST_TEST((ops::moe_tc_path_for(desc(6, 384)) == MoeTcPath::kGemm));
+  BOOST_TEST((ops::moe_tc_path_for(desc(1, 384)) == MoeTcPath::kSkinny));
+  BOOST_TEST((ops::moe_tc_path_for(desc(5, 32)) == MoeTcPath::kSkinny));
+  BOOST_TEST((ops::moe_tc_path_for(desc(6, 32)) == MoeTcPath::kGemm));
+  // 4 experts top-6: the per-expert bound (4 assignments) is the smaller one.
+  auto small = desc(1, 4);
+  small.top_k = 4;
+  BOOST_TEST((ops::moe_tc_path_for(small) == MoeTcPath::kGemm));
+  small.top_k = 3;
+  BOOST_TEST((ops::moe_tc_path_for(small) == MoeTcPath::kSkinny));
+  // The thresholds as arguments (TESSERA_MOE_GEMM_MIN / _MIN_ROWS on CUDA).
+  BOOST_TEST((ops::moe_tc_path_for(desc(8, 384), 1, 49) == MoeTcPath::kSkinny));
+  BOOST_TEST((ops::moe_tc_path_for(desc(8, 384), 1, 48) == MoeTcPath::kGemm));
+  BOOST_TEST((ops::moe_tc_path_for(desc(8, 384), 2, 1'000'000) == MoeTcPath::kSkinny));
+  BOOST_TEST((ops::moe_tc_path_for(desc(128, 384), 2, 1'000'000) == MoeTcPath::kGemm));
+  // An explicit path is kept; fp32 weights or md take the emulated order.
+  auto forced = desc(1, 384);
+  forced.tc_path = MoeTcPath::kGemm;
+  BOOST_TEST((ops::moe_tc_path_for(forced) == MoeTcPath::kGemm));
+  auto f32 = desc(64, 384);
+  f32.weight_dtype = DType::kF32;
+  BOOST_TEST((ops::moe_tc_path_for(f32) == MoeTcPath::kEmulated));
+  f32 = desc(64, 384);
+  f32.md = DType::kF32;
+  BOOST_TEST((ops::moe_tc_path_for(f32) == MoeTcPath::kEmulated));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(engram)

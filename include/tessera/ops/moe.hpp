@@ -10,6 +10,7 @@
 /// skips slots with id −1. A CUDA backend takes the same Desc fields and the same slot convention.
 #pragma once
 
+#include <algorithm>
 #include <span>
 
 #include <ostream>
@@ -62,12 +63,16 @@ struct MoeRouteArgs {
 ///   kSkinny    mma.sync m16n8k16 (kernels/moe/moe_tc_cuda.cu), tiles of ≤ 8 assignments of one expert, one warp
 ///              per 8 output columns, W streamed once per tile (decode);
 ///   kGemm      mma.sync on 128-assignment × 128-column block tiles (prefill: W read once per 128 assignments);
-///   kAuto      kGemm when the batch averages ≥ kMoeTcGemmMinPerExpert assignments per expert, else kSkinny.
-///              From one assignment per expert on average kGemm's one read of W per 128 assignments (the
-///              wgmma tile on sm_90a) beats kSkinny's one read per 8, though its block tile multiplies 128 rows
-///              (H100, fp8 synthetic v41-flash, FP4 experts, ms for one layer + head, kSkinny → kGemm: 384
-///              experts prefill 128 / 256 / 1K tokens 13.6 / 21.0 / 56.6 → 8.4 / 12.0 / 20.8, decode b64 16.1 →
-///              12.4; 32 experts b64 8.5 → 6.8, b8 +3 … +9 %, b16 −2 … +4 % over two runs each).
+///   kAuto      kGemm when the call has ≥ min(kMoeTcGemmMinPerExpert · experts, kMoeTcGemmMinAssignments)
+///              assignments, else kSkinny. From one assignment per expert on average kGemm's one read of W per 128
+///              assignments (the wgmma tile on sm_90a) beats kSkinny's one read per 8, though its block tile
+///              multiplies 128 rows (H100, fp8 synthetic v41-flash, FP4 experts, ms for one layer + head, kSkinny →
+///              kGemm: 384 experts prefill 128 / 256 / 1K tokens 13.6 / 21.0 / 56.6 → 8.4 / 12.0 / 20.8, decode
+///              b64 16.1 → 12.4; 32 experts b64 8.5 → 6.8, b8 +3 … +9 %, b16 −2 … +4 % over two runs each).
+///              With most experts holding one row, W is read once either way, and from 32 assignments the wgmma
+///              tile is the faster reader (384 experts, top-6, two runs each: b4 2.41 → 2.52 / 2.62 ms, b5
+///              2.86 / 2.77 → 2.75 / 2.75, b6 3.44 / 3.26 → 3.28 / 3.27, b7 3.61 / 3.50 → 3.35 / 3.32, b8 3.81 /
+///              3.80 → 3.41 / 3.54, b16 6.34 / 6.43 → 5.55 / 5.64).
 /// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny and kGemm decode their codes inside the
 /// tiles (kGemm per 32-wide K slab of its 128-column block tile); with decode_group_experts > 0, kGemm instead
 /// decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory first and runs the bf16
@@ -77,6 +82,7 @@ struct MoeRouteArgs {
 /// that is not bf16 would give the dot of its rounding, not ref::dot_tc of the fp32 value.
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
 inline constexpr int64_t kMoeTcGemmMinPerExpert = 1;
+inline constexpr int64_t kMoeTcGemmMinAssignments = 32;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
@@ -122,12 +128,14 @@ inline bool moe_shared_scaled(MoeExpertsDesc const& d) {
 }
 
 /// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
-/// choice, or for kAuto kGemm when rows·top_k ≥ min_per_expert·experts (W read once per 128 assignments pays
-/// off), else kSkinny.
-inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d, int64_t min_per_expert = kMoeTcGemmMinPerExpert) {
+/// choice, or for kAuto kGemm when rows·top_k ≥ min(min_per_expert·experts, min_assignments) (W read once per 128
+/// assignments pays off, or the wgmma tile reads it faster), else kSkinny.
+inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d, int64_t min_per_expert = kMoeTcGemmMinPerExpert,
+                                 int64_t min_assignments = kMoeTcGemmMinAssignments) {
   if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
   if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
-  return d.rows * d.top_k >= min_per_expert * d.experts ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
+  return d.rows * d.top_k >= std::min(min_per_expert * d.experts, min_assignments) ? MoeTcPath::kGemm
+                                                                                    : MoeTcPath::kSkinny;
 }
 
 inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
