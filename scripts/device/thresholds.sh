@@ -7,7 +7,10 @@
 # The fp8 sweep runs with TESSERA_MOE_WG_SKIP=0 and =1 (1, the default: the wgmma kGemm tile's idle warpgroup
 # issues no wgmma); where the MoE suites were packed, they run first with it on (the switch's exactness gate).
 # Usage (repository root on the GPU machine): [PREBUILT=pack.tar.xz] bash scripts/device/thresholds.sh
-# Results: stdout and $OUT/thresholds/*.jsonl. Knobs: MOE_MINS, EXL3_MINS, WG_SKIPS (lists), FORMATS ("fp8 exl3:2.8").
+# TESSERA_MOE_GEMM_MIN_ROWS (fp8: kGemm from that many assignments whatever the expert count; 0 = built-in 32) is
+# swept over MOE_ROWS, e.g. MOE_ROWS="0 1 48" BATCHES=4,6,8,16 PREFILLS="" for the decode sizes.
+# Results: stdout and $OUT/thresholds/*.jsonl. Knobs: MOE_MINS, EXL3_MINS, WG_SKIPS, MOE_ROWS (lists), BATCHES,
+# PREFILLS (bench_model lists), FORMATS ("fp8 exl3:2.8").
 cd "$(dirname "$0")/../.." || exit 1
 export PATH=/usr/local/cuda/bin:$PATH
 B=build-gpu; S=${SYN_DIR:-/tmp/syn}; R=${OUT:-/tmp}/thresholds; mkdir -p $B $S $R
@@ -29,13 +32,17 @@ for f in ${FORMATS:-fp8 exl3:2.8}; do
     --experts 384 --format $f > $R/make_$t.log 2>&1 || { tail -3 $R/make_$t.log; continue; }
   var=TESSERA_MOE_GEMM_MIN mins=${MOE_MINS:-1 2 4 32} skips=${WG_SKIPS:-0 1}
   [ $t = exl3 ] && var=TESSERA_EXL3_GEMM_MIN mins=${EXL3_MINS:-32 16 8 4 2 1} skips=0
+  rowss=${MOE_ROWS:-0}; [ $t = exl3 ] && rowss=0
+  for a in $rowss; do
   for w in $skips; do
     for m in $mins; do
-      echo "== $f $var=$m TESSERA_MOE_WG_SKIP=$w t=$SECONDS"
-      env $var=$m TESSERA_MOE_WG_SKIP=$w timeout 120 $B/bench/model/bench_model --device cuda --dtype bf16 \
-        --model $S/${t}384 --prefill 128,256,512,1024,2048 --batches 32,64 --steps 8 > $R/${t}_${m}_$w.jsonl 2>> $R/bench.err
-      grep -E '"(prefill|decode)"' $R/${t}_${m}_$w.jsonl |
+      echo "== $f $var=$m TESSERA_MOE_GEMM_MIN_ROWS=$a TESSERA_MOE_WG_SKIP=$w t=$SECONDS"
+      env $var=$m TESSERA_MOE_GEMM_MIN_ROWS=$a TESSERA_MOE_WG_SKIP=$w timeout 120 $B/bench/model/bench_model \
+        --device cuda --dtype bf16 --model $S/${t}384 --prefill ${PREFILLS-128,256,512,1024,2048} \
+        --batches ${BATCHES:-32,64} --steps 8 > $R/${t}_${m}_${a}_$w.jsonl 2>> $R/bench.err
+      grep -E '"(prefill|decode)"' $R/${t}_${m}_${a}_$w.jsonl |
         sed -E 's/.*"(tokens|batch)":([0-9]+).*"(s|step_ms_min)":([0-9.]+).*/\1 \2: \3 \4/' | paste -sd' '
     done
+  done
   done
 done
