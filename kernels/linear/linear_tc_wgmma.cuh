@@ -103,14 +103,16 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 /// by the asynchronous wgmma: only wgmma_wait makes them final).
 __device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 
-/// d[0..127] ← wgmma m64n256k16 (bf16 × bf16 + fp32 d) of the warpgroup's A and B descriptors.
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+/// d[0..127] ← wgmma m64n256k16 (bf16 × bf16 + fp32 d) of the warpgroup's A and B descriptors when `on` (a guard
+/// predicate, warpgroup-uniform: no branch around the instruction), else d unchanged.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool on = true) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n"
-      ".reg .pred p;\n"
+      ".reg .pred p, q;\n"
       "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "setp.ne.b32 q, %131, 0;\n"
+      "@q wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
@@ -137,7 +139,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(1), "r"(on ? 1 : 0));
 #else
   (void)d, (void)desc_a, (void)desc_b;
   __trap();
@@ -153,10 +155,11 @@ __device__ __forceinline__ void wgmma_tile_origin(TcLinearParams const& p, int64
 /// W rows n0 .. n0 + 255 (bf16 `w`, row stride ldw, when kFmt is kBf16; else the codes and scales of `q`), K = k.
 /// kVec16: 16-byte cp.async staging (k % 8 == 0, 16-byte aligned rows); otherwise guarded element loads (bf16 W
 /// only). acc: this thread's 128 accumulators (layout above). smem: the launch's dynamic shared memory.
-/// live_rows: the warpgroup whose 64 rows all lie at or past it issues no wgmma (empty commit groups keep the
-/// pipeline's counts; both warpgroups still stage, decode and meet every barrier) and its accumulators stay +0;
-/// such rows must not be stored. A stored row's chain is unchanged.
-template <DType kFmt, bool kVec16>
+/// kSkipIdle, live_rows: the warpgroup whose 64 rows all lie at or past live_rows issues no wgmma (empty commit
+/// groups keep the pipeline's counts; both warpgroups still stage, decode and meet every barrier) and its
+/// accumulators stay +0; such rows must not be stored. A stored row's chain is unchanged. Without kSkipIdle the
+/// full slabs' wgmma are unconditional (the branch costs ptxas-inserted warpgroup.arrive instructions).
+template <DType kFmt, bool kVec16, bool kSkipIdle = false>
 __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16_t const* const (&xrow)[kWgXRowsPerThread],
                                                  bool const (&xok)[kWgXRowsPerThread], uint16_t const* w, int64_t ldw,
                                                  QuantW const& q, int64_t n0, int64_t n, int64_t k, float (&acc)[128],
@@ -164,7 +167,9 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
   constexpr bool kQuant = kFmt != DType::kBf16;
   static_assert(!kQuant || kVec16, "block-scaled W stages x with 16-byte cp.async");
   int const tid = static_cast<int>(threadIdx.x), wg = tid >> 7;
-  bool const issue = wg * 64 < live_rows;  // warpgroup-uniform
+  // Warpgroup-uniform; broadcast from lane 0 so the compiler knows it is warp-uniform: a wgmma under a branch it
+  // takes for divergent makes ptxas serialise every wgmma of the kernel (C7520).
+  bool const issue = __shfl_sync(0xFFFFFFFFu, wg * 64 < live_rows ? 1 : 0, 0) != 0;
   int const srow = tid >> 3, schunk = tid & 7;  // this thread's staging row (+ 32·i) and 16-byte chunk
   // 1024-aligned tile base in the shared window.
   uint32_t const base_addr = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -272,7 +277,11 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
     if (s < slabs) stage(s, s);
     cp_async_commit();  // one group per slab, empty past the end, so wait_group counts stay uniform
   }
-  for (int64_t kt = 0; kt < slabs; ++kt) {
+  // Slab kt. kTail: the last slab when k % 64 ≠ 0, its ⌈(k mod 64)/16⌉ steps predicated; every other slab issues
+  // its four wgmma unconditionally (a branch or a predicate around them makes ptxas add a warpgroup.arrive before
+  // each, C7519).
+  auto slab = [&](int64_t kt, auto tail) {
+    constexpr bool kTail = decltype(tail)::value;
     int const s = static_cast<int>(kt % kWgStages);
     cp_async_wait<kWgStages - 3>();  // slab kt has landed (this thread's part)
     fence_proxy_async_shared();
@@ -286,15 +295,26 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
     }
     uint32_t const xa = base_addr + x_off(s) + static_cast<uint32_t>(wg * 64 * kWgRowBytes);
     uint32_t const wa = base_addr + (kQuant ? w_off(static_cast<int>(kt & 1)) : w_off(s));
-    int64_t const left = k - kt * kWgBK;
-    int const steps = left >= kWgBK ? kWgBK / 16 : static_cast<int>((left + 15) / 16);
-    wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < kWgBK / 16; ++j)
-      if (j < steps && issue) wgmma_m64n256k16(acc, wgmma_desc(xa + 32u * j), wgmma_desc(wa + 32u * j));
+    for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+    if constexpr (kTail) {
+      int const steps = static_cast<int>((k - kt * kWgBK + 15) / 16);
+#pragma unroll
+      for (int j = 0; j < kWgBK / 16; ++j)
+        wgmma_m64n256k16(acc, wgmma_desc(xa + 32u * j), wgmma_desc(wa + 32u * j), issue && j < steps);
+    } else if (!kSkipIdle || issue) {
+#pragma unroll
+      for (int j = 0; j < kWgBK / 16; ++j) wgmma_m64n256k16(acc, wgmma_desc(xa + 32u * j), wgmma_desc(wa + 32u * j));
+    }
     wgmma_commit();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
     wgmma_wait<1>();
-  }
+  };
+  int64_t const full = k / kWgBK;
+  for (int64_t kt = 0; kt < full; ++kt) slab(kt, std::false_type{});
+  if (full < slabs) slab(full, std::true_type{});
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < 128; ++i) fence_operand(acc[i]);

@@ -54,7 +54,7 @@ __device__ __forceinline__ void wg_pass(Tile const& t, RowInfo const* rows_s, XR
     xok[i] = r < t.count;
     xrow[i] = x_row(rows_s[xok[i] ? r : 0]);
   }
-  wgmma_block_tile<kFmt, kVec16>(smem, xrow, xok, w, k, q, n0, n, k, acc, live_rows);
+  wgmma_block_tile<kFmt, kVec16, true>(smem, xrow, xok, w, k, q, n0, n, k, acc, live_rows);
 }
 
 /// The act epilogue of the block tile at n0 (smem free: wgmma_block_tile ends with a barrier).
