@@ -612,6 +612,15 @@ bool moe_wg_skip_idle() {
   return on;
 }
 
+/// kGemm with a block-scaled shared expert decodes it to bf16 once per call for the bf16 block tiles, except on the
+/// wgmma tiles over in-tile decoded routed experts (no decode groups), which read the shared expert's codes the same
+/// way (moe_tc_wgmma.cuh; same values). At 384 experts kGemm serves decode from 6 rows: the FP8 shared expert's
+/// 35.4 MB of codes read in the tiles instead of a 70.8 MB bf16 copy written and read back every call.
+bool shared_decoded_for_gemm(MoeExpertsDesc const& d, MoeTcPath path) {
+  if (!moe_shared_scaled(d) || path != MoeTcPath::kGemm) return false;
+  return !(moe_routed_scaled(d) && d.decode_group_experts <= 0 && ops::tc_wgmma_auto());
+}
+
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
   size_t act, ybuf, x_bf16, shared_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
@@ -642,8 +651,8 @@ ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
   L.act = take(static_cast<size_t>(slots * d.inter) * (tc ? sizeof(uint16_t) : sizeof(float)));
   L.ybuf = take(static_cast<size_t>(slots * d.dim) * sizeof(float));
   L.x_bf16 = take(tc ? static_cast<size_t>(d.rows * d.dim) * sizeof(uint16_t) : 0);
-  // kGemm with a block-scaled shared expert: its W1 | W3 | W2 decoded to bf16 for the bf16 block tiles.
-  bool const shared_decoded = moe_shared_scaled(d) && L.path == MoeTcPath::kGemm;
+  // kGemm with a block-scaled shared expert on the bf16 block tiles: its W1 | W3 | W2 decoded to bf16.
+  bool const shared_decoded = shared_decoded_for_gemm(d, L.path);
   L.shared_bf16 = take(shared_decoded ? static_cast<size_t>(3 * d.dim * d.inter) * sizeof(uint16_t) : 0);
   L.keys = take(static_cast<size_t>(A) * 4); L.keys_sorted = take(static_cast<size_t>(A) * 4);
   L.vals = take(static_cast<size_t>(A) * 4); L.vals_sorted = take(static_cast<size_t>(A) * 4);
@@ -768,7 +777,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (moe_shared_scaled(d)) {
       q.shared_scaled = d.shared_scaled;
-      if (L.path == MoeTcPath::kGemm) {  // the bf16 block tiles on the shared expert decoded once per call
+      if (shared_decoded_for_gemm(d, L.path)) {  // the bf16 block tiles on the shared expert decoded once per call
         auto* const sb = reinterpret_cast<uint16_t*>(base + L.shared_bf16);
         TESSERA_TRY(moe_tc::launch_decode_shared(q, sb, st));
         q.w.shared_w1 = sb;

@@ -61,7 +61,8 @@ struct MoeTcParams {
   DType routed_scaled = DType::kBf16;
   /// kF8E4m3 / kF4E2m1x2 (needs routed_scaled): the shared expert's token tiles read block-scaled codes
   /// (w.shared_w1/w3/w2) and scales (w.shared_s1/s3/s2) on the block-scaled tiles of that format, in launches of
-  /// their own (launch_skinny). launch_gemm* take bf16 shared weights: the caller decodes them first.
+  /// their own (launch_skinny, and launch_gemm_scaled on the wgmma tiles); launch_gemm, launch_gemm_decoded and
+  /// launch_gemm_scaled on the mma.sync tiles take bf16 shared weights: the caller decodes them first.
   DType shared_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
@@ -79,7 +80,8 @@ Status launch_skinny(MoeTcParams const& p, cudaStream_t st);
 /// act then ybuf, tiles of ≤ kGemmTileRows assignments: grid (⌈N/128⌉, tiles), 8 warps per block.
 Status launch_gemm(MoeTcParams const& p, cudaStream_t st);
 /// launch_gemm for block-scaled routed experts (p.routed_scaled): the routed tiles decode their W codes per K slab
-/// (kernels/linear/linear_tc_quant_gemm.cuh), the shared expert's tiles run the bf16 kernels; same values as
+/// (kernels/linear/linear_tc_quant_gemm.cuh), the shared expert's tiles its own codes on the wgmma tiles (sm_90a),
+/// else the bf16 kernels; same values as
 /// launch_gemm_decoded, without the decoded copy of every expert.
 Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st);
 /// launch_gemm for block-scaled routed experts (p.routed_scaled): per group of `group` experts in expert order,

@@ -3,7 +3,7 @@
 /// tiles' work (≤ 128 assignments per tile, x rows gathered through the tile table) with a 128 × 256 block tile,
 /// 2 warpgroups, one m64n256k16 per 16-wide K block. Same contract as the mma.sync kernels (every output one fp32
 /// chain over the K blocks in order), so act and ybuf hold the same bits. Included by moe_tc_cuda.cu inside its
-/// anonymous namespace (Tile, RowInfo, tile_at, row_info, expert_w, aligned16, act_bits, routed_q, gemm_rows).
+/// anonymous namespace (Tile, RowInfo, tile_at, row_info, expert_w, aligned16, act_bits, tile_q, gemm_rows).
 ///   act:  gate launch stores →bf16(g) into act; the up launch puts →bf16(u) of the block in shared memory (the
 ///         free staging ring: 128 × 256 × 2 B = 64 KiB) and replaces each g in act by the activation.
 ///   down: ybuf[slot] ← →bf16 of W2 · act.
@@ -77,15 +77,15 @@ __device__ __forceinline__ void wg_act_epilogue(MoeTcParams const& p, Tile const
   }
 }
 
-/// act (kUp = false: gate; true: up and the activation) on the wgmma tile. kFmt kBf16: W1 / W3 of the tile's expert
-/// (the shared expert's for t.expert < 0); block-scaled: routed tiles only (shared-expert tiles exit).
+/// act (kUp = false: gate; true: up and the activation) on the wgmma tile: W1 / W3 of the tile's expert (the shared
+/// expert's for t.expert < 0), bf16 for kFmt kBf16, else codes of kFmt (tile_q: a launch over routed tiles has kFmt =
+/// p.routed_scaled, one over the shared expert's tiles kFmt = p.shared_scaled).
 template <DType kFmt, bool kUp>
 __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_act_wgmma_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_wgmma_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
   if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;  // block-uniform
-  if (kFmt != DType::kBf16 && t.expert < 0) return;
   gemm_rows(p, t, rows_s);
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kWgBN;
   auto x_row = [&](RowInfo const& ri) { return p.x + static_cast<int64_t>(ri.token) * p.dim; };
@@ -97,20 +97,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_act_wgmma_kernel(MoeTcPa
     else
       wg_pass<kFmt, false>(t, rows_s, x_row, act_wgmma_smem, w, QuantW{}, n0, p.inter, p.dim, acc, wg_live_rows(p, t));
   } else {
-    QuantW const q = kUp ? routed_q<kFmt>(p.w.w3, p.w.s3, t.expert, p.dim) : routed_q<kFmt>(p.w.w1, p.w.s1, t.expert, p.dim);
+    QuantW const q = tile_q<kFmt>(p, t, kUp ? 1 : 0, p.dim);
     wg_pass<kFmt, true>(t, rows_s, x_row, act_wgmma_smem, nullptr, q, n0, p.inter, p.dim, acc, wg_live_rows(p, t));
   }
   wg_act_epilogue<kUp>(p, t, rows_s, act_wgmma_smem, n0, acc);
 }
 
-/// down on the wgmma tile: ybuf[slot] ← →bf16(W2 · act[slot]).
+/// down on the wgmma tile: ybuf[slot] ← →bf16(W2 · act[slot]) (W2 as the act kernel reads W1 / W3).
 template <DType kFmt>
 __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char down_wgmma_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
   if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
-  if (kFmt != DType::kBf16 && t.expert < 0) return;
   gemm_rows(p, t, rows_s);
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kWgBN;
   auto x_row = [&](RowInfo const& ri) { return p.act + static_cast<int64_t>(ri.slot) * p.inter; };
@@ -122,8 +121,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcP
     else
       wg_pass<kFmt, false>(t, rows_s, x_row, down_wgmma_smem, w2, QuantW{}, n0, p.dim, p.inter, acc, wg_live_rows(p, t));
   } else {
-    wg_pass<kFmt, true>(t, rows_s, x_row, down_wgmma_smem, nullptr, routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, p.inter), n0,
-                        p.dim, p.inter, acc, wg_live_rows(p, t));
+    wg_pass<kFmt, true>(t, rows_s, x_row, down_wgmma_smem, nullptr, tile_q<kFmt>(p, t, 2, p.inter), n0, p.dim, p.inter,
+                        acc, wg_live_rows(p, t));
   }
   int const cols = static_cast<int>(p.dim - n0 < kWgBN ? p.dim - n0 : kWgBN);
   wg_for_each(acc, t.count, cols, [&](int row, int lc, float y) {
@@ -132,53 +131,69 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcP
 }
 
 /// The launches of one MoE GEMM step on the wgmma tile: routed tiles of kFmt (kBf16: routed and shared alike, from
-/// tile p.tile0), the shared expert's bf16 tiles in launches of their own when kFmt is block-scaled. Gate before up
-/// for every tile (up reads the g its tile's gate launch stored), then down.
+/// tile p.tile0), the shared expert's tiles in launches of their own when kFmt is block-scaled: on its codes when
+/// p.shared_scaled is block-scaled too, else bf16. Gate before up for every tile (up reads the g its tile's gate
+/// launch stored), then down.
+/// Phase 0 (gate), 1 (up and the activation) or 2 (down) of the shared expert's gs tiles from ps.tile0, W in kShared.
+template <DType kShared>
+Status launch_wgmma_shared(MoeTcParams const& ps, int64_t ga, int64_t gd, int64_t gs, int phase, cudaStream_t st) {
+  constexpr size_t kSmem = wgmma_smem_bytes<kShared>();
+  dim3 const grid(static_cast<unsigned>(phase == 2 ? gd : ga), static_cast<unsigned>(gs));
+  if (phase == 2) {
+    TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_wgmma_kernel<kShared>>(kSmem), "moe_tc down wgmma: shared memory attribute"));
+    moe_tc_down_wgmma_kernel<kShared><<<grid, kWgThreads, kSmem, st>>>(ps);
+    return launch_status("moe_tc_down_wgmma_kernel<shared>");
+  }
+  if (phase == 0) {
+    TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kShared, false>>(kSmem), "moe_tc gate wgmma: shared memory attribute"));
+    moe_tc_act_wgmma_kernel<kShared, false><<<grid, kWgThreads, kSmem, st>>>(ps);
+    return launch_status("moe_tc_act_wgmma_kernel<gate, shared>");
+  }
+  TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kShared, true>>(kSmem), "moe_tc act wgmma: shared memory attribute"));
+  moe_tc_act_wgmma_kernel<kShared, true><<<grid, kWgThreads, kSmem, st>>>(ps);
+  return launch_status("moe_tc_act_wgmma_kernel<up, shared>");
+}
+
 template <DType kFmt>
 Status launch_wgmma(MoeTcParams const& p, cudaStream_t st) {
-  constexpr size_t kSmem = wgmma_smem_bytes<kFmt>(), kSmem16 = wgmma_smem_bytes<DType::kBf16>();
+  constexpr size_t kSmem = wgmma_smem_bytes<kFmt>();
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kFmt, false>>(kSmem), "moe_tc gate wgmma: shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kFmt, true>>(kSmem), "moe_tc act wgmma: shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_wgmma_kernel<kFmt>>(kSmem), "moe_tc down wgmma: shared memory attribute"));
   constexpr bool kQuant = kFmt != DType::kBf16;
-  // Block-scaled: routed tiles [0, max_routed_tiles) here, the shared expert's from max_routed_tiles in bf16
-  // launches; bf16: every tile in one launch.
+  // Block-scaled: routed tiles [0, max_routed_tiles) here, the shared expert's from max_routed_tiles in launches of
+  // their own (its format); bf16: every tile in one launch.
   int64_t const gr = kQuant ? p.max_routed_tiles : grid_tiles(p);
   int64_t const gs = kQuant && p.shared ? ceil_div(p.rows, p.tile_rows) : 0;
   int64_t const ga = ceil_div(p.inter, kWgBN), gd = ceil_div(p.dim, kWgBN);
   TESSERA_TRY(check_grid(ga, std::max(gr, gs), "moe_tc act wgmma"));
   TESSERA_TRY(check_grid(gd, std::max(gr, gs), "moe_tc down wgmma"));
-  if (gs > 0) {
-    TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<DType::kBf16, false>>(kSmem16), "moe_tc gate wgmma: shared memory attribute"));
-    TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<DType::kBf16, true>>(kSmem16), "moe_tc act wgmma: shared memory attribute"));
-    TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_wgmma_kernel<DType::kBf16>>(kSmem16), "moe_tc down wgmma: shared memory attribute"));
-  }
   MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
   ps.tile0 = p.max_routed_tiles;
   auto grid = [](int64_t x, int64_t y) { return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)); };
+  // The shared expert's launch of each phase follows the routed one (its g before its up, its act before its down).
+  auto shared_phase = [&](int phase) -> Status {
+    if constexpr (kQuant) {
+      if (gs <= 0) return {};
+      if (p.shared_scaled == DType::kF8E4m3) return launch_wgmma_shared<DType::kF8E4m3>(ps, ga, gd, gs, phase, st);
+      if (p.shared_scaled == DType::kF4E2m1x2) return launch_wgmma_shared<DType::kF4E2m1x2>(ps, ga, gd, gs, phase, st);
+      return launch_wgmma_shared<DType::kBf16>(ps, ga, gd, gs, phase, st);
+    }
+    return {};
+  };
   if (gr > 0) {
     moe_tc_act_wgmma_kernel<kFmt, false><<<grid(ga, gr), kWgThreads, kSmem, st>>>(p);
     TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<gate>"));
   }
-  if (gs > 0) {
-    moe_tc_act_wgmma_kernel<DType::kBf16, false><<<grid(ga, gs), kWgThreads, kSmem16, st>>>(ps);
-    TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<gate, shared>"));
-  }
+  TESSERA_TRY(shared_phase(0));
   if (gr > 0) {
     moe_tc_act_wgmma_kernel<kFmt, true><<<grid(ga, gr), kWgThreads, kSmem, st>>>(p);
     TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<up>"));
   }
-  if (gs > 0) {
-    moe_tc_act_wgmma_kernel<DType::kBf16, true><<<grid(ga, gs), kWgThreads, kSmem16, st>>>(ps);
-    TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<up, shared>"));
-  }
+  TESSERA_TRY(shared_phase(1));
   if (gr > 0) {
     moe_tc_down_wgmma_kernel<kFmt><<<grid(gd, gr), kWgThreads, kSmem, st>>>(p);
     TESSERA_TRY(launch_status("moe_tc_down_wgmma_kernel"));
   }
-  if (gs > 0) {
-    moe_tc_down_wgmma_kernel<DType::kBf16><<<grid(gd, gs), kWgThreads, kSmem16, st>>>(ps);
-    TESSERA_TRY(launch_status("moe_tc_down_wgmma_kernel<shared>"));
-  }
-  return {};
+  return shared_phase(2);
 }

@@ -301,8 +301,9 @@ BOOST_AUTO_TEST_CASE(small_shapes_many_rows) {
 }
 
 // The shared expert block-scaled (MoeExpertsDesc::shared_scaled): every routed × shared pair of fused formats on
-// small shapes (one row: the direct tiles; 16 and 64 rows: warp-specialised, and kGemm decoding the shared expert
-// first), and the release's pair, FP4 routed + FP8 shared, at the Flash expert shape.
+// small shapes (one row: the direct tiles; 16 and 64 rows: warp-specialised; kGemm: on sm_90a the wgmma tiles on
+// the shared expert's codes, with decode groups and on the mma.sync tiles the shared expert decoded to bf16 first),
+// and the release's pair, FP4 routed + FP8 shared, at the Flash expert shape.
 BOOST_AUTO_TEST_CASE(block_scaled_shared_expert) {
   uint64_t seed = 900;
   for (DType fmt : fused_formats())

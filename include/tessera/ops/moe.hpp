@@ -113,8 +113,9 @@ struct MoeExpertsDesc {
   /// ue8m0 blocks); its values are ops::scaled_weight's, as for routed_scaled. Any other value: weight_dtype.
   ///   CUDA: codes in dev.shared_w1/w3/w2, scales in dev.shared_s1/s3/s2; needs block-scaled routed experts (the
   ///         paths and alignment they need). kSkinny runs its token tiles on the block-scaled tile of its own
-  ///         format (direct, warp-specialised or ring as the routed tiles), kGemm decodes it to bf16 in the
-  ///         call's workspace first (3·dim·inter·2 bytes) and runs the bf16 tiles.
+  ///         format (direct, warp-specialised or ring as the routed tiles); kGemm on the wgmma tiles (sm_90a, no
+  ///         decode groups) decodes its codes inside the tiles as the routed experts', otherwise it decodes it to
+  ///         bf16 in the call's workspace first (3·dim·inter·2 bytes) and runs the bf16 tiles. Same values.
   ///   CPU:  MoeExpertsArgs::shared_w1_scaled / shared_w3_scaled / shared_w2_scaled, rows widened.
   DType shared_scaled = DType::kF32;
   friend bool operator==(MoeExpertsDesc const&, MoeExpertsDesc const&) = default;
