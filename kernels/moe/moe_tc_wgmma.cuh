@@ -130,10 +130,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcP
   });
 }
 
-/// The launches of one MoE GEMM step on the wgmma tile: routed tiles of kFmt (kBf16: routed and shared alike, from
-/// tile p.tile0), the shared expert's tiles in launches of their own when kFmt is block-scaled: on its codes when
-/// p.shared_scaled is block-scaled too, else bf16. Gate before up for every tile (up reads the g its tile's gate
-/// launch stored), then down.
 /// Phase 0 (gate), 1 (up and the activation) or 2 (down) of the shared expert's gs tiles from ps.tile0, W in kShared.
 template <DType kShared>
 Status launch_wgmma_shared(MoeTcParams const& ps, int64_t ga, int64_t gd, int64_t gs, int phase, cudaStream_t st) {
@@ -154,6 +150,10 @@ Status launch_wgmma_shared(MoeTcParams const& ps, int64_t ga, int64_t gd, int64_
   return launch_status("moe_tc_act_wgmma_kernel<up, shared>");
 }
 
+/// The launches of one MoE GEMM step on the wgmma tile: routed tiles of kFmt (kBf16: routed and shared alike, from
+/// tile p.tile0), the shared expert's tiles in launches of their own when kFmt is block-scaled: on its codes when
+/// p.shared_scaled is block-scaled too, else bf16. Gate before up for every tile (up reads the g its tile's gate
+/// launch stored), then down.
 template <DType kFmt>
 Status launch_wgmma(MoeTcParams const& p, cudaStream_t st) {
   constexpr size_t kSmem = wgmma_smem_bytes<kFmt>();
