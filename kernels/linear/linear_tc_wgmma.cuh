@@ -141,7 +141,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(1), "r"(on ? 1 : 0));
 #else
-  (void)d, (void)desc_a, (void)desc_b;
+  (void)d, (void)desc_a, (void)desc_b, (void)on;
   __trap();
 #endif
 }

@@ -80,9 +80,8 @@ Status launch_skinny(MoeTcParams const& p, cudaStream_t st);
 /// act then ybuf, tiles of ≤ kGemmTileRows assignments: grid (⌈N/128⌉, tiles), 8 warps per block.
 Status launch_gemm(MoeTcParams const& p, cudaStream_t st);
 /// launch_gemm for block-scaled routed experts (p.routed_scaled): the routed tiles decode their W codes per K slab
-/// (kernels/linear/linear_tc_quant_gemm.cuh), the shared expert's tiles its own codes on the wgmma tiles (sm_90a),
-/// else the bf16 kernels; same values as
-/// launch_gemm_decoded, without the decoded copy of every expert.
+/// (kernels/linear/linear_tc_quant_gemm.cuh); the shared expert's tiles decode its own codes on the wgmma tiles
+/// (sm_90a), else run the bf16 kernels. Same values as launch_gemm_decoded, without the decoded copy of every expert.
 Status launch_gemm_scaled(MoeTcParams const& p, cudaStream_t st);
 /// launch_gemm for block-scaled routed experts (p.routed_scaled): per group of `group` experts in expert order,
 /// their W1 / W3 / W2 decoded to bf16 (ops::scaled_weight, the values the skinny tiles use) into stream-ordered
