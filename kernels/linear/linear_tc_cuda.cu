@@ -18,6 +18,15 @@
 #include "kernels/linear/linear_tc_wgmma.cuh"
 
 namespace tessera::kernels::tc_linear {
+
+bool direct_ring_codes(int64_t k) {
+  static bool const ring = [] {
+    char const* e = std::getenv("TESSERA_TC_DIRECT_RING");
+    return !(e && std::string(e) == "0");
+  }();
+  return ring && k >= kDirectRingMinK;
+}
+
 namespace {
 
 using Kernel = void (*)(TcLinearParams);
@@ -80,15 +89,19 @@ Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
 }
 
 /// Block-scaled W with the codes loaded into registers (linear_tc_quant_direct.cuh): M ≤ kTcDirectMaxRows, one row group.
-template <DType kFmt>
-Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
-  constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt>;
-  size_t const smax = skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2);
-  TESSERA_TRY(cuda_status(allow_smem<kKernel>(smax), "linear_tc skinny (block-scaled, direct): shared memory attribute"));
+template <DType kFmt, bool kRing>
+Status launch_skinny_qd_with(TcLinearParams const& p, cudaStream_t stream) {
+  constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt, kRing>;
+  TESSERA_TRY(cuda_status(allow_smem<kKernel>(skinny_qd_max_smem_bytes<kFmt>(1)),
+                          "linear_tc skinny (block-scaled, direct): shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols);
   if (gx > 0x7FFFFFFF) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k), stream>>>(p);
+  kKernel<<<static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k, kRing), stream>>>(p);
   return launch_status("linear_tc_skinny_qd_kernel");
+}
+template <DType kFmt>
+Status launch_skinny_qd(TcLinearParams const& p, cudaStream_t stream) {
+  return direct_ring_codes(p.k) ? launch_skinny_qd_with<kFmt, true>(p, stream) : launch_skinny_qd_with<kFmt, false>(p, stream);
 }
 
 /// Block-scaled W, warp-specialised (linear_tc_quant_ws.cuh): kRaw-deep code ring.
@@ -407,17 +420,26 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
       return launch_status("linear_tc_skinny_ws_batch_kernel");
     }
     if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
-      constexpr BatchKernel kd4 = linear_tc_skinny_qd_batch_kernel<DType::kF4E2m1x2>;
-      constexpr BatchKernel kd8 = linear_tc_skinny_qd_batch_kernel<DType::kF8E4m3>;
-      BatchKernel const kd = fp4 ? kd4 : kd8;
+      // The widest direct call, once per kernel.
+      auto qd_kernel = [&]<DType kFmt, bool kRing>() -> Result<BatchKernel> {
+        constexpr BatchKernel kK = linear_tc_skinny_qd_batch_kernel<kFmt, kRing>;
+        TESSERA_TRY(cuda_status(allow_smem<kK>(skinny_qd_max_smem_bytes<kFmt>(1)),
+                                "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
+        return kK;
+      };
+      int64_t kmin = d[0].k;  // one kernel for the launch: the ring when every problem's K takes it
+      for (auto const& di : d) kmin = std::min(kmin, di.k);
+      bool const ring = direct_ring_codes(kmin);
+      auto const kq = fp4 ? (ring ? qd_kernel.template operator()<DType::kF4E2m1x2, true>()
+                                  : qd_kernel.template operator()<DType::kF4E2m1x2, false>())
+                          : (ring ? qd_kernel.template operator()<DType::kF8E4m3, true>()
+                                  : qd_kernel.template operator()<DType::kF8E4m3, false>());
+      if (!kq) return kq.status();
+      BatchKernel const kd = *kq;
       size_t smem = 0;
       for (size_t i = 0; i < d.size(); ++i)
-        smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k)
-                                  : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k));
-      // The widest direct call (launch_skinny_qd's bound), once per kernel.
-      cudaError_t const e = fp4 ? allow_smem<kd4>(skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2))
-                                : allow_smem<kd8>(skinny_qd_smem_bytes<DType::kF8E4m3>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2));
-      TESSERA_TRY(cuda_status(e, "linear_tc skinny batch (block-scaled, direct): shared memory attribute"));
+        smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k, ring)
+                                  : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k, ring));
       kd<<<dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx)>>>(b);
       return launch_status("linear_tc_skinny_qd_batch_kernel");
     }

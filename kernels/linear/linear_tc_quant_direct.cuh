@@ -1,25 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
-/// Block-scaled weights on the skinny tensor-core tile, codes straight into registers (ops::TcQuantPath::kDirect):
-/// the values of linear_tc_quant.cuh's ring path bit for bit, without the shared-memory round trip of the codes.
+/// Block-scaled weights on the skinny tensor-core tile, one warp per 8 columns with the codes decoded in registers
+/// (ops::TcQuantPath::kDirect): the values of linear_tc_quant.cuh's ring path bit for bit, without a bf16 copy of
+/// the codes in shared memory.
 ///
 /// Fragment ↔ K: the mma B fragment of lane (g, c) holds, per 16-wide K block b, four operands of W row n0 + g at
-/// fragment positions 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1). The lane loads the four CONSECUTIVE codes
+/// fragment positions 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1). The lane reads the four CONSECUTIVE codes
 /// k = 16b + 4c … 16b + 4c + 3 (FP8: one 4-byte word; FP4: one 2-byte word, even k in the low nibble; in both the
-/// word index in the row is 4b + c) and places k 16b+4c, +1 at 2c, 2c+1 and k 16b+4c+2, +3 at 2c+8, 2c+9. The
-/// x rows are staged in shared memory with the same permutation inside every block (actual k = 4c + j goes to
-/// position 2c + j for j < 2, 2c + 6 + j for j ≥ 2), so the A fragment pairs each x[k] with W[·][k]. A block
-/// step's result depends only on the set of its 16 products (tc::block_step: one multi-term addition, exact
-/// integer sum of aligned terms), so the permutation changes nothing; the block order is unchanged.
+/// word index in the row is 4b + c) and places k 16b+4c, +1 at 2c, 2c+1 and k 16b+4c+2, +3 at 2c+8, 2c+9. The A
+/// fragment of lane (g, c) holds x row g at the same positions (a0: 2c, 2c+1; a2: 2c+8, 2c+9), i.e. the four
+/// consecutive x[16b + 4c … +3]: one 8-byte shared load from the x row as it is (a1, a3 hold rows g + 8, which
+/// the direct tile never has: +0). A block step's result depends only on the set of its 16 products
+/// (tc::block_step: one multi-term addition, exact integer sum of aligned terms), so this order of K inside the
+/// block changes nothing; the block order is unchanged.
 ///
 /// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 from a 256-entry
-/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). Per lane and matrix, kDirectGroup blocks of codes are in
-/// flight while the previous kDirectGroup are multiplied (two named register sets). The main loop is lean: groups of
-/// kDirectGroup whole blocks load without bounds checks at immediate offsets from one pointer per group (W rows past n
-/// read row n − 1, A rows past xr repeat row xr − 1; neither is stored), and the scales are converted once at
-/// staging (FP4: bf16 bits per W row, FP8: fp32 per warp block), so a block pair reads its scale with one shared load.
-/// Shared memory per warp: skinny_qd_smem_bytes (x rows xr × (k + 8) halves, the table, the scales). Requires
-/// k % 32 == 0, k ≤ kTcQuantMaxK, 16-byte aligned x rows, 4-byte aligned code rows, ops::tc_quant_direct_fits(xr, k).
-/// All 32 lanes call it; everything is warp-uniform.
+/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). The scales are converted once at staging (FP4: bf16 bits
+/// per W row, FP8: fp32 per warp block), so a block pair reads its scale with one shared load. W rows past n read
+/// row n − 1 and A rows past xr repeat row xr − 1; neither is stored.
+///
+/// Two ways to feed the chain (kRing, chosen per call by direct_ring_codes):
+///   ring: per stage of 64 code bytes per W row (FP8: 4 blocks, FP4: 8), each lane cp.async's 16 bytes of its row
+///     per matrix, and the x rows' slice of the stage rides along; kDirectRingStages stages (32 blocks) are in
+///     flight ahead of the chain, in shared memory rather than registers;
+///   registers: kDirectGroup blocks of codes per lane and matrix are loaded into registers while the previous
+///     kDirectGroup are multiplied, and the x rows are staged whole first (one cp.async round trip).
+/// Shared memory per warp: skinny_qd_smem_bytes. Requires k % 32 == 0, k ≤ kTcQuantMaxK, 16-byte aligned x rows,
+/// 16-byte aligned code rows with a multiple of 16 bytes between them, ops::tc_quant_direct_fits(xr, k). All 32
+/// lanes call it; everything is warp-uniform.
 #pragma once
 
 #include <type_traits>
@@ -28,7 +35,24 @@
 
 namespace tessera::kernels::tc_linear {
 
-inline constexpr int kDirectGroup = 8;  // blocks per prefetch group (two groups in flight per lane and matrix)
+inline constexpr int kDirectGroup = 8;  // register loads: blocks per prefetch group (two groups in flight per lane and matrix)
+
+/// Code ring: per matrix, kDirectRingStages stages of the warp's 8 W rows × 64 code bytes, rows kDirectRingPitch
+/// bytes apart; lane l copies row l / 4's 16 bytes at 16·(l % 4). A block costs the chain ~120 cycles (its decode
+/// and loads at ~3 cycles an instruction: ncu, H100), so 32 blocks ahead cover a loaded DRAM round trip.
+inline constexpr int kDirectRingPitch = 80;  // 20 words: the 8 rows start on banks 0, 20, 8, 28, 16, 4, 24, 12
+inline constexpr int kDirectRingRowBytes = 64;
+template <DType kFmt>
+inline constexpr int kDirectRingStages = kFmt == DType::kF4E2m1x2 ? 4 : 8;
+/// x in the ring: a stage's K slice of each x row (64 · codes per byte halves), rows 32 bytes apart modulo 128.
+template <DType kFmt>
+inline constexpr int kDirectRingXHalves = kDirectRingRowBytes * kCodesPerByte<kFmt>;
+template <DType kFmt>
+inline constexpr int kDirectRingXPitch = kDirectRingXHalves<kFmt> * 2 + 32;  // bytes
+template <DType kFmt>
+inline constexpr size_t direct_ring_bytes(int mats, int64_t xr) {
+  return size_t(kDirectRingStages<kFmt>) * (size_t(mats) * kSkinnyCols * kDirectRingPitch + size_t(xr) * kDirectRingXPitch<kFmt>);
+}
 
 /// Scales of one matrix as the direct tile holds them, converted once at staging: FP4 the bf16 bits of 2^(s−127)
 /// (e8m0_bf16x2's half) per W row and 32 K, rows direct_scale_stride apart; FP8 fp32 2^(s−127) per 32 K of the
@@ -39,35 +63,104 @@ inline constexpr size_t direct_scale_bytes(int64_t k) {
   return kFmt == DType::kF4E2m1x2 ? size_t(kSkinnyCols) * size_t(direct_scale_stride(k)) * 2 : size_t(k / 32) * 4;
 }
 
-/// Shared memory per warp: the x rows (16-byte aligned), the FP4 table (1 KiB), the scales of each matrix.
+/// Halves between x rows staged whole (registers variant): k + 16, so that rows start 32 bytes apart modulo 128 and
+/// the 8-byte A loads of up to four rows hit distinct banks (k % 32 == 0 keeps every row 16-byte aligned).
+inline constexpr int64_t direct_x_pitch(int64_t k) { return k + 16; }
+
+/// Shared memory per warp: the code ring with the x slices (ring) or the whole x rows (registers), the FP4 table
+/// (1 KiB), the scales of each matrix.
 template <DType kFmt>
-inline constexpr size_t skinny_qd_smem_bytes(int mats, int64_t xr, int64_t k) {
-  size_t const x = (size_t(xr) * size_t(k + 8) * 2 + 15) / 16 * 16;
+inline constexpr size_t skinny_qd_smem_bytes(int mats, int64_t xr, int64_t k, bool ring) {
+  size_t const x = ring ? direct_ring_bytes<kFmt>(mats, xr) : (size_t(xr) * size_t(direct_x_pitch(k)) * 2 + 15) / 16 * 16;
   return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(k) + 15) / 16 * 16);
 }
+/// The most any direct call takes (tc_quant_direct_fits: x rows within kTcDirectMaxXBytes, k ≤ kTcQuantMaxK).
+template <DType kFmt>
+inline constexpr size_t skinny_qd_max_smem_bytes(int mats) {
+  size_t const x = direct_ring_bytes<kFmt>(mats, ops::kTcDirectMaxRows) > size_t(ops::kTcDirectMaxXBytes)
+                       ? direct_ring_bytes<kFmt>(mats, ops::kTcDirectMaxRows) : size_t(ops::kTcDirectMaxXBytes);
+  return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(ops::kTcQuantMaxK) + 15) / 16 * 16);
+}
 
-template <DType kFmt, int kMats, class XRow>
+/// Whether a direct call over k streams its codes through the ring: from kDirectRingMinK on, unless
+/// TESSERA_TC_DIRECT_RING=0 (read once; for benchmarks: same values either way). H100, M = 1, µs, registers (x staged
+/// by ldmatrix rows, main 008b28b) → ring: FP8 w1/w3 5120×2304 35.2 → 26.8, w2 2304×5120 19.2 → 16.5, wo_b
+/// 8192×5120 58.5 → 49.0, wq_a 5120×1280 34.8 → 26.3; FP4 30.2 → 23.9, 17.7 → 14.8, 51.3 → 40.7, 29.9 → 23.4. Below
+/// 2,048 (wq_b 1280×32768: 4,096 warps, 80-block chains) the registers hold their own: FP8 25.0 either way. A ring 64
+/// blocks deep with the x rows staged whole measured 19.2 / 13.8 / 35.0 / 18.7 µs (FP8) but holds ~20 KiB a warp,
+/// which costs the MoE tiles their occupancy (bench/RESULTS.md, 2026-12-07 session 26).
+inline constexpr int64_t kDirectRingMinK = 2048;
+bool direct_ring_codes(int64_t k);
+
+template <DType kFmt, int kMats, bool kRing, class XRow>
 __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW const (&w)[kMats], int64_t n0, int64_t n,
                                                     int64_t k, int xr, XRow const& xrow, float (&acc)[kMats][4]) {
   using Word = std::conditional_t<kFmt == DType::kF8E4m3, uint32_t, uint16_t>;  // 4 codes
-  constexpr int kG = kDirectGroup;
   constexpr bool kFp4 = kFmt == DType::kF4E2m1x2;
   int const lane = static_cast<int>(threadIdx.x & 31);
   int const g = lane >> 2, c = lane & 3;
-  int64_t const xld = k + 8;
-  uint16_t* const xs = reinterpret_cast<uint16_t*>(smem);
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(smem + (size_t(xr) * size_t(xld) * 2 + 15) / 16 * 16);
+  int const arow = g < xr ? g : xr - 1;
+  int const nblocks = static_cast<int>(k / 16);
+  int const scols = static_cast<int>(k / 32);
+  size_t const x_bytes = kRing ? direct_ring_bytes<kFmt>(kMats, xr) : (size_t(xr) * size_t(direct_x_pitch(k)) * 2 + 15) / 16 * 16;
+  uint32_t* const lut = reinterpret_cast<uint32_t*>(smem + x_bytes);
   unsigned char* const scales = reinterpret_cast<unsigned char*>(lut + 256);
   size_t const mat_scale_bytes = (direct_scale_bytes<kFmt>(k) + 15) / 16 * 16;
-  int const scols = static_cast<int>(k / 32);
-  int const nblocks = static_cast<int>(k / 16);
-  int const ngroups = (nblocks + kG - 1) / kG, nfull = nblocks / kG;  // groups [0, nfull) hold kG blocks
+  int64_t const crow = n0 + g < n ? n0 + g : n - 1;  // this lane's W row (and, in the ring, its copy row)
 
-  // W rows past n read row n − 1 (their columns are never stored), so every load of a full group is unconditional.
-  int64_t const wr = n0 + g < n ? n0 + g : n - 1;
+  // Ring: stage st holds code bytes [64·st, 64·st + 64) of every W row and x halves [kXH·st, kXH·st + kXH) of every
+  // x row; one commit group per stage (empty past the end, so the wait counts stay uniform).
+  constexpr int kS = kDirectRingStages<kFmt>;
+  constexpr int kStageBlocks = kDirectRingRowBytes * kCodesPerByte<kFmt> / 16;
+  constexpr int kCodeStage = kMats * kSkinnyCols * kDirectRingPitch;  // bytes
+  constexpr int kXH = kDirectRingXHalves<kFmt>, kXUnits = kXH / 8, kXPitch = kDirectRingXPitch<kFmt>;
+  int const x_stage = xr * kXPitch;
+  int const stage_bytes = kCodeStage + x_stage;
+  int const nstages = (nblocks + kStageBlocks - 1) / kStageBlocks, nfull_stages = nblocks / kStageBlocks;
+  int64_t const kbytes = k / kCodesPerByte<kFmt>;
+  int const cu = lane & 3;
+  uint32_t const ring0 = smem_addr(smem);
+  uint16_t const* xsrc[ops::kTcDirectMaxRows];
+#pragma unroll
+  for (int j = 0; j < ops::kTcDirectMaxRows; ++j) xsrc[j] = xrow(j < xr ? j : 0);
+  auto issue = [&](int st) {
+    uint32_t const base = ring0 + static_cast<uint32_t>((st % kS) * stage_bytes);
+    bool const ok = int64_t{st} * kDirectRingRowBytes + 16 * cu < kbytes;
+#pragma unroll
+    for (int i = 0; i < kMats; ++i)
+      cp_async16(base + static_cast<uint32_t>(i * kSkinnyCols * kDirectRingPitch + g * kDirectRingPitch + 16 * cu),
+                 ok ? w[i].q + crow * w[i].ldq + int64_t{st} * kDirectRingRowBytes + 16 * cu : w[i].q, ok);
+    for (int t = lane; t < xr * kXUnits; t += 32) {
+      int const j = t / kXUnits, u = t % kXUnits;
+      int64_t const xk = int64_t{st} * kXH + 8 * u;
+      uint16_t const* src = xsrc[0];
+#pragma unroll
+      for (int r = 1; r < ops::kTcDirectMaxRows; ++r) src = j == r ? xsrc[r] : src;
+      cp_async16(base + static_cast<uint32_t>(kCodeStage + j * kXPitch + 16 * u), xk < k ? src + xk : src, xk < k);
+    }
+  };
+  uint16_t* const xs = reinterpret_cast<uint16_t*>(smem);  // registers variant: the x rows staged whole
+  int64_t const xld = direct_x_pitch(k);
+  if constexpr (kRing) {
+#pragma unroll
+    for (int q = 0; q < kS - 1; ++q) {
+      if (q < nstages) issue(q);
+      cp_async_commit();
+    }
+  } else {
+    for (int j = 0; j < xr; ++j) {
+      uint32_t const dst = smem_addr(xs + j * xld);
+      for (int64_t t = lane; t < k / 8; t += 32) cp_async16(dst + static_cast<uint32_t>(16 * t), xsrc[j] + 8 * t, true);
+    }
+    cp_async_commit();
+  }
+
+  // Registers variant: every load of a full group is unconditional.
+  constexpr int kG = kDirectGroup;
+  int const ngroups = (nblocks + kG - 1) / kG, nfull = nblocks / kG;  // groups [0, nfull) hold kG blocks
   Word const* wp[kMats];
 #pragma unroll
-  for (int i = 0; i < kMats; ++i) wp[i] = reinterpret_cast<Word const*>(w[i].q + wr * w[i].ldq) + c;
+  for (int i = 0; i < kMats; ++i) wp[i] = reinterpret_cast<Word const*>(w[i].q + crow * w[i].ldq) + c;
   auto load_group = [&](int grp, uint32_t (&buf)[kMats][kG], auto checked) {
 #pragma unroll
     for (int i = 0; i < kMats; ++i) {
@@ -84,26 +177,8 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
     if (grp < nfull) load_group(grp, buf, std::false_type{});
     else load_group(grp, buf, std::true_type{});
   };
-  load(0, buf_a);  // in flight while x, the table and the scales are staged
+  if constexpr (!kRing) load(0, buf_a);  // in flight while the table and the scales are staged
 
-  // x rows, block-permuted: the 8 values of a 16-byte chunk at k = 8t are k 16b + 8h + 0..7 (h = t % 2), i.e.
-  // c' = 2h, 2h + 1; their pairs (j = 0, 1) and (j = 2, 3) land at 2c', 2c' + 8 as 4-byte words.
-  for (int j = 0; j < xr; ++j) {
-    uint16_t const* src = xrow(j);
-    uint16_t* dst = xs + j * xld;
-    for (int64_t t = lane; t < k / 8; t += 32) {
-      uint4 const v = *reinterpret_cast<uint4 const*>(src + 8 * t);
-      int64_t const base = (8 * t) & ~int64_t{15};
-      int const h = static_cast<int>(t & 1);
-      uint32_t const words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        int const cc = 2 * h + q / 2;
-        int const pos = (q % 2 == 0) ? 2 * cc : 2 * cc + 8;
-        *reinterpret_cast<uint32_t*>(dst + base + pos) = words[q];
-      }
-    }
-  }
   // Scales, converted once (rows past n: row n − 1's, never stored); FP4: the code table.
 #pragma unroll
   for (int i = 0; i < kMats; ++i) {
@@ -125,15 +200,13 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
     for (int b = lane; b < 256; b += 32)
       lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
                (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
+  if constexpr (!kRing) cp_async_wait<0>();  // the x rows
   __syncwarp();
 
 #pragma unroll
   for (int i = 0; i < kMats; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-  // A fragment rows past xr repeat row xr − 1: their accumulators are never stored (rows are independent in the mma).
-  int const arow = (lane & 15) < xr ? (lane & 15) : xr - 1;
-  uint32_t const xa = smem_addr(xs + arow * xld + (lane >> 4) * 8);
   // This lane's scale row of matrix i: FP4 its W row's bf16 bits, FP8 the warp block's fp32 values.
   uint16_t const* srow4[kMats];
   float const* srow8[kMats];
@@ -143,15 +216,15 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
     srow8[i] = reinterpret_cast<float const*>(scales + i * mat_scale_bytes);
   }
 
-  // A scale covers 32 K (two blocks): read once per block pair (kG is even and groups start on even blocks).
-  static_assert(kG % 2 == 0, "scale pairs");
-  auto compute_group = [&](int grp, uint32_t const (&buf)[kMats][kG], auto checked) {
+  // The blocks [b0, b0 + kN) (b0 even): word(i, j) is matrix i's codes of block b0 + j for this lane, xg this lane's
+  // x at block b0 (x of block b0 + j at xg + 16j). A scale covers 32 K (two blocks): read once per block pair.
+  static_assert(kG % 2 == 0 && kStageBlocks % 2 == 0, "scale pairs");
+  auto compute_blocks = [&]<int kN>(int b0, uint16_t const* xg, auto const& word, auto checked) {
     [[maybe_unused]] float sc[kMats];       // FP8: 2^(s−127) in fp32
     [[maybe_unused]] uint32_t sc2[kMats];   // FP4: 2^(s−127) as bf16x2
-    uint32_t const xg = xa + static_cast<uint32_t>(grp * kG) * 32u;
 #pragma unroll
-    for (int j = 0; j < kG; ++j) {
-      int const b = grp * kG + j;
+    for (int j = 0; j < kN; ++j) {
+      int const b = b0 + j;
       if constexpr (decltype(checked)::value)
         if (b >= nblocks) break;
       if (j % 2 == 0) {
@@ -161,26 +234,51 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
           else sc[i] = srow8[i][b / 2];
         }
       }
-      uint32_t a[4];
-      ldmatrix_x4(a, xg + static_cast<uint32_t>(j) * 32u);
+      uint2 const xv = *reinterpret_cast<uint2 const*>(xg + 16 * j);
+      uint32_t const a[4] = {xv.x, 0u, xv.y, 0u};
 #pragma unroll
       for (int i = 0; i < kMats; ++i) {
-        uint32_t const word = buf[i][j];
-        uint32_t b0, b1;
+        uint32_t const wd = word(i, j);
+        uint32_t f0, f1;
         if constexpr (kFp4) {
-          b0 = scaled_e2m1x2(lut[word & 0xFFu], sc2[i]);
-          b1 = scaled_e2m1x2(lut[(word >> 8) & 0xFFu], sc2[i]);
+          f0 = scaled_e2m1x2(lut[wd & 0xFFu], sc2[i]);
+          f1 = scaled_e2m1x2(lut[(wd >> 8) & 0xFFu], sc2[i]);
         } else {
-          b0 = scaled_e4m3x2(word, sc[i]);
-          b1 = scaled_e4m3x2(word >> 16, sc[i]);
+          f0 = scaled_e4m3x2(wd, sc[i]);
+          f1 = scaled_e4m3x2(wd >> 16, sc[i]);
         }
-        block_step<TcMma::kK16>(acc[i], a, b0, b1);
+        block_step<TcMma::kK16>(acc[i], a, f0, f1);
       }
     }
   };
+
+  if constexpr (kRing) {
+    // Stage u: wait for this lane's copies of it, publish the warp's (the barrier also orders every lane's reads of
+    // stage u − 1 before the refill of its slot), refill, multiply.
+    for (int u = 0; u < nstages; ++u) {
+      cp_async_wait<kS - 2>();
+      __syncwarp();
+      if (u + kS - 1 < nstages) issue(u + kS - 1);
+      cp_async_commit();
+      unsigned char const* const st = smem + (u % kS) * stage_bytes;
+      unsigned char const* const wrow = st + g * kDirectRingPitch;
+      uint16_t const* const xg = reinterpret_cast<uint16_t const*>(st + kCodeStage + arow * kXPitch) + 4 * c;
+      auto const word = [&](int i, int j) -> uint32_t {
+        unsigned char const* const r = wrow + i * kSkinnyCols * kDirectRingPitch;
+        if constexpr (kFp4) return *reinterpret_cast<uint16_t const*>(r + 8 * j + 2 * c);
+        else return *reinterpret_cast<uint32_t const*>(r + 16 * j + 4 * c);
+      };
+      if (u < nfull_stages) compute_blocks.template operator()<kStageBlocks>(u * kStageBlocks, xg, word, std::false_type{});
+      else compute_blocks.template operator()<kStageBlocks>(u * kStageBlocks, xg, word, std::true_type{});
+    }
+    cp_async_wait<0>();  // the empty groups past the end
+    return;
+  }
+  uint16_t const* const xa = xs + arow * xld + 4 * c;
   auto compute = [&](int grp, uint32_t const (&buf)[kMats][kG]) {
-    if (grp < nfull) compute_group(grp, buf, std::false_type{});
-    else compute_group(grp, buf, std::true_type{});
+    auto const word = [&](int i, int j) { return buf[i][j]; };
+    if (grp < nfull) compute_blocks.template operator()<kG>(grp * kG, xa + grp * kG * 16, word, std::false_type{});
+    else compute_blocks.template operator()<kG>(grp * kG, xa + grp * kG * 16, word, std::true_type{});
   };
   for (int grp = 0; grp < ngroups; grp += 2) {
     if (grp + 1 < ngroups) load(grp + 1, buf_b);
@@ -192,7 +290,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   }
 }
 
-template <DType kFmt>
+template <DType kFmt, bool kRing>
 __device__ __forceinline__ void skinny_qd_tile(TcLinearParams const& p) {
   extern __shared__ __align__(16) unsigned char skinny_qd_smem[];
   int const lane = static_cast<int>(threadIdx.x);
@@ -201,20 +299,20 @@ __device__ __forceinline__ void skinny_qd_tile(TcLinearParams const& p) {
   int const xr = static_cast<int>(p.m);
   QuantW const w[1] = {{p.wq, p.wscale, p.ldwq, p.ldwscale}};
   float acc[1][4];
-  skinny_warp_tile_qd<kFmt, 1>(skinny_qd_smem, w, n0, p.n, p.k, xr, [&](int j) { return p.x + j * p.ldx; }, acc);
+  skinny_warp_tile_qd<kFmt, 1, kRing>(skinny_qd_smem, w, n0, p.n, p.k, xr, [&](int j) { return p.x + j * p.ldx; }, acc);
   int const g = lane >> 2, c = lane & 3;
   int64_t const col = n0 + 2 * c;
   store_pair(p, g, col, acc[0][0], acc[0][1]);
   store_pair(p, g + 8, col, acc[0][2], acc[0][3]);
 }
 
-template <DType kFmt>
+template <DType kFmt, bool kRing>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_kernel(TcLinearParams const p) {
-  skinny_qd_tile<kFmt>(p);
+  skinny_qd_tile<kFmt, kRing>(p);
 }
-template <DType kFmt>
+template <DType kFmt, bool kRing>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_batch_kernel(TcLinearBatch const b) {
-  skinny_qd_tile<kFmt>(b.p[blockIdx.z]);
+  skinny_qd_tile<kFmt, kRing>(b.p[blockIdx.z]);
 }
 
 }  // namespace tessera::kernels::tc_linear

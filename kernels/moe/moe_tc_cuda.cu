@@ -217,7 +217,7 @@ __device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, in
 /// kDirect: the codes loaded into registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
 /// is at most the call's rows, and the launch takes it when rows ≤ kTcDirectMaxRows and the x rows fit), else the
 /// shared-memory ring (linear_tc_quant.cuh). Same values.
-template <DType kFmt, bool kDirect>
+template <DType kFmt, bool kDirect, bool kRing = true>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
@@ -230,12 +230,12 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams con
   QuantW const w[2] = {tile_q<kFmt>(p, t, 0, p.dim), tile_q<kFmt>(p, t, 1, p.dim)};
   float acc[2][4];
   auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2, kRing>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
   else skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
   act_store(p, t, rows_s, n0, acc);
 }
 
-template <DType kFmt, bool kDirect>
+template <DType kFmt, bool kDirect, bool kRing = true>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   QuantW const w[1] = {tile_q<kFmt>(p, t, 2, p.inter)};
   float acc[1][4];
   auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1, kRing>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
   else skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
   down_store(p, t, slot_s, n0, acc);
 }
@@ -563,19 +563,24 @@ Status launch_ws_part(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, 
   return launch_status("moe_tc_down_ws_kernel");
 }
 
-/// The direct act then down launches of one part (launch_part_q).
+/// The direct act then down launches of one part (launch_part_q); kRing: codes through the shared-memory ring.
+template <DType kFmt, bool kRing>
+Status launch_part_qd_with(MoeTcParams const& p, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
+  constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true, kRing>;
+  constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true, kRing>;
+  TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_max_smem_bytes<kFmt>(2)),
+                          "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
+  TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_max_smem_bytes<kFmt>(1)),
+                          "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
+  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim, kRing), st>>>(p);
+  TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
+  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter, kRing), st>>>(p);
+  return launch_status("moe_tc_down_skinny_q_kernel (direct)");
+}
 template <DType kFmt>
 Status launch_part_qd(MoeTcParams const& p, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
-  constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true>;
-  constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true>;
-  TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_smem_bytes<kFmt>(2, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
-                          "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
-  TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_smem_bytes<kFmt>(1, ops::kTcDirectMaxRows, ops::kTcDirectMaxXBytes / 2)),
-                          "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
-  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim), st>>>(p);
-  TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
-  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter), st>>>(p);
-  return launch_status("moe_tc_down_skinny_q_kernel (direct)");
+  return direct_ring_codes(std::min(p.dim, p.inter)) ? launch_part_qd_with<kFmt, true>(p, grid_a, grid_d, st)
+                             : launch_part_qd_with<kFmt, false>(p, grid_a, grid_d, st);
 }
 
 /// One part of a kSkinny call on the block-scaled tiles of kFmt: the routed tiles (p.tile0 = 0, gy =

@@ -251,6 +251,17 @@ void check(Problem const& p) {
                 static_cast<long long>(p.rows), static_cast<long long>(diff), ring.size());
     BOOST_TEST(diff == 0);
   }
+  // The direct path (one warp per 8 columns; codes through its shared-memory ring from K = 2048, else registers)
+  // wherever its x rows fit: kAuto takes it at one token; the same bits at 2–4 tokens.
+  if (ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter)) {
+    std::vector<float> direct;
+    Status const s = p.gpu(0, p.rows, MoeTcPath::kSkinny, &direct, ops::TcQuantPath::kDirect);
+    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
+    int64_t const diff = count_bit_diffs(direct, cpu, "moe block-scaled direct vs cpu");
+    std::printf("moe %s routed rows=%lld direct path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
+                static_cast<long long>(p.rows), static_cast<long long>(diff), direct.size());
+    BOOST_TEST(diff == 0);
+  }
   // The warp-specialised path (four warps decode, one runs the mma chain) on the skinny tiles: the same bits.
   {
     std::vector<float> ws;
@@ -287,7 +298,7 @@ std::vector<DType> fused_formats() {
 
 BOOST_AUTO_TEST_CASE(flash_expert_shape) {
   for (DType fmt : fused_formats())
-    for (int64_t rows : {1, 2, 5, 48})  // 48 rows: 288 assignments, kAuto takes kGemm (≥ 32 per expert)
+    for (int64_t rows : {1, 2, 4, 5, 48})  // 48 rows: 288 assignments, kAuto takes kGemm (≥ 32 per expert)
       check(make(fmt, rows, 8, 5120, 2304, 6, 10.f, 300 + static_cast<uint64_t>(rows)));
 }
 

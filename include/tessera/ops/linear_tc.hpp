@@ -71,8 +71,9 @@ TcSlab tc_default_slab();
 /// How the skinny tile feeds block-scaled codes to the mma chain (same values either way: same operands, same
 /// block order). kRing: each warp stages its 8 W rows' codes through a shared-memory ring and decodes them into a
 /// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane loads, into registers, exactly the 4 codes of each
-/// 16-wide block its mma fragment holds and decodes them there (x rows staged once, block-permuted to match;
-/// linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows and the staged x within kTcDirectMaxXBytes.
+/// 16-wide block its mma fragment holds and decodes them there (from K = 2,048 the codes and x slices come through a
+/// per-warp shared-memory ring 32 blocks deep, below it registers; linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows
+/// and the x rows within kTcDirectMaxXBytes.
 /// kAuto: kDirect where it applies and N ≥ kTcDirectMinCols, else kWarpSpec (kRing with TESSERA_TC_WS=0). Per
 /// warp the direct path walks K with the decode in front of each block's mma, so it is faster only with many warps
 /// in flight: on the H200 (tc_bench --quant, M = 1)
@@ -83,16 +84,18 @@ TcSlab tc_default_slab();
 /// --quant, ring → warp-specialised, same machine): wkv 5120×512 36.1 → 18.1 µs, wq_a 5120×1280 35.6 → 20.4,
 /// w1/w3 5120×2304 35.2 → 23.3, wo_b 8192×5120 65.7 → 64.2, w2 2304×5120 24.3 → 24.8; M = 16: 1.4–1.8x faster
 /// on every shape. With e4m3 widened by cvt.rn.f16x2.e4m3x2 and the producers' units fixed per K walk (H100, FP8,
-/// M = 1): wkv 16.1 µs, wq_a 17.3, wo_b 51.9, w1/w3 19.1; direct wq_b 27.4. The chain itself is ~4 µs at K = 5120
-/// (mma.sync m16n8k16 issues every 25.5 cycles on one dependent accumulator: scripts/device/mma_latency.sh), so
-/// the narrow tiles are still ~4x above it.
+/// M = 1): wkv 16.1 µs, wq_a 17.3, wo_b 51.9, w1/w3 19.1; direct wq_b 27.4. With the direct tile's ring (H100,
+/// M = 1, FP8 / FP4, warp-specialised → direct): wo_b 51.7 → 49.0 / 67.1 → 40.7, w2 2304×5120 21.6 → 16.5 / 26.6 →
+/// 14.8, but w1/w3 19.1 → 26.8 / 25.3 → 23.9, wq_a 17.3 → 26.3 / 23.1 → 23.4, wkv 15.9 → 26.3 / 21.2 → 23.2: kAuto
+/// takes it from N = 4,096. The chain itself is ~4 µs at K = 5120 (mma.sync m16n8k16 issues every 25.5 cycles on
+/// one dependent accumulator: scripts/device/mma_latency.sh), so the tiles are still ~4-6x above it.
 enum class TcQuantPath : int { kAuto = -1, kRing = 0, kDirect = 1, kWarpSpec = 2 };
-inline constexpr int64_t kTcDirectMinCols = 16384;
+inline constexpr int64_t kTcDirectMinCols = 4096;
 inline constexpr int64_t kTcDirectMaxRows = 4;
 inline constexpr int64_t kTcDirectMaxXBytes = 48 * 1024;
-/// Whether kDirect takes m rows of k: the x rows (k + 8 halves each) fit its shared-memory budget.
+/// Whether kDirect takes m rows of k: the x rows (k + 16 halves each) fit its shared-memory budget.
 inline constexpr bool tc_quant_direct_fits(int64_t m, int64_t k) {
-  return m >= 1 && m <= kTcDirectMaxRows && m * (k + 8) * 2 <= kTcDirectMaxXBytes;
+  return m >= 1 && m <= kTcDirectMaxRows && m * (k + 16) * 2 <= kTcDirectMaxXBytes;
 }
 
 struct LinearTcDesc {
