@@ -139,15 +139,22 @@ __global__ void __launch_bounds__(kChunkScoreThreads) moe_score_chunks_kernel(Ro
   store_score(p, scores, row0 + r, e0 + el, dot);
 }
 
-/// One block per row: the row's scores (moe_score_kernel) into shared memory, then the selection below.
+/// One block per row: the row's scores (moe_score_kernel) into shared memory, then the selection below. Selected
+/// experts drop out of a copy of the biased scores (−∞), so a pass reads each score once; the weights stay in
+/// thread 0's registers until they are stored (a round trip through global memory per access cost ~20 µs a call).
 __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p, float const* scores) {
   extern __shared__ float smem[];
-  float* s = smem;                    // [experts] unbiased scores
-  float* biased = smem + p.experts;   // [experts]
+  float* s = smem;                        // [experts] unbiased scores
+  float* biased = smem + p.experts;       // [experts]
+  float* cand = smem + 2 * p.experts;     // [experts] biased, −∞ once selected
   __shared__ int sel[kMaxTopK];
   __shared__ float kth;
   int64_t const row = blockIdx.x;
-  for (int64_t i = threadIdx.x; i < 2 * p.experts; i += blockDim.x) smem[i] = scores[row * 2 * p.experts + i];
+  for (int64_t i = threadIdx.x; i < 2 * p.experts; i += blockDim.x) {
+    float const v = scores[row * 2 * p.experts + i];
+    smem[i] = v;
+    if (i >= p.experts) cand[i - p.experts] = v;
+  }
   __syncthreads();
   if (threadIdx.x < 32) {
     int const lane = threadIdx.x;
@@ -155,67 +162,70 @@ __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p, flo
       float bv = -INFINITY;
       int bi = -1;
       for (int64_t e = lane; e < p.experts; e += 32) {
-        float const v = biased[e];
-        if (!(v > -INFINITY)) continue;
-        bool taken = false;
-        for (int64_t j = 0; j < i; ++j) taken |= sel[j] == e;
-        if (!taken && (bi < 0 || better(v, static_cast<int>(e), bv, bi))) { bv = v; bi = static_cast<int>(e); }
+        float const v = cand[e];
+        if (v > -INFINITY && (bi < 0 || better(v, static_cast<int>(e), bv, bi))) { bv = v; bi = static_cast<int>(e); }
       }
       for (int off = 16; off > 0; off >>= 1) {
         float const ov = __shfl_xor_sync(0xffffffffu, bv, off);
         int const oi = __shfl_xor_sync(0xffffffffu, bi, off);
         if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) { bv = ov; bi = oi; }
       }
-      if (lane == 0) { sel[i] = bi; kth = bv; }
+      if (lane == 0) {
+        sel[i] = bi;
+        kth = bv;
+        if (bi >= 0) cand[bi] = -INFINITY;
+      }
       __syncwarp();
     }
-    // Cutoff tie: an unselected finite score equal to the k-th.
+    // Cutoff tie: an unselected finite score equal to the k-th (selected ones are −∞ in cand).
     int tie = 0;
     for (int64_t e = lane; e < p.experts; e += 32) {
-      float const v = biased[e];
-      if (!(v > -INFINITY) || v != kth) continue;
-      bool taken = false;
-      for (int64_t j = 0; j < p.top_k; ++j) taken |= sel[j] == e;
-      tie |= !taken;
+      float const v = cand[e];
+      tie |= v > -INFINITY && v == kth;
     }
     tie = __any_sync(0xffffffffu, tie);
     if (lane == 0) p.cutoff_tie[row] = tie ? 1 : 0;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  int64_t const k = p.top_k;
-  int32_t* ids = p.ids + row * k;
-  float* w = p.weights + row * k;
+  int const k = static_cast<int>(p.top_k);
+  int id[kMaxTopK];
+  float w[kMaxTopK];
   float sum = 0.f;
-  for (int64_t i = 0; i < k; ++i) {
-    ids[i] = sel[i];
+  for (int i = 0; i < k; ++i) {
+    id[i] = sel[i];
     w[i] = sel[i] >= 0 ? s[sel[i]] : 0.f;
     sum = __fadd_rn(sum, w[i]);
   }
   if (p.norm && k > 1)
-    for (int64_t i = 0; i < k; ++i) w[i] = __fdiv_rn(w[i], __fadd_rn(sum, 1e-20f));
-  for (int64_t i = 0; i < k; ++i) w[i] = __fmul_rn(w[i], p.routed_scale);
-  if (!(p.prune_top_p < 1.f)) return;
-  // ref::moe_prune_row: stable order by weight descending (insertion sort is stable).
-  int order[kMaxTopK];
-  for (int64_t i = 0; i < k; ++i) {
-    int64_t j = i;
-    while (j > 0 && w[i] > w[order[j - 1]]) { order[j] = order[j - 1]; --j; }
-    order[j] = static_cast<int>(i);
+    for (int i = 0; i < k; ++i) w[i] = __fdiv_rn(w[i], __fadd_rn(sum, 1e-20f));
+  for (int i = 0; i < k; ++i) w[i] = __fmul_rn(w[i], p.routed_scale);
+  if (p.prune_top_p < 1.f) {
+    // ref::moe_prune_row: stable order by weight descending (insertion sort is stable).
+    int order[kMaxTopK];
+    for (int i = 0; i < k; ++i) {
+      int j = i;
+      while (j > 0 && w[i] > w[order[j - 1]]) { order[j] = order[j - 1]; --j; }
+      order[j] = i;
+    }
+    float total = 0.f;
+    for (int i = 0; i < k; ++i) total = __fadd_rn(total, w[i]);
+    float const need = __fmul_rn(p.prune_top_p, total);
+    int64_t const floor_k = p.prune_min_k > 1 ? p.prune_min_k : 1;
+    float cum = 0.f;
+    int keep = 0;
+    while (keep < k && (keep < floor_k || cum < need)) cum = __fadd_rn(cum, w[order[keep++]]);
+    if (keep < k) {
+      for (int j = keep; j < k; ++j) { id[order[j]] = -1; w[order[j]] = 0.f; }
+      if (p.prune_renorm) {
+        float const scale = __fdiv_rn(total, cum);
+        for (int j = 0; j < keep; ++j) w[order[j]] = __fmul_rn(w[order[j]], scale);
+      }
+    }
   }
-  float total = 0.f;
-  for (int64_t i = 0; i < k; ++i) total = __fadd_rn(total, w[i]);
-  float const need = __fmul_rn(p.prune_top_p, total);
-  int64_t const floor_k = p.prune_min_k > 1 ? p.prune_min_k : 1;
-  float cum = 0.f;
-  int64_t keep = 0;
-  while (keep < k && (keep < floor_k || cum < need)) cum = __fadd_rn(cum, w[order[keep++]]);
-  if (keep == k) return;
-  for (int64_t j = keep; j < k; ++j) { ids[order[j]] = -1; w[order[j]] = 0.f; }
-  if (p.prune_renorm) {
-    float const scale = __fdiv_rn(total, cum);
-    for (int64_t j = 0; j < keep; ++j) w[order[j]] = __fmul_rn(w[order[j]], scale);
-  }
+  int32_t* const ids = p.ids + row * k;
+  float* const wout = p.weights + row * k;
+  for (int i = 0; i < k; ++i) { ids[i] = id[i]; wout[i] = w[i]; }
 }
 
 constexpr int kWarps = 4;
@@ -254,10 +264,13 @@ __global__ void moe_keys_kernel(ExpertsParams const p) {
   p.vals[a] = static_cast<uint32_t>(a);
 }
 
-/// Expert segments of the sorted keys (binary search per expert), then the tile table (one thread, in
-/// expert order: the table is a pure function of the routing).
+/// Expert segments of the sorted keys (binary search per expert), then the tile table in expert order: thread t
+/// owns the experts [t·per, (t + 1)·per), counts their tiles, takes its first slot from a block-wide exclusive scan
+/// of those counts and writes them. The same table as a walk over the experts by one thread (the table is a pure
+/// function of the routing); the walk cost ~15 µs a call at 384 experts on the H100.
 __global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
   extern __shared__ int32_t off[];  // [experts + 1]
+  __shared__ int32_t warp_total[8];
   int64_t const A = p.rows * p.top_k;
   for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) {
     int64_t lo = 0, hi = A;  // first index with key >= e
@@ -268,14 +281,28 @@ __global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
     off[e] = static_cast<int32_t>(lo);
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  int32_t n = 0;
-  for (int64_t e = 0; e < p.experts; ++e)
+  int const tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  int64_t const per = (p.experts + 255) / 256;
+  int64_t const e0 = tid * per < p.experts ? tid * per : p.experts;
+  int64_t const e1 = e0 + per < p.experts ? e0 + per : p.experts;
+  int32_t count = 0;
+  for (int64_t e = e0; e < e1; ++e) count += (off[e + 1] - off[e] + p.tile_rows - 1) / p.tile_rows;
+  int32_t incl = count;  // inclusive scan within the warp, then over the warps' totals
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int32_t const v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int32_t n = incl - count;
+  for (int w = 0; w < warp; ++w) n += warp_total[w];
+  for (int64_t e = e0; e < e1; ++e)
     for (int32_t s = off[e]; s < off[e + 1]; s += p.tile_rows) {
       int32_t const c = off[e + 1] - s < p.tile_rows ? off[e + 1] - s : p.tile_rows;
       p.tiles[n++] = TileInfo{static_cast<int32_t>(e), s, c, 0};
     }
-  *p.num_tiles = n;
+  if (tid == 255) *p.num_tiles = n;
 }
 
 /// The rows of tile `t` (routed when t < max_routed_tiles): the slot index into act/ybuf ([rows, top_k+1])
@@ -521,7 +548,7 @@ Status MoeRoute<Backend::kCuda>::check(MoeRouteDesc const& d, MoeRouteArgs const
   TESSERA_TRY(check_md(d.md));
   TESSERA_CHECK(d.top_k >= 1 && d.top_k <= d.experts, "moe_route needs 1 <= top_k <= experts");
   TESSERA_CHECK(d.top_k <= kernels::kMaxTopK, "moe_route CUDA supports top_k <= 16");
-  TESSERA_CHECK(d.experts * 2 * sizeof(float) <= 48 * 1024, "moe_route CUDA supports up to 6144 experts");
+  TESSERA_CHECK(d.experts * 3 * sizeof(float) <= 48 * 1024, "moe_route CUDA supports up to 4096 experts");
   TESSERA_CHECK(d.dim > 0, "moe_route dim must be positive");
   TESSERA_TRY(check_shape(a.x, {d.rows, d.dim}, "moe_route x"));
   TESSERA_TRY(check_shape(a.gate, {d.experts, d.dim}, "moe_route gate"));
@@ -544,10 +571,11 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
   p.temp = d.gate_temp; p.routed_scale = d.routed_scale; p.prune_top_p = d.prune_top_p;
   p.prune_min_k = d.prune_min_k; p.norm = d.norm_top_k; p.prune_renorm = d.prune_renorm;
   p.bf16 = d.md == DType::kBf16;
-  size_t const smem = static_cast<size_t>(d.experts) * 2 * sizeof(float);
+  size_t const row_scores = static_cast<size_t>(d.experts) * 2 * sizeof(float);  // s, biased per row
+  size_t const smem = row_scores + static_cast<size_t>(d.experts) * sizeof(float);  // + the selection's copy
   if (d.rows > 65535) return invalid_argument("moe route: rows > 65535 per launch");
   Scratch ws;
-  TESSERA_TRY(ws.acquire(ctx, align256(smem * static_cast<size_t>(d.rows))));
+  TESSERA_TRY(ws.acquire(ctx, align256(row_scores * static_cast<size_t>(d.rows))));
   auto* scores = static_cast<float*>(ws.ptr);
   if (d.dim <= kChunkScoreMaxDim) {
     // Experts per block: 2 at decode sizes (E/2 blocks, ~1 chain per thread at dim 5120), 8 once several row
