@@ -88,7 +88,8 @@ Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
   return launch_status("linear_tc_skinny_q_kernel");
 }
 
-/// Block-scaled W with the codes loaded into registers (linear_tc_quant_direct.cuh): M ≤ kTcDirectMaxRows, one row group.
+/// Block-scaled W on the direct tile (linear_tc_quant_direct.cuh; codes through its ring from K = 2048, else loaded
+/// into registers): M ≤ kTcDirectMaxRows, one row group.
 template <DType kFmt, bool kRing>
 Status launch_skinny_qd_with(TcLinearParams const& p, cudaStream_t stream) {
   constexpr Kernel kKernel = linear_tc_skinny_qd_kernel<kFmt, kRing>;

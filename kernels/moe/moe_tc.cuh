@@ -66,7 +66,7 @@ struct MoeTcParams {
   DType shared_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
-  bool direct_ok = true;  // block-scaled routed tiles may take the direct (codes in registers) kernels
+  bool direct_ok = true;  // block-scaled routed tiles may take the direct (one warp per 8 columns) kernels
   bool warp_spec = false;  // block-scaled routed tiles take the warp-specialised kernels (linear_tc_quant_ws.cuh)
   /// wgmma kGemm tiles: a warpgroup whose 64 rows lie past the tile's count issues no wgmma (same values;
   /// the MoE op sets it unless TESSERA_MOE_WG_SKIP=0).

@@ -214,7 +214,7 @@ __device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, in
                   : routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, k);
 }
 
-/// kDirect: the codes loaded into registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
+/// kDirect: one warp per 8 columns, codes decoded in registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
 /// is at most the call's rows, and the launch takes it when rows ≤ kTcDirectMaxRows and the x rows fit), else the
 /// shared-memory ring (linear_tc_quant.cuh). Same values.
 template <DType kFmt, bool kDirect, bool kRing = true>

@@ -70,7 +70,7 @@ TcSlab tc_default_slab();
 
 /// How the skinny tile feeds block-scaled codes to the mma chain (same values either way: same operands, same
 /// block order). kRing: each warp stages its 8 W rows' codes through a shared-memory ring and decodes them into a
-/// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane loads, into registers, exactly the 4 codes of each
+/// bf16 buffer (linear_tc_quant.cuh). kDirect: each lane reads exactly the 4 codes of each
 /// 16-wide block its mma fragment holds and decodes them there (from K = 2,048 the codes and x slices come through a
 /// per-warp shared-memory ring 32 blocks deep, below it registers; linear_tc_quant_direct.cuh); M ≤ kTcDirectMaxRows
 /// and the x rows within kTcDirectMaxXBytes.
