@@ -214,9 +214,10 @@ __device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, in
                   : routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, k);
 }
 
-/// kDirect: one warp per 8 columns, codes decoded in registers (linear_tc_quant_direct.cuh; a tile holds distinct tokens, so its count
-/// is at most the call's rows, and the launch takes it when rows ≤ kTcDirectMaxRows and the x rows fit), else the
-/// shared-memory ring (linear_tc_quant.cuh). Same values.
+/// kDirect: one warp per 8 columns, codes decoded in registers (linear_tc_quant_direct.cuh; kRing: the codes reach
+/// them through its ring). A tile holds distinct tokens, so its count is at most the call's rows, and the launch
+/// takes it when rows ≤ kTcDirectMaxRows and the x rows fit; else the shared-memory ring tile (linear_tc_quant.cuh).
+/// Same values.
 template <DType kFmt, bool kDirect, bool kRing = true>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_q_smem[];

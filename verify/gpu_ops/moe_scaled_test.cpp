@@ -240,38 +240,26 @@ void check(Problem const& p) {
                 grouped.size());
     BOOST_TEST(diff == 0);
   }
-  // The ring path (codes through shared memory) on the same call: the direct path's bits, which kAuto took where
-  // rows ≤ kTcDirectMaxRows.
-  {
-    std::vector<float> ring;
-    Status const s = p.gpu(0, p.rows, MoeTcPath::kAuto, &ring, ops::TcQuantPath::kRing);
+  // One quantised path forced on the same call: the CPU's bits.
+  auto check_quant_path = [&](MoeTcPath path, ops::TcQuantPath quant, char const* name) {
+    std::vector<float> out;
+    Status const s = p.gpu(0, p.rows, path, &out, quant);
     BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
-    int64_t const diff = count_bit_diffs(ring, cpu, "moe block-scaled ring vs cpu");
-    std::printf("moe %s routed rows=%lld ring path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
-                static_cast<long long>(p.rows), static_cast<long long>(diff), ring.size());
+    int64_t const diff = count_bit_diffs(out, cpu, (std::string("moe block-scaled ") + name + " vs cpu").c_str());
+    std::printf("moe %s routed rows=%lld %s path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
+                static_cast<long long>(p.rows), name, static_cast<long long>(diff), out.size());
+    BOOST_TEST_INFO(fmt << " rows " << p.rows << " " << name);
     BOOST_TEST(diff == 0);
-  }
+  };
+  // The ring path (codes through shared memory): the direct path's bits, which kAuto took where rows ≤
+  // kTcDirectMaxRows.
+  check_quant_path(MoeTcPath::kAuto, ops::TcQuantPath::kRing, "ring");
   // The direct path (one warp per 8 columns; codes through its shared-memory ring from K = 2048, else registers)
   // wherever its x rows fit: kAuto takes it at one token; the same bits at 2–4 tokens.
-  if (ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter)) {
-    std::vector<float> direct;
-    Status const s = p.gpu(0, p.rows, MoeTcPath::kSkinny, &direct, ops::TcQuantPath::kDirect);
-    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
-    int64_t const diff = count_bit_diffs(direct, cpu, "moe block-scaled direct vs cpu");
-    std::printf("moe %s routed rows=%lld direct path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
-                static_cast<long long>(p.rows), static_cast<long long>(diff), direct.size());
-    BOOST_TEST(diff == 0);
-  }
-  // The warp-specialised path (four warps decode, one runs the mma chain) on the skinny tiles: the same bits.
-  {
-    std::vector<float> ws;
-    Status const s = p.gpu(0, p.rows, MoeTcPath::kSkinny, &ws, ops::TcQuantPath::kWarpSpec);
-    BOOST_REQUIRE_MESSAGE(s.ok(), s.to_string());
-    int64_t const diff = count_bit_diffs(ws, cpu, "moe block-scaled warp-specialised vs cpu");
-    std::printf("moe %s routed rows=%lld warp-specialised path: %lld/%zu outputs differ from the CPU\n", fmt.c_str(),
-                static_cast<long long>(p.rows), static_cast<long long>(diff), ws.size());
-    BOOST_TEST(diff == 0);
-  }
+  if (ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter))
+    check_quant_path(MoeTcPath::kSkinny, ops::TcQuantPath::kDirect, "direct");
+  // The warp-specialised path (four warps decode, one runs the mma chain) on the skinny tiles.
+  check_quant_path(MoeTcPath::kSkinny, ops::TcQuantPath::kWarpSpec, "warp-specialised");
   auto rows_of = [&](int64_t r0, int64_t nr) {
     return std::vector<float>(cpu.begin() + r0 * p.dim, cpu.begin() + (r0 + nr) * p.dim);
   };
