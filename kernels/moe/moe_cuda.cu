@@ -602,16 +602,16 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
 namespace {
 
 /// Whether kAuto sends the block-scaled routed tiles of a call of `rows` tokens to the warp-specialised kernels:
-/// from 2 tokens on (then the routed tiles outnumber top_k and the one-warp tiles' decode is what limits them);
-/// one token keeps the direct path. TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised choice (read once;
-/// for benchmarks: the values never change, only the speed). H100, fp8 synthetic v41-flash (FP4 experts), ms per
-/// layer, one-warp → warp-specialised: b1 0.928 → 1.023, b4 2.060 → 1.948, b16 5.802 → 5.419, b64 15.07 → 14.17.
+/// above kTcDirectMaxRows tokens; up to it the one-warp direct tiles (their cp.async ring keeps ~32 blocks of codes
+/// in flight per warp). TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised choice (read once; for
+/// benchmarks: the values never change, only the speed). H100, fp8 synthetic v41-flash (384 FP4 experts), one layer
+/// + head, step ms, warp-specialised → direct: b2 1.77 → 1.34, b4 2.50 → 1.67 (bench/RESULTS.md, session 26).
 bool moe_auto_warp_spec(int64_t rows) {
   static int const forced = [] {
     char const* e = std::getenv("TESSERA_MOE_WS");
     return e && std::string(e) == "1" ? 1 : e && std::string(e) == "0" ? 0 : -1;
   }();
-  return forced >= 0 ? forced == 1 : rows >= 2;
+  return forced >= 0 ? forced == 1 : rows > ops::kTcDirectMaxRows;
 }
 
 /// The path of a call: ops::moe_tc_path_for, whose kAuto takes kGemm from min(kMoeTcGemmMinPerExpert per expert,

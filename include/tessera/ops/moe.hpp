@@ -105,7 +105,7 @@ struct MoeExpertsDesc {
   /// in expert order (the cross-check of the in-tile decode; it writes and re-reads 2 bytes per weight).
   int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
-  /// from 2 rows on; one row kDirect when its x row fits, else kRing (TESSERA_MOE_WS=0 / 1 forces the one-warp
+  /// above kTcDirectMaxRows rows; up to it kDirect when the x rows fit, else kRing (TESSERA_MOE_WS=0 / 1 forces the one-warp
   /// choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
   /// fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
