@@ -284,7 +284,38 @@ namespace {
 struct TcVariant {
   int mtiles = 1;
   bool bf16_keys = false;
+  int csplit = 1;  // channel split: blocks per (row, head tile), each with HD / csplit channels of P·V (HD 512, MT 1)
 };
+
+/// The channel split of a one-m-tile launch at HD 512: the largest of 8, 4, 2 that keeps rows · head tiles · split
+/// within two blocks per SM, else 1. A decode row of 64 heads has 4 (row, head tile) blocks, each with one chain
+/// per head and 8 channels per lane of P·V; split 8 runs it on 32 blocks.
+/// The device's SM count (ctx.device, else the current device's), 0 when unknown.
+int device_sms(ExecContext const& ctx) {
+  int sms = ctx.device.num_sms;
+  if (sms <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+  }
+  return sms;
+}
+
+template <int HD>
+int attention_tc_auto_csplit(AttentionDesc const& d, ExecContext const& ctx) {
+  namespace k = kernels::attention_tc;
+  int const sms = device_sms(ctx);
+  if constexpr (HD != 512) {
+    (void)d;
+    return 1;
+  } else {
+    if (sms <= 0) return 1;
+    int64_t const blocks = d.rows * ((d.heads + k::kHeadTile - 1) / k::kHeadTile);
+    for (int c = 8; c >= 2; c /= 2)
+      if (blocks * c <= 2 * static_cast<int64_t>(sms)) return c;
+    return 1;
+  }
+}
 
 /// 2 m-tiles when the launch still has two blocks per SM with 32 heads a block (prefill, wide batches: each block
 /// reads its keys once per 32 heads instead of 16) and the shared memory fits, else 1.
@@ -292,19 +323,17 @@ template <int HD>
 int attention_tc_auto_mtiles(AttentionDesc const& d, ExecContext const& ctx) {
   namespace k = kernels::attention_tc;
   if (d.heads <= k::kHeadTile) return 1;
-  int sms = ctx.device.num_sms;
-  if (sms <= 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 1;
-  }
+  int const sms = device_sms(ctx);
+  if (sms <= 0) return 1;
   int64_t const blocks2 = d.rows * ((d.heads + 2 * k::kHeadTile - 1) / (2 * k::kHeadTile));
   bool const fits = static_cast<size_t>(k::Smem<HD, 2>(static_cast<int>(d.max_row_keys)).total) <= device::smem_optin_bytes(ctx);
   return fits && blocks2 >= 2 * static_cast<int64_t>(sms) ? 2 : 1;
 }
 
-/// ctx.impl_override 1 … 4 forces a variant (tests): 1 / 2 m-tiles with fp32 key reads, 3 / 4 with bf16 keys.
-/// Otherwise TESSERA_ATTN_MTILES=1|2 and TESSERA_ATTN_BF16_KEYS=0|1 (benchmarks), else bf16 keys when the rows list
+/// ctx.impl_override 1 … 4 forces a variant (tests): 1 / 2 m-tiles with fp32 key reads, 3 / 4 with bf16 keys; 5 … 8
+/// one m-tile with the channel split 8 / 2 (fp32 keys) and 8 / 4 (bf16 keys) at HD 512 (no split at other HD).
+/// Otherwise TESSERA_ATTN_MTILES=1|2, TESSERA_ATTN_BF16_KEYS=0|1 and TESSERA_ATTN_CSPLIT=1|2|4|8 (benchmarks), else
+/// the channel split of attention_tc_auto_csplit with one m-tile, and bf16 keys when the rows list
 /// at least as many keys as the pool holds (the conversion reads the pool once, 6 bytes a value; each listing then
 /// reads 2 bytes a value instead of 4, twice per block) and, with bf16 keys only, attention_tc_auto_mtiles: the
 /// 2-m-tile fp32-key variant holds two m-tiles of fp32 key fragments (a 4-byte spill at HD 512) and
@@ -321,16 +350,24 @@ TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
     char const* e = std::getenv("TESSERA_ATTN_BF16_KEYS");
     return e && (std::string(e) == "0" || std::string(e) == "1") ? std::atoi(e) : -1;
   }();
-  if (ctx.impl_override >= 1 && ctx.impl_override <= 4) return {(ctx.impl_override - 1) % 2 + 1, ctx.impl_override >= 3};
+  static int const forced_csplit = [] {
+    char const* e = std::getenv("TESSERA_ATTN_CSPLIT");
+    int const c = e ? std::atoi(e) : 0;
+    return c == 1 || c == 2 || c == 4 || c == 8 ? c : 0;
+  }();
+  int const o = ctx.impl_override;
+  if (o >= 1 && o <= 4) return {(o - 1) % 2 + 1, o >= 3, 1};
+  if (o >= 5 && o <= 8) return {1, o >= 7, HD == 512 ? (o % 2 == 1 ? 8 : o == 6 ? 2 : 4) : 1};
   TcVariant v;
   v.bf16_keys = forced_bf16 >= 0 ? forced_bf16 == 1 : d.rows * d.max_row_keys >= d.num_keys;
   v.mtiles = forced_mtiles ? forced_mtiles : v.bf16_keys ? attention_tc_auto_mtiles<HD>(d, ctx) : 1;
+  if (v.mtiles == 1 && HD == 512) v.csplit = forced_csplit ? forced_csplit : attention_tc_auto_csplit<HD>(d, ctx);
   return v;
 }
 
-/// The tensor-core kernel for head_dim HD, MT m-tiles and the key source (attention_tc.cuh): one block per (row,
-/// MT·16 heads).
-template <int HD, int MT, bool kBf16Keys>
+/// The tensor-core kernel for head_dim HD, MT m-tiles, the key source and the channel split CS (attention_tc.cuh):
+/// CS blocks per (row, MT·16 heads).
+template <int HD, int MT, bool kBf16Keys, int CS = 1>
 Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
   namespace k = kernels::attention_tc;
   k::Params p;
@@ -355,9 +392,9 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
   p.max_keys = static_cast<int>(d.max_row_keys);
   p.scale = d.scale;
   size_t const smem = static_cast<size_t>(k::Smem<HD, MT>(p.max_keys).total);
-  TESSERA_TRY(device::allow_dynamic_smem(k::attention_tc_kernel<HD, MT, kBf16Keys>, smem, ctx,
+  TESSERA_TRY(device::allow_dynamic_smem(k::attention_tc_kernel<HD, MT, kBf16Keys, CS>, smem, ctx,
                                          "attention (CUDA, tensor cores)"));
-  int64_t const blocks = d.rows * ((d.heads + MT * k::kHeadTile - 1) / (MT * k::kHeadTile));
+  int64_t const blocks = d.rows * ((d.heads + MT * k::kHeadTile - 1) / (MT * k::kHeadTile)) * CS;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
   kernels::Scratch scratch;  // ctx.workspace or a stream-ordered allocation, alive until the kernel has run
   if constexpr (kBf16Keys) {
@@ -371,13 +408,21 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
     }
     p.keys_bf16 = kb;
   }
-  k::attention_tc_kernel<HD, MT, kBf16Keys><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  k::attention_tc_kernel<HD, MT, kBf16Keys, CS><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
   return device::launch_status("attention (CUDA) tensor-core kernel");
 }
 
 template <int HD>
 Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
   TcVariant const v = attention_tc_variant<HD>(d, ctx);
+  if constexpr (HD == 512) {
+    if (v.csplit > 1 && v.bf16_keys)
+      return v.csplit == 8 ? run_attention_tc<HD, 1, true, 8>(d, a, ctx)
+             : v.csplit == 4 ? run_attention_tc<HD, 1, true, 4>(d, a, ctx) : run_attention_tc<HD, 1, true, 2>(d, a, ctx);
+    if (v.csplit > 1)
+      return v.csplit == 8 ? run_attention_tc<HD, 1, false, 8>(d, a, ctx)
+             : v.csplit == 4 ? run_attention_tc<HD, 1, false, 4>(d, a, ctx) : run_attention_tc<HD, 1, false, 2>(d, a, ctx);
+  }
   if (v.bf16_keys)
     return v.mtiles == 2 ? run_attention_tc<HD, 2, true>(d, a, ctx) : run_attention_tc<HD, 1, true>(d, a, ctx);
   return v.mtiles == 2 ? run_attention_tc<HD, 2, false>(d, a, ctx) : run_attention_tc<HD, 1, false>(d, a, ctx);

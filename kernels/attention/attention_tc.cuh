@@ -6,8 +6,11 @@
 /// One block of kWarps warps per (query row, tile of MT·16 heads): each 16 heads are the M = 16 rows of one
 /// mma.sync m16n8k16 (rows past `heads` are zero), and the MT m-tiles share every key fragment a warp loads, so a
 /// row's keys are read twice (logits, P·V) per MT·16 heads. MT = 1 gives the most blocks (decode rows); MT = 2
-/// halves the key traffic of prefill rows (the released 64 heads: 4 → 2 blocks per row). Each head's chains are
-/// the same for every MT, so the bits do not depend on it.
+/// halves the key traffic of prefill rows (the released 64 heads: 4 → 2 blocks per row). CS > 1 (channel split,
+/// MT = 1, decode: rows · head tiles well below the SM count) gives each (row, head tile) CS blocks; each computes
+/// steps 1–2 for the tile whole and step 3 for its HD / CS channels, so a decode row of the released shape (64
+/// heads of 512) runs on 32 blocks instead of 4. Each head's chains are the same for every MT and CS, so the bits do
+/// not depend on them.
 ///   1. logits: D[h][u] = Σ_i q[h][i]·k_u[i] as the mma chain over 16-channel blocks i = 0, 16, … (ref::dot_tc's
 ///      order, which the chain is: linear_tc.cuh), N = 8 keys per tile; l = →bf16(→bf16(D)·scale) into p_s.
 ///   2. softmax per head (one warp): m = max(σ_h, max_u l_u) (exact in any order); e_u = expf(l_u − m); the
@@ -89,17 +92,18 @@ __global__ void keys_to_bf16_kernel(float const* keys, int64_t n, uint16_t* out)
     out[i] = bf16_bits_from_float(keys[i]);
 }
 
-template <int HD, int MT, bool kBf16Keys>
+template <int HD, int MT, bool kBf16Keys, int CS = 1>
 __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) {
-  static_assert(HD % 64 == 0 && HD <= 512, "HD: whole n8 tiles per warp in P·V, 8 accumulators at most");
-  static_assert(MT >= 1 && MT <= kMaxMTiles);
+  static_assert(HD % (64 * CS) == 0 && HD <= 512, "HD / CS: whole n8 tiles per warp in P·V, 8 accumulators at most");
+  static_assert(MT >= 1 && MT <= kMaxMTiles && (CS == 1 || MT == 1));
   constexpr int kBlockHeads = MT * kHeadTile;
   using tc_linear::block_step;
   using tc_linear::ldmatrix_x4;
   using tc_linear::smem_addr;
   constexpr int kQld = Smem<HD, MT>::kQld;
   constexpr int kKb = HD / 16;             // 16-channel blocks of q·k
-  constexpr int kNt = HD / 8 / kWarps;     // P·V n8 tiles per warp
+  constexpr int kNt = HD / 8 / kWarps / CS;  // P·V n8 tiles per warp
+  constexpr int kCh = HD / CS;               // channels of this block's P·V and output
   extern __shared__ __align__(16) unsigned char smem[];
   Smem<HD, MT> const L(p.max_keys);
   int const R = L.R;
@@ -116,11 +120,13 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
   int const tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int const g = lane >> 2, c2 = (lane & 3) * 2;
   int64_t const tiles = (p.heads + kBlockHeads - 1) / kBlockHeads;
-  int64_t const row = blockIdx.x / tiles, h0 = (blockIdx.x % tiles) * kBlockHeads;
+  int const cs = static_cast<int>(blockIdx.x % CS);  // channels [cs·kCh, cs·kCh + kCh)
+  int64_t const bx = blockIdx.x / CS;
+  int64_t const row = bx / tiles, h0 = (bx % tiles) * kBlockHeads;
   int const hn = static_cast<int>(p.heads - h0 < kBlockHeads ? p.heads - h0 : kBlockHeads);
   int64_t const k0 = p.row_offsets[row], k1 = p.row_ends ? p.row_ends[row] : p.row_offsets[row + 1];
   auto poison = [&] {
-    for (int i = tid; i < hn * HD; i += kThreads) p.out[row * p.out_stride + (h0 + i / HD) * HD + i % HD] = NAN;
+    for (int i = tid; i < hn * kCh; i += kThreads) p.out[row * p.out_stride + (h0 + i / kCh) * HD + cs * kCh + i % kCh] = NAN;
   };
   if (k0 < 0 || k1 < k0 || k1 > p.nnz || k1 - k0 > p.max_keys) {
     poison();
@@ -291,12 +297,12 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
     for (int u = lane; u < nk; u += 32) {
       float const pu = round_to_bf16(__fdiv_rn(ph[u], s));
       ph[u] = pu;
-      if (p.probs) p.probs[h * p.probs_stride + k0 + u] = pu;
+      if (p.probs && cs == 0) p.probs[h * p.probs_stride + k0 + u] = pu;
     }
   }
   __syncthreads();
 
-  // 3. P·V over the column blocks in order; n8 tiles kNt·w + i of the channels per warp (a warp's channels are
+  // 3. P·V over the column blocks in order; n8 tiles kNt·w + i of the block's kCh channels per warp (a warp's channels are
   // contiguous: its loads of one key row fill whole 32-byte sectors), for each m-tile. The
   // next block's operands are loaded before the current block's mma chain steps; a block's value fragments (bf16
   // pairs, as the mma takes them) feed the MT m-tiles' chains.
@@ -325,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
     for (int e = 0; e < 4; ++e) kro[e] = us[e] >= 0 ? static_cast<int64_t>(id_s[us[e]]) * p.key_stride : -1;
 #pragma unroll
     for (int i = 0; i < kNt; ++i) {
-      int const ch = (warp * kNt + i) * 8 + g;
+      int const ch = cs * kCh + (warp * kNt + i) * 8 + g;
       if constexpr (kBf16Keys) {
         uint32_t x[4];
 #pragma unroll
@@ -364,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) 
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int i = 0; i < kNt; ++i) {
-      int const ch = (warp * kNt + i) * 8 + c2;
+      int const ch = cs * kCh + (warp * kNt + i) * 8 + c2;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         int const hl = mt * kHeadTile + g + 8 * r;

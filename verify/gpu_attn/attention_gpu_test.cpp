@@ -129,11 +129,14 @@ ops::AttentionArgs dev_args(AttnCase const& c, DevBuf<float> const& q, DevBuf<fl
 }
 
 /// The tensor-core kernel's variants, forced through ExecContext::impl_override: 16 or 32 heads per block, keys read
-/// as fp32 or from the launch's bf16 copy (attention_cuda.cu).
-constexpr int kTcVariants[] = {1, 2, 3, 4};
+/// as fp32 or from the launch's bf16 copy, P·V's channels split over 2, 4 or 8 blocks (head_dim 512; no split at
+/// other head dims) (attention_cuda.cu).
+constexpr int kTcVariants[] = {1, 2, 3, 4, 5, 6, 7, 8};
 char const* tc_variant_name(int v) {
   static char const* const names[] = {"auto", "16 heads, fp32 keys", "32 heads, fp32 keys", "16 heads, bf16 keys",
-                                      "32 heads, bf16 keys"};
+                                      "32 heads, bf16 keys", "16 heads, fp32 keys, channels / 8",
+                                      "16 heads, fp32 keys, channels / 2", "16 heads, bf16 keys, channels / 8",
+                                      "16 heads, bf16 keys, channels / 4"};
   return names[v];
 }
 
