@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// Tensor-core expert GEMMs of MoeExperts<kCuda> (ops::MoeTcPath::kSkinny / kGemm; kernels in moe_tc_cuda.cu,
-/// routing, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype are bf16 (block-scaled
-/// routed experts: decoded inside the tiles, or, when asked, to bf16 before the GEMM tiles).
+/// routing in moe_route_cuda.cu, tile table and combine in moe_cuda.cu). Used when the weights and the model dtype
+/// are bf16 (block-scaled routed experts: decoded inside the tiles, or, when asked, to bf16 before the GEMM tiles).
 ///
 /// Math (ref::moe_expert_row_accumulate with md = bf16, every dot ref::dot_tc):
 ///   act[slot, i] = →bf16(w·(silu(min(g, L))·clamp(u, ±L))),  g = →bf16(W1[i]·x_tok), u = →bf16(W3[i]·x_tok)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/// The CUDA router with expert pruning (kernels/moe/moe_cuda.cu, ops/moe.hpp) against the reference
+/// The CUDA router with expert pruning (kernels/moe/moe_route_cuda.cu, ops/moe.hpp) against the reference
 /// (ref::moe_route_row, then ref::moe_prune_row when top_p < 1), bit for bit: ids, weights and cutoff-tie
 /// flags, on fresh random inputs over a grid of top_p, min_k, renormalisation, the static mask and the
 /// router's own normalisation. Softplus is fmath::exp_rn / log1p_rn on both sides, so nothing is left to a

@@ -21,6 +21,9 @@
 
 namespace tessera::ops {
 
+/// The CUDA backend's bound on top_k: a row's selection, weights and prune order live in per-thread arrays.
+inline constexpr int kMoeCudaMaxTopK = 16;
+
 struct MoeRouteDesc {
   int64_t rows = 0, experts = 0, dim = 0, top_k = 1;
   float gate_temp = 1.f, routed_scale = 1.f;
@@ -105,8 +108,8 @@ struct MoeExpertsDesc {
   /// in expert order (the cross-check of the in-tile decode; it writes and re-reads 2 bytes per weight).
   int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
-  /// above kTcDirectMaxRows rows; up to it kDirect when the x rows fit, else kRing (TESSERA_MOE_WS=0 / 1 forces the one-warp
-  /// choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
+  /// above kTcDirectMaxRows rows; up to it kDirect when the x rows fit, else kRing (TESSERA_MOE_WS=0 / 1 forces
+  /// the one-warp choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
   /// fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   /// kF8E4m3 or kF4E2m1x2 when the SHARED expert is block-scaled (the native release stores it FP8 with 32 × 32
@@ -210,8 +213,9 @@ template <> struct MoeExperts<Backend::kCpu> {
 };
 static_assert(BackendOp<MoeRoute<Backend::kCpu>, MoeRouteDesc, MoeRouteArgs>);
 
-// CUDA backend: kernels/moe/moe_cuda.cu (builds with CUDA only). Views hold device memory; check() validates
-// shapes only (ids and the expert mask live on the device: an id outside [−1, experts) is skipped).
+// CUDA backend: kernels/moe/moe_route_cuda.cu (MoeRoute) and moe_cuda.cu (MoeExperts); builds with CUDA only.
+// Views hold device memory; check() validates shapes only (ids and the expert mask live on the device: an id
+// outside [−1, experts) is skipped).
 template <> struct MoeRoute<Backend::kCuda> {
   static Status check(MoeRouteDesc const&, MoeRouteArgs const&);
   static Status run(MoeRouteDesc const&, MoeRouteArgs const&, ExecContext&);
