@@ -109,8 +109,8 @@ struct MoeExpertsDesc {
   int64_t decode_group_experts = 0;
   /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
   /// above kTcDirectMaxRows rows; up to it kDirect when the x rows fit, else kRing (TESSERA_MOE_WS=0 / 1 forces
-  /// the one-warp choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows and the x rows
-  /// fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
+  /// the one-warp choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows
+  /// and the x rows fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   /// kF8E4m3 or kF4E2m1x2 when the SHARED expert is block-scaled (the native release stores it FP8 with 32 × 32
   /// ue8m0 blocks); its values are ops::scaled_weight's, as for routed_scaled. Any other value: weight_dtype.
