@@ -287,9 +287,6 @@ struct TcVariant {
   int csplit = 1;  // channel split: blocks per (row, head tile), each with HD / csplit channels of P·V (HD 512, MT 1)
 };
 
-/// The channel split of a one-m-tile launch at HD 512: the largest of 8, 4, 2 that keeps rows · head tiles · split
-/// within two blocks per SM, else 1. A decode row of 64 heads has 4 (row, head tile) blocks, each with one chain
-/// per head and 8 channels per lane of P·V; split 8 runs it on 32 blocks.
 /// The device's SM count (ctx.device, else the current device's), 0 when unknown.
 int device_sms(ExecContext const& ctx) {
   int sms = ctx.device.num_sms;
@@ -301,20 +298,17 @@ int device_sms(ExecContext const& ctx) {
   return sms;
 }
 
-template <int HD>
+/// The channel split of a one-m-tile launch at HD 512: the largest of 8, 4, 2 that keeps rows · head tiles · split
+/// within two blocks per SM, else 1. A decode row of 64 heads has 4 (row, head tile) blocks, each with one chain
+/// per head and 8 channels per lane of P·V; split 8 runs it on 32 blocks.
 int attention_tc_auto_csplit(AttentionDesc const& d, ExecContext const& ctx) {
   namespace k = kernels::attention_tc;
   int const sms = device_sms(ctx);
-  if constexpr (HD != 512) {
-    (void)d;
-    return 1;
-  } else {
-    if (sms <= 0) return 1;
-    int64_t const blocks = d.rows * ((d.heads + k::kHeadTile - 1) / k::kHeadTile);
-    for (int c = 8; c >= 2; c /= 2)
-      if (blocks * c <= 2 * static_cast<int64_t>(sms)) return c;
-    return 1;
-  }
+  if (sms <= 0) return 1;
+  int64_t const blocks = d.rows * ((d.heads + k::kHeadTile - 1) / k::kHeadTile);
+  for (int c = 8; c >= 2; c /= 2)
+    if (blocks * c <= 2 * static_cast<int64_t>(sms)) return c;
+  return 1;
 }
 
 /// 2 m-tiles when the launch still has two blocks per SM with 32 heads a block (prefill, wide batches: each block
@@ -361,7 +355,7 @@ TcVariant attention_tc_variant(AttentionDesc const& d, ExecContext const& ctx) {
   TcVariant v;
   v.bf16_keys = forced_bf16 >= 0 ? forced_bf16 == 1 : d.rows * d.max_row_keys >= d.num_keys;
   v.mtiles = forced_mtiles ? forced_mtiles : v.bf16_keys ? attention_tc_auto_mtiles<HD>(d, ctx) : 1;
-  if (v.mtiles == 1 && HD == 512) v.csplit = forced_csplit ? forced_csplit : attention_tc_auto_csplit<HD>(d, ctx);
+  if (v.mtiles == 1 && HD == 512) v.csplit = forced_csplit ? forced_csplit : attention_tc_auto_csplit(d, ctx);
   return v;
 }
 
@@ -412,17 +406,21 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
   return device::launch_status("attention (CUDA) tensor-core kernel");
 }
 
+/// One m-tile with the channel split cs ∈ {2, 4, 8}.
+template <int HD, bool kBf16Keys>
+Status run_attention_tc_split(int cs, AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
+  return cs == 8   ? run_attention_tc<HD, 1, kBf16Keys, 8>(d, a, ctx)
+         : cs == 4 ? run_attention_tc<HD, 1, kBf16Keys, 4>(d, a, ctx)
+                   : run_attention_tc<HD, 1, kBf16Keys, 2>(d, a, ctx);
+}
+
 template <int HD>
 Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecContext& ctx) {
   TcVariant const v = attention_tc_variant<HD>(d, ctx);
-  if constexpr (HD == 512) {
-    if (v.csplit > 1 && v.bf16_keys)
-      return v.csplit == 8 ? run_attention_tc<HD, 1, true, 8>(d, a, ctx)
-             : v.csplit == 4 ? run_attention_tc<HD, 1, true, 4>(d, a, ctx) : run_attention_tc<HD, 1, true, 2>(d, a, ctx);
+  if constexpr (HD == 512)
     if (v.csplit > 1)
-      return v.csplit == 8 ? run_attention_tc<HD, 1, false, 8>(d, a, ctx)
-             : v.csplit == 4 ? run_attention_tc<HD, 1, false, 4>(d, a, ctx) : run_attention_tc<HD, 1, false, 2>(d, a, ctx);
-  }
+      return v.bf16_keys ? run_attention_tc_split<HD, true>(v.csplit, d, a, ctx)
+                         : run_attention_tc_split<HD, false>(v.csplit, d, a, ctx);
   if (v.bf16_keys)
     return v.mtiles == 2 ? run_attention_tc<HD, 2, true>(d, a, ctx) : run_attention_tc<HD, 1, true>(d, a, ctx);
   return v.mtiles == 2 ? run_attention_tc<HD, 2, false>(d, a, ctx) : run_attention_tc<HD, 1, false>(d, a, ctx);
