@@ -349,22 +349,24 @@ static_assert(BackendOp<MoeExperts<Backend::kCuda>, MoeExpertsDesc, MoeExpertsAr
 
 namespace {
 
-/// Whether kAuto sends the block-scaled routed tiles of a call of `rows` tokens to the warp-specialised kernels:
-/// above kTcDirectMaxRows tokens; up to it the one-warp direct tiles (their cp.async ring keeps ~32 blocks of codes
-/// in flight per warp). TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised choice (read once; for
-/// benchmarks: the values never change, only the speed). H100, fp8 synthetic v41-flash (384 FP4 experts), one layer
-/// + head, step ms, warp-specialised → direct: b2 1.77 → 1.34, b4 2.50 → 1.67 (bench/RESULTS.md, session 26).
-bool moe_auto_warp_spec(int64_t rows) {
+/// Whether kAuto sends the block-scaled routed tiles of a call to the warp-specialised kernels: when the direct
+/// tile does not take them (ops::moe_direct_tiles_fit) and the call has more than kTcDirectMaxRows tokens. The
+/// one-warp direct tiles keep ~32 blocks of codes in flight per warp through their cp.async ring.
+/// TESSERA_MOE_WS=0 / 1 forces the one-warp / warp-specialised choice (read once; for benchmarks: the values never
+/// change, only the speed). H100, fp8 synthetic v41-flash (384 FP4 experts), one layer + head, step ms,
+/// warp-specialised → direct: b2 1.77 → 1.34, b4 2.50 → 1.67 (bench/RESULTS.md, session 26).
+bool moe_auto_warp_spec(MoeExpertsDesc const& d) {
   static int const forced = [] {
     char const* e = std::getenv("TESSERA_MOE_WS");
     return e && std::string(e) == "1" ? 1 : e && std::string(e) == "0" ? 0 : -1;
   }();
-  return forced >= 0 ? forced == 1 : rows > ops::kTcDirectMaxRows;
+  return forced >= 0 ? forced == 1 : d.rows > ops::kTcDirectMaxRows && !moe_direct_tiles_fit(d);
 }
 
 /// The path of a call: ops::moe_tc_path_for, whose kAuto takes kGemm from min(kMoeTcGemmMinPerExpert per expert,
-/// kMoeTcGemmMinAssignments) assignments; TESSERA_MOE_GEMM_MIN=n and TESSERA_MOE_GEMM_MIN_ROWS=a (n, a ≥ 1) replace
-/// those two (read once; for benchmarks: every path gives the same values, only the speed differs).
+/// kMoeTcGemmMinAssignments) assignments, or on direct tiles from kMoeTcDirectGemmMinPerExpert per expert;
+/// TESSERA_MOE_GEMM_MIN=n, TESSERA_MOE_GEMM_MIN_ROWS=a and TESSERA_MOE_GEMM_MIN_DIRECT=m (each ≥ 1) replace those
+/// three (read once; for benchmarks: every path gives the same values, only the speed differs).
 MoeTcPath moe_path(MoeExpertsDesc const& d) {
   static auto const env = [](char const* name, int64_t dflt) {
     char const* e = std::getenv(name);
@@ -373,7 +375,8 @@ MoeTcPath moe_path(MoeExpertsDesc const& d) {
   };
   static int64_t const min_per_expert = env("TESSERA_MOE_GEMM_MIN", kMoeTcGemmMinPerExpert);
   static int64_t const min_assignments = env("TESSERA_MOE_GEMM_MIN_ROWS", kMoeTcGemmMinAssignments);
-  return moe_tc_path_for(d, min_per_expert, min_assignments);
+  static int64_t const min_per_expert_direct = env("TESSERA_MOE_GEMM_MIN_DIRECT", kMoeTcDirectGemmMinPerExpert);
+  return moe_tc_path_for(d, min_per_expert, min_assignments, min_per_expert_direct);
 }
 
 /// The wgmma kGemm tiles' idle warpgroup (rows past the tile's count) issues no wgmma
@@ -397,6 +400,16 @@ bool shared_decoded_for_gemm(MoeExpertsDesc const& d, MoeTcPath path) {
   return !(moe_routed_scaled(d) && d.decode_group_experts <= 0 && ops::tc_wgmma_auto());
 }
 
+/// Whether a kSkinny call of more than kTcDirectMaxRows tokens runs its block-scaled routed tiles on the direct tile
+/// (moe_direct_tiles_fit, and kDirect or kAuto without the warp-specialised choice): its tile table then cuts each
+/// expert's assignments (and the shared expert's tokens) into tiles of at most kTcDirectMaxRows (up to
+/// kTcDirectMaxRows tokens the tiles of 8 hold no more). Same values with any tiles: a row's chains never depend on
+/// the rows beside it.
+bool moe_direct_tiles(MoeExpertsDesc const& d, MoeTcPath path) {
+  if (path != MoeTcPath::kSkinny || d.rows <= ops::kTcDirectMaxRows || !moe_direct_tiles_fit(d)) return false;
+  return d.routed_quant_path == TcQuantPath::kDirect || !moe_auto_warp_spec(d);
+}
+
 /// Scratch of one call. The tensor-core paths keep act as bf16 bits and add x_bf16 [rows, dim].
 struct ExpertsLayout {
   size_t act, ybuf, x_bf16, shared_bf16, keys, keys_sorted, vals, vals_sorted, tiles, num_tiles, cub, total;
@@ -416,7 +429,9 @@ ExpertsLayout experts_layout(MoeExpertsDesc const& d) {
   ExpertsLayout L{};
   L.path = moe_path(d);
   bool const tc = L.path != MoeTcPath::kEmulated;
-  L.tile_rows = L.path == MoeTcPath::kGemm ? kernels::moe_tc::kGemmTileRows : kernels::kTile;
+  L.tile_rows = L.path == MoeTcPath::kGemm    ? kernels::moe_tc::kGemmTileRows
+                : moe_direct_tiles(d, L.path) ? ops::kTcDirectMaxRows
+                                              : kernels::kTile;
   L.max_routed_tiles = max_routed_tiles(d, L.tile_rows);
   size_t cub_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<uint32_t const*>(nullptr),
@@ -548,7 +563,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     q.routed_scaled = moe_routed_scaled(d) ? d.routed_scaled : DType::kBf16;
     q.direct_ok = d.routed_quant_path != TcQuantPath::kRing && d.routed_quant_path != TcQuantPath::kWarpSpec;
     q.warp_spec = d.routed_quant_path == TcQuantPath::kWarpSpec ||
-                  (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d.rows));
+                  (d.routed_quant_path == TcQuantPath::kAuto && moe_auto_warp_spec(d));
     q.wg_skip_idle = moe_wg_skip_idle();
     TESSERA_TRY(moe_tc::launch_convert_x(p.x, xb, d.rows * d.dim, st));
     if (moe_shared_scaled(d)) {

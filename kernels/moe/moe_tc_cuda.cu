@@ -566,28 +566,29 @@ Status launch_ws_part(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, 
 
 /// The direct act then down launches of one part (launch_part_q); kRing: codes through the shared-memory ring.
 template <DType kFmt, bool kRing>
-Status launch_part_qd_with(MoeTcParams const& p, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
+Status launch_part_qd_with(MoeTcParams const& p, int64_t xr, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
   constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true, kRing>;
   constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true, kRing>;
   TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_max_smem_bytes<kFmt>(2)),
                           "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_max_smem_bytes<kFmt>(1)),
                           "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
-  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, p.rows, p.dim, kRing), st>>>(p);
+  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, xr, p.dim, kRing), st>>>(p);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
-  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, p.rows, p.inter, kRing), st>>>(p);
+  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, xr, p.inter, kRing), st>>>(p);
   return launch_status("moe_tc_down_skinny_q_kernel (direct)");
 }
 template <DType kFmt>
-Status launch_part_qd(MoeTcParams const& p, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
-  return direct_ring_codes(std::min(p.dim, p.inter)) ? launch_part_qd_with<kFmt, true>(p, grid_a, grid_d, st)
-                             : launch_part_qd_with<kFmt, false>(p, grid_a, grid_d, st);
+Status launch_part_qd(MoeTcParams const& p, int64_t xr, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
+  return direct_ring_codes(std::min(p.dim, p.inter)) ? launch_part_qd_with<kFmt, true>(p, xr, grid_a, grid_d, st)
+                             : launch_part_qd_with<kFmt, false>(p, xr, grid_a, grid_d, st);
 }
 
 /// One part of a kSkinny call on the block-scaled tiles of kFmt: the routed tiles (p.tile0 = 0, gy =
 /// max_routed_tiles) or the shared expert's token tiles (p.tile0 = max_routed_tiles, gy of them), act then down,
 /// on the warp-specialised tiles when p.warp_spec, else the direct tile when every tile's rows fit it (a tile's
-/// rows are distinct tokens: ≤ p.rows), else the ring. xr: rows per tile (≤ kSkinnyTileRows). Same values on each.
+/// rows are distinct tokens: ≤ min(xr, p.rows)), else the ring. xr: rows per tile (≤ p.tile_rows). Same values on
+/// each.
 template <DType kFmt>
 Status launch_part_q(MoeTcParams const& p, int64_t xr, int64_t gy, cudaStream_t st) {
   if (gy <= 0) return {};
@@ -596,8 +597,9 @@ Status launch_part_q(MoeTcParams const& p, int64_t xr, int64_t gy, cudaStream_t 
     return xr <= kWsDeepMaxRows ? launch_ws_part<kFmt, kWsRawDeep>(p, xr, ga, gd, gy, st)
                                 : launch_ws_part<kFmt, kWsRawShallow>(p, xr, ga, gd, gy, st);
   dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), grid_d(static_cast<unsigned>(gd), static_cast<unsigned>(gy));
-  if (p.direct_ok && ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter))
-    return launch_part_qd<kFmt>(p, grid_a, grid_d, st);
+  int64_t const dr = std::min(xr, p.rows);
+  if (p.direct_ok && ops::tc_quant_direct_fits(dr, p.dim) && ops::tc_quant_direct_fits(dr, p.inter))
+    return launch_part_qd<kFmt>(p, dr, grid_a, grid_d, st);
   constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt, false>;
   constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt, false>;
   TESSERA_TRY(cuda_status(allow_smem<kActQ>(skinny_q_smem_bytes<kFmt>(2, kActQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
@@ -616,12 +618,13 @@ template <DType kFmt>
 Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   constexpr auto kAct = moe_tc_act_skinny_kernel<kActStages>;
   constexpr auto kDown = moe_tc_down_skinny_kernel<kDownStages>;
-  if (p.tile_rows != kSkinnyTileRows) return invalid_argument("moe_tc skinny: tiles of 8 assignments expected");
+  if (p.tile_rows != kSkinnyTileRows && p.tile_rows != ops::kTcDirectMaxRows)
+    return invalid_argument("moe_tc skinny: tiles of 8 (or, for the direct tile, 4) assignments expected");
   if (p.dim % 32 != 0 || p.inter % 32 != 0 || p.dim > ops::kTcQuantMaxK || p.inter > ops::kTcQuantMaxK)
     return invalid_argument("moe_tc block-scaled experts: dim and inter must be multiples of 32, at most " +
                             std::to_string(ops::kTcQuantMaxK));
-  int64_t const xr = p.rows * p.top_k < kSkinnyTileRows ? p.rows * p.top_k : kSkinnyTileRows;
-  int64_t const xs = p.rows < kSkinnyTileRows ? p.rows : kSkinnyTileRows;  // shared-expert tile rows
+  int64_t const xr = std::min<int64_t>(p.rows * p.top_k, p.tile_rows);
+  int64_t const xs = std::min<int64_t>(p.rows, p.tile_rows);  // shared-expert tile rows
   int64_t const gr = p.max_routed_tiles, gs = p.shared ? ceil_div(p.rows, p.tile_rows) : 0;
   int64_t const ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
   TESSERA_TRY(check_grid(ga, gr + gs, "moe_tc act skinny"));

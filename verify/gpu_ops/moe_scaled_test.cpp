@@ -255,8 +255,10 @@ void check(Problem const& p) {
   // kTcDirectMaxRows.
   check_quant_path(MoeTcPath::kAuto, ops::TcQuantPath::kRing, "ring");
   // The direct path (one warp per 8 columns; codes through its shared-memory ring from K = 2048, else registers)
-  // wherever its x rows fit: kAuto takes it at one token; the same bits at 2–4 tokens.
-  if (ops::tc_quant_direct_fits(p.rows, p.dim) && ops::tc_quant_direct_fits(p.rows, p.inter))
+  // wherever its x rows fit: kAuto takes it up to kTcDirectMaxRows tokens; above that its tiles hold at most that
+  // many assignments. The same bits at every row count.
+  int64_t const dr = std::min<int64_t>(p.rows, ops::kTcDirectMaxRows);
+  if (ops::tc_quant_direct_fits(dr, p.dim) && ops::tc_quant_direct_fits(dr, p.inter))
     check_quant_path(MoeTcPath::kSkinny, ops::TcQuantPath::kDirect, "direct");
   // The warp-specialised path (four warps decode, one runs the mma chain) on the skinny tiles.
   check_quant_path(MoeTcPath::kSkinny, ops::TcQuantPath::kWarpSpec, "warp-specialised");

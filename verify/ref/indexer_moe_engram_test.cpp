@@ -398,6 +398,53 @@ BOOST_AUTO_TEST_CASE(tensor_core_path_rule) {
   BOOST_TEST((ops::moe_tc_path_for(f32) == MoeTcPath::kEmulated));
 }
 
+// Block-scaled routed experts whose tiles fit the direct tile: kGemm from kMoeTcDirectGemmMinPerExpert assignments
+// per expert; where the direct tile is excluded (a ring or warp-specialised choice, x rows too long for it,
+// bf16 experts) the rule above.
+BOOST_AUTO_TEST_CASE(tensor_core_path_rule_direct_tiles) {
+  using ops::MoeTcPath;
+  auto desc = [](int64_t rows, int64_t experts, DType routed) {
+    ops::MoeExpertsDesc d;
+    d.rows = rows, d.experts = experts, d.dim = 5120, d.inter = 2304, d.top_k = 6;
+    d.md = DType::kBf16, d.weight_dtype = DType::kBf16, d.routed_scaled = routed;
+    return d;
+  };
+  BOOST_TEST_REQUIRE(ops::kMoeTcDirectGemmMinPerExpert == 2);
+  for (DType const f : {DType::kF4E2m1x2, DType::kF8E4m3}) {
+    BOOST_TEST(ops::moe_direct_tiles_fit(desc(1, 384, f)));
+    BOOST_TEST(ops::moe_direct_tiles_fit(desc(4096, 384, f)));  // 4 x rows a tile at any row count
+    // 384 experts: 762 assignments (b127) kSkinny, 768 (b128) kGemm; 32 experts: 60 (b10) / 66 (b11).
+    BOOST_TEST((ops::moe_tc_path_for(desc(6, 384, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(64, 384, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(127, 384, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(128, 384, f)) == MoeTcPath::kGemm));
+    BOOST_TEST((ops::moe_tc_path_for(desc(10, 32, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(11, 32, f)) == MoeTcPath::kGemm));
+    // The threshold as an argument (TESSERA_MOE_GEMM_MIN_DIRECT on CUDA).
+    BOOST_TEST((ops::moe_tc_path_for(desc(64, 384, f), 1, 32, 1) == MoeTcPath::kGemm));
+    BOOST_TEST((ops::moe_tc_path_for(desc(63, 384, f), 1, 32, 1) == MoeTcPath::kSkinny));
+    // A ring or warp-specialised choice: the bf16 rule (kGemm from 32 assignments).
+    for (ops::TcQuantPath const q : {ops::TcQuantPath::kRing, ops::TcQuantPath::kWarpSpec}) {
+      auto d = desc(6, 384, f);
+      d.routed_quant_path = q;
+      BOOST_TEST(!ops::moe_direct_tiles_fit(d));
+      BOOST_TEST((ops::moe_tc_path_for(d) == MoeTcPath::kGemm));
+    }
+    auto direct = desc(64, 384, f);
+    direct.routed_quant_path = ops::TcQuantPath::kDirect;
+    BOOST_TEST((ops::moe_tc_path_for(direct) == MoeTcPath::kSkinny));
+    // x rows past the direct tile's budget: 4 · (6144 + 16) · 2 > 48 KiB.
+    auto wide = desc(6, 384, f);
+    wide.dim = 6144;
+    BOOST_TEST(!ops::moe_direct_tiles_fit(wide));
+    BOOST_TEST((ops::moe_tc_path_for(wide) == MoeTcPath::kGemm));
+    wide.rows = 2;  // two x rows fit
+    BOOST_TEST(ops::moe_direct_tiles_fit(wide));
+  }
+  BOOST_TEST(!ops::moe_direct_tiles_fit(desc(6, 384, DType::kBf16)));
+  BOOST_TEST((ops::moe_tc_path_for(desc(6, 384, DType::kBf16)) == MoeTcPath::kGemm));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(engram)

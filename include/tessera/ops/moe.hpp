@@ -75,7 +75,12 @@ struct MoeRouteArgs {
 ///              With most experts holding one row, W is read once either way, and from 32 assignments the wgmma
 ///              tile is the faster reader (384 experts, top-6, two runs each: b4 2.41 → 2.52 / 2.62 ms, b5
 ///              2.86 / 2.77 → 2.75 / 2.75, b6 3.44 / 3.26 → 3.28 / 3.27, b7 3.61 / 3.50 → 3.35 / 3.32, b8 3.81 /
-///              3.80 → 3.41 / 3.54, b16 6.34 / 6.43 → 5.55 / 5.64).
+///              3.80 → 3.41 / 3.54, b16 6.34 / 6.43 → 5.55 / 5.64). Block-scaled routed experts whose tiles fit
+///              the direct tile (moe_direct_tiles_fit) instead take kGemm from kMoeTcDirectGemmMinPerExpert
+///              assignments per expert: below it kSkinny cuts each expert's assignments into tiles of at most
+///              kTcDirectMaxRows, which read W once per 4 rather than once per 128 but at the one-warp tile's speed
+///              (H100, 384 FP4 experts, one layer + head, kGemm → direct tiles: b8 3.47 / 3.34 → 2.47 / 2.45 ms,
+///              b16 5.56 / 5.59 → 3.99 / 3.87, b32 9.43 / 9.56 → 7.28 / 7.00, b64 11.76 / 11.76 → 8.75 / 8.30).
 /// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny and kGemm decode their codes inside the
 /// tiles (kGemm per 32-wide K slab of its 128-column block tile); with decode_group_experts > 0, kGemm instead
 /// decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory first and runs the bf16
@@ -86,6 +91,7 @@ struct MoeRouteArgs {
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
 inline constexpr int64_t kMoeTcGemmMinPerExpert = 1;
 inline constexpr int64_t kMoeTcGemmMinAssignments = 32;
+inline constexpr int64_t kMoeTcDirectGemmMinPerExpert = 2;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
@@ -107,10 +113,11 @@ struct MoeExpertsDesc {
   /// the experts to bf16 first, n at a time (3·dim·inter·2 bytes each), each group's tiles after its decode, groups
   /// in expert order (the cross-check of the in-tile decode; it writes and re-reads 2 bytes per weight).
   int64_t decode_group_experts = 0;
-  /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kAuto: kWarpSpec
-  /// above kTcDirectMaxRows rows; up to it kDirect when the x rows fit, else kRing (TESSERA_MOE_WS=0 / 1 forces
-  /// the one-warp choice / kWarpSpec at any row count). kDirect without kWarpSpec: when rows ≤ kTcDirectMaxRows
-  /// and the x rows fit (a tile's rows are distinct tokens, at most `rows`), else kRing.
+  /// Block-scaled routed experts: how codes reach the mma chain (ops::TcQuantPath; same values). kDirect: on
+  /// kSkinny the tile table holds at most kTcDirectMaxRows assignments a tile (a tile's rows are distinct tokens),
+  /// so any row count runs on the direct tile when moe_direct_tiles_fit; else kRing. kAuto: kDirect when
+  /// moe_direct_tiles_fit, else kWarpSpec above kTcDirectMaxRows rows and kRing up to it (TESSERA_MOE_WS=0 / 1
+  /// forces the one-warp choice / kWarpSpec at any row count).
   TcQuantPath routed_quant_path = TcQuantPath::kAuto;
   /// kF8E4m3 or kF4E2m1x2 when the SHARED expert is block-scaled (the native release stores it FP8 with 32 × 32
   /// ue8m0 blocks); its values are ops::scaled_weight's, as for routed_scaled. Any other value: weight_dtype.
@@ -131,15 +138,28 @@ inline bool moe_shared_scaled(MoeExpertsDesc const& d) {
   return d.shared_expert && (d.shared_scaled == DType::kF8E4m3 || d.shared_scaled == DType::kF4E2m1x2);
 }
 
+/// Whether kSkinny's block-scaled routed tiles may run on the direct tile at this call's size: routed experts
+/// block-scaled, routed_quant_path kAuto or kDirect, and the x rows of a tile (min(rows, kTcDirectMaxRows): a
+/// tile's rows are distinct tokens) fit it for both dots (K = dim, then inter).
+inline bool moe_direct_tiles_fit(MoeExpertsDesc const& d) {
+  if (!moe_routed_scaled(d)) return false;
+  if (d.routed_quant_path != TcQuantPath::kAuto && d.routed_quant_path != TcQuantPath::kDirect) return false;
+  int64_t const r = std::min(d.rows, kTcDirectMaxRows);
+  return tc_quant_direct_fits(r, d.dim) && tc_quant_direct_fits(r, d.inter);
+}
+
 /// The path a CUDA MoeExperts call runs: kEmulated unless weights and md are both bf16; then the descriptor's
 /// choice, or for kAuto kGemm when rows·top_k ≥ min(min_per_expert·experts, min_assignments) (W read once per 128
-/// assignments pays off, or the wgmma tile reads it faster), else kSkinny.
+/// assignments pays off, or the wgmma tile reads it faster), else kSkinny; when moe_direct_tiles_fit, kGemm from
+/// rows·top_k ≥ min_per_expert_direct·experts instead.
 inline MoeTcPath moe_tc_path_for(MoeExpertsDesc const& d, int64_t min_per_expert = kMoeTcGemmMinPerExpert,
-                                 int64_t min_assignments = kMoeTcGemmMinAssignments) {
+                                 int64_t min_assignments = kMoeTcGemmMinAssignments,
+                                 int64_t min_per_expert_direct = kMoeTcDirectGemmMinPerExpert) {
   if (d.weight_dtype != DType::kBf16 || d.md != DType::kBf16) return MoeTcPath::kEmulated;
   if (d.tc_path != MoeTcPath::kAuto) return d.tc_path;
-  return d.rows * d.top_k >= std::min(min_per_expert * d.experts, min_assignments) ? MoeTcPath::kGemm
-                                                                                    : MoeTcPath::kSkinny;
+  int64_t const gemm_from = moe_direct_tiles_fit(d) ? min_per_expert_direct * d.experts
+                                                    : std::min(min_per_expert * d.experts, min_assignments);
+  return d.rows * d.top_k >= gemm_from ? MoeTcPath::kGemm : MoeTcPath::kSkinny;
 }
 
 inline std::ostream& operator<<(std::ostream& os, MoeExpertsDesc const& d) {
