@@ -216,9 +216,10 @@ __device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, in
 
 /// kDirect: one warp per 8 columns, codes decoded in registers (linear_tc_quant_direct.cuh; kRing: the codes reach
 /// them through its ring). A tile holds distinct tokens, so its count is at most the call's rows, and the launch
-/// takes it when rows ≤ kTcDirectMaxRows and the x rows fit; else the shared-memory ring tile (linear_tc_quant.cuh).
-/// Same values.
-template <DType kFmt, bool kDirect, bool kRing = true>
+/// takes it when its x rows fit; else the shared-memory ring tile (linear_tc_quant.cuh). Same values.
+/// kFmtShared: the format of the shared expert's tiles (t.expert < 0) when one launch runs the routed tiles and the
+/// shared expert's together (launch_skinny_q; direct tiles only); the default, kFmt, for a launch of one format.
+template <DType kFmt, bool kDirect, bool kRing = true, DType kFmtShared = kFmt>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
@@ -228,15 +229,22 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams con
   if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
   __syncwarp();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[2] = {tile_q<kFmt>(p, t, 0, p.dim), tile_q<kFmt>(p, t, 1, p.dim)};
-  float acc[2][4];
   auto const xrow = [&](int j) { return p.x + static_cast<int64_t>(rows_s[j].token) * p.dim; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 2, kRing>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
-  else skinny_warp_tile_q<kFmt, 2, kActQStages, kQuantBKMoe>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
-  act_store(p, t, rows_s, n0, acc);
+  auto const run = [&]<DType kF>() {
+    QuantW const w[2] = {tile_q<kF>(p, t, 0, p.dim), tile_q<kF>(p, t, 1, p.dim)};
+    float acc[2][4];
+    if constexpr (kDirect) skinny_warp_tile_qd<kF, 2, kRing>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+    else skinny_warp_tile_q<kF, 2, kActQStages, kQuantBKMoe>(act_q_smem, w, n0, p.inter, p.dim, t.count, xrow, acc);
+    act_store(p, t, rows_s, n0, acc);
+  };
+  if constexpr (kFmtShared != kFmt) {
+    static_assert(kDirect, "a launch of two formats runs the direct tiles");
+    if (t.expert < 0) return run.template operator()<kFmtShared>();
+  }
+  run.template operator()<kFmt>();
 }
 
-template <DType kFmt, bool kDirect, bool kRing = true>
+template <DType kFmt, bool kDirect, bool kRing = true, DType kFmtShared = kFmt>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
@@ -246,12 +254,19 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
   __syncwarp();
   int64_t const n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
-  QuantW const w[1] = {tile_q<kFmt>(p, t, 2, p.inter)};
-  float acc[1][4];
   auto const xrow = [&](int j) { return p.act + static_cast<int64_t>(slot_s[j]) * p.inter; };
-  if constexpr (kDirect) skinny_warp_tile_qd<kFmt, 1, kRing>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
-  else skinny_warp_tile_q<kFmt, 1, kDownQStages, kQuantBKMoe>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
-  down_store(p, t, slot_s, n0, acc);
+  auto const run = [&]<DType kF>() {
+    QuantW const w[1] = {tile_q<kF>(p, t, 2, p.inter)};
+    float acc[1][4];
+    if constexpr (kDirect) skinny_warp_tile_qd<kF, 1, kRing>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+    else skinny_warp_tile_q<kF, 1, kDownQStages, kQuantBKMoe>(down_q_smem, w, n0, p.dim, p.inter, t.count, xrow, acc);
+    down_store(p, t, slot_s, n0, acc);
+  };
+  if constexpr (kFmtShared != kFmt) {
+    static_assert(kDirect, "a launch of two formats runs the direct tiles");
+    if (t.expert < 0) return run.template operator()<kFmtShared>();
+  }
+  run.template operator()<kFmt>();
 }
 
 /// Warp-specialised block-scaled tiles (MoeTcParams::warp_spec): one block of kWsThreads per (8 columns, tile); four
@@ -564,24 +579,44 @@ Status launch_ws_part(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, 
   return launch_status("moe_tc_down_ws_kernel");
 }
 
-/// The direct act then down launches of one part (launch_part_q); kRing: codes through the shared-memory ring.
-template <DType kFmt, bool kRing>
+/// The direct act then down launches of one part (launch_part_q), or of the routed and shared parts together
+/// (kFmtShared ≠ kFmt or p.tile0 = 0 with the shared tiles in grid y: launch_skinny_q); kRing: codes through the
+/// shared-memory ring. xr: x rows a tile at most; the shared memory covers either format's tiles.
+template <DType kFmt, bool kRing, DType kFmtShared = kFmt>
 Status launch_part_qd_with(MoeTcParams const& p, int64_t xr, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
-  constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true, kRing>;
-  constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true, kRing>;
-  TESSERA_TRY(cuda_status(allow_smem<kActD>(skinny_qd_max_smem_bytes<kFmt>(2)),
+  constexpr auto kActD = moe_tc_act_skinny_q_kernel<kFmt, true, kRing, kFmtShared>;
+  constexpr auto kDownD = moe_tc_down_skinny_q_kernel<kFmt, true, kRing, kFmtShared>;
+  auto const most = [](size_t a, size_t b) { return a > b ? a : b; };
+  TESSERA_TRY(cuda_status(allow_smem<kActD>(most(skinny_qd_max_smem_bytes<kFmt>(2), skinny_qd_max_smem_bytes<kFmtShared>(2))),
                           "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
-  TESSERA_TRY(cuda_status(allow_smem<kDownD>(skinny_qd_max_smem_bytes<kFmt>(1)),
+  TESSERA_TRY(cuda_status(allow_smem<kDownD>(most(skinny_qd_max_smem_bytes<kFmt>(1), skinny_qd_max_smem_bytes<kFmtShared>(1))),
                           "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
-  kActD<<<grid_a, 32, skinny_qd_smem_bytes<kFmt>(2, xr, p.dim, kRing), st>>>(p);
+  kActD<<<grid_a, 32, most(skinny_qd_smem_bytes<kFmt>(2, xr, p.dim, kRing), skinny_qd_smem_bytes<kFmtShared>(2, xr, p.dim, kRing)), st>>>(p);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
-  kDownD<<<grid_d, 32, skinny_qd_smem_bytes<kFmt>(1, xr, p.inter, kRing), st>>>(p);
+  kDownD<<<grid_d, 32, most(skinny_qd_smem_bytes<kFmt>(1, xr, p.inter, kRing), skinny_qd_smem_bytes<kFmtShared>(1, xr, p.inter, kRing)), st>>>(p);
   return launch_status("moe_tc_down_skinny_q_kernel (direct)");
 }
-template <DType kFmt>
+template <DType kFmt, DType kFmtShared = kFmt>
 Status launch_part_qd(MoeTcParams const& p, int64_t xr, dim3 grid_a, dim3 grid_d, cudaStream_t st) {
-  return direct_ring_codes(std::min(p.dim, p.inter)) ? launch_part_qd_with<kFmt, true>(p, xr, grid_a, grid_d, st)
-                             : launch_part_qd_with<kFmt, false>(p, xr, grid_a, grid_d, st);
+  return direct_ring_codes(std::min(p.dim, p.inter)) ? launch_part_qd_with<kFmt, true, kFmtShared>(p, xr, grid_a, grid_d, st)
+                             : launch_part_qd_with<kFmt, false, kFmtShared>(p, xr, grid_a, grid_d, st);
+}
+
+/// Whether launch_skinny_q runs the routed and the block-scaled shared expert's direct tiles in one act and one
+/// down launch (one wave of both parts' warps instead of two short ones; each tile computes what it computed in
+/// its own launch, so the same values). TESSERA_MOE_SHARED_JOIN=0 keeps two launches (read once; A/B runs).
+bool moe_shared_join() {
+  static bool const on = [] {
+    char const* e = std::getenv("TESSERA_MOE_SHARED_JOIN");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+/// Whether a part of tiles of xr rows runs on the direct tiles (not warp-specialised, direct allowed, x rows fit).
+bool direct_part(MoeTcParams const& p, int64_t xr) {
+  int64_t const dr = std::min(xr, p.rows);
+  return !p.warp_spec && p.direct_ok && ops::tc_quant_direct_fits(dr, p.dim) && ops::tc_quant_direct_fits(dr, p.inter);
 }
 
 /// One part of a kSkinny call on the block-scaled tiles of kFmt: the routed tiles (p.tile0 = 0, gy =
@@ -598,8 +633,7 @@ Status launch_part_q(MoeTcParams const& p, int64_t xr, int64_t gy, cudaStream_t 
                                 : launch_ws_part<kFmt, kWsRawShallow>(p, xr, ga, gd, gy, st);
   dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), grid_d(static_cast<unsigned>(gd), static_cast<unsigned>(gy));
   int64_t const dr = std::min(xr, p.rows);
-  if (p.direct_ok && ops::tc_quant_direct_fits(dr, p.dim) && ops::tc_quant_direct_fits(dr, p.inter))
-    return launch_part_qd<kFmt>(p, dr, grid_a, grid_d, st);
+  if (direct_part(p, xr)) return launch_part_qd<kFmt>(p, dr, grid_a, grid_d, st);
   constexpr auto kActQ = moe_tc_act_skinny_q_kernel<kFmt, false>;
   constexpr auto kDownQ = moe_tc_down_skinny_q_kernel<kFmt, false>;
   TESSERA_TRY(cuda_status(allow_smem<kActQ>(skinny_q_smem_bytes<kFmt>(2, kActQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
@@ -629,6 +663,15 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
   int64_t const ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
   TESSERA_TRY(check_grid(ga, gr + gs, "moe_tc act skinny"));
   TESSERA_TRY(check_grid(gd, gr + gs, "moe_tc down skinny"));
+  bool const scaled_shared = p.shared_scaled == DType::kF8E4m3 || p.shared_scaled == DType::kF4E2m1x2;
+  if (gs > 0 && scaled_shared && gr > 0 && moe_shared_join() && direct_part(p, xr)) {  // xs ≤ xr: one launch
+    dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gr + gs));
+    dim3 const grid_d(static_cast<unsigned>(gd), static_cast<unsigned>(gr + gs));
+    int64_t const dr = std::min(xr, p.rows);
+    if (p.shared_scaled == kFmt) return launch_part_qd<kFmt>(p, dr, grid_a, grid_d, st);
+    constexpr DType kOther = kFmt == DType::kF8E4m3 ? DType::kF4E2m1x2 : DType::kF8E4m3;
+    return launch_part_qd<kFmt, kOther>(p, dr, grid_a, grid_d, st);
+  }
   TESSERA_TRY(launch_part_q<kFmt>(p, xr, gr, st));
   if (gs == 0) return {};
   MoeTcParams ps = p;  // the shared expert's tiles: indices max_routed_tiles …
