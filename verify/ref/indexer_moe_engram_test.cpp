@@ -409,17 +409,17 @@ BOOST_AUTO_TEST_CASE(tensor_core_path_rule_direct_tiles) {
     d.md = DType::kBf16, d.weight_dtype = DType::kBf16, d.routed_scaled = routed;
     return d;
   };
-  BOOST_TEST_REQUIRE(ops::kMoeTcDirectGemmMinPerExpert == 2);
+  BOOST_TEST_REQUIRE(ops::kMoeTcDirectGemmMinPerExpert == 3);
   for (DType const f : {DType::kF4E2m1x2, DType::kF8E4m3}) {
     BOOST_TEST(ops::moe_direct_tiles_fit(desc(1, 384, f)));
     BOOST_TEST(ops::moe_direct_tiles_fit(desc(4096, 384, f)));  // 4 x rows a tile at any row count
-    // 384 experts: 762 assignments (b127) kSkinny, 768 (b128) kGemm; 32 experts: 60 (b10) / 66 (b11).
+    // 384 experts: 1,146 assignments (b191) kSkinny, 1,152 (b192) kGemm; 32 experts: 90 (b15) / 96 (b16).
     BOOST_TEST((ops::moe_tc_path_for(desc(6, 384, f)) == MoeTcPath::kSkinny));
-    BOOST_TEST((ops::moe_tc_path_for(desc(64, 384, f)) == MoeTcPath::kSkinny));
-    BOOST_TEST((ops::moe_tc_path_for(desc(127, 384, f)) == MoeTcPath::kSkinny));
-    BOOST_TEST((ops::moe_tc_path_for(desc(128, 384, f)) == MoeTcPath::kGemm));
-    BOOST_TEST((ops::moe_tc_path_for(desc(10, 32, f)) == MoeTcPath::kSkinny));
-    BOOST_TEST((ops::moe_tc_path_for(desc(11, 32, f)) == MoeTcPath::kGemm));
+    BOOST_TEST((ops::moe_tc_path_for(desc(128, 384, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(191, 384, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(192, 384, f)) == MoeTcPath::kGemm));
+    BOOST_TEST((ops::moe_tc_path_for(desc(15, 32, f)) == MoeTcPath::kSkinny));
+    BOOST_TEST((ops::moe_tc_path_for(desc(16, 32, f)) == MoeTcPath::kGemm));
     // The threshold as an argument (TESSERA_MOE_GEMM_MIN_DIRECT on CUDA).
     BOOST_TEST((ops::moe_tc_path_for(desc(64, 384, f), 1, 32, 1) == MoeTcPath::kGemm));
     BOOST_TEST((ops::moe_tc_path_for(desc(63, 384, f), 1, 32, 1) == MoeTcPath::kSkinny));

@@ -80,7 +80,9 @@ struct MoeRouteArgs {
 ///              assignments per expert: below it kSkinny cuts each expert's assignments into tiles of at most
 ///              kTcDirectMaxRows, which read W once per 4 rather than once per 128 but at the one-warp tile's speed
 ///              (H100, 384 FP4 experts, one layer + head, kGemm → direct tiles: b8 3.47 / 3.34 → 2.47 / 2.45 ms,
-///              b16 5.56 / 5.59 → 3.99 / 3.87, b32 9.43 / 9.56 → 7.28 / 7.00, b64 11.76 / 11.76 → 8.75 / 8.30).
+///              b16 5.56 / 5.59 → 3.99 / 3.87, b32 9.43 / 9.56 → 7.28 / 7.00, b64 11.76 / 11.76 → 8.75 / 8.30,
+///              b128 (2 per expert) 16.47 → 14.46 / 13.17; but b256 (4 per expert) 23.49 → 24.85 / 25.77 and a
+///              256-token prefill 10.5 → 11.8 / 11.6: the crossover lies between 2 and 4, so kGemm from 3).
 /// Block-scaled routed experts (MoeExpertsDesc::routed_scaled): kSkinny and kGemm decode their codes inside the
 /// tiles (kGemm per 32-wide K slab of its 128-column block tile); with decode_group_experts > 0, kGemm instead
 /// decodes groups of experts to bf16 (ops::scaled_weight, exact) in stream-ordered memory first and runs the bf16
@@ -91,7 +93,7 @@ struct MoeRouteArgs {
 enum class MoeTcPath : int { kAuto = -1, kEmulated = 0, kSkinny = 1, kGemm = 2 };
 inline constexpr int64_t kMoeTcGemmMinPerExpert = 1;
 inline constexpr int64_t kMoeTcGemmMinAssignments = 32;
-inline constexpr int64_t kMoeTcDirectGemmMinPerExpert = 2;
+inline constexpr int64_t kMoeTcDirectGemmMinPerExpert = 3;
 
 struct MoeExpertsDesc {
   int64_t rows = 0, experts = 0, dim = 0, inter = 0, top_k = 1;
