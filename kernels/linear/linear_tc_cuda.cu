@@ -167,8 +167,9 @@ constexpr Launch kLaunch[2][2][2] = {
      {launch_skinny<TcMma::kK8x2, false>, launch_skinny<TcMma::kK8x2, true>}},
 };
 
-/// decode_block_scaled_pairs_cuda: pair i through the tiles' decode helpers (the table entry built as
-/// stage_quant_scales_and_table builds it for FP4).
+/// decode_block_scaled_pairs_cuda: pair i through the tiles' decode helpers. FP4: the byte through both halves of
+/// bf16x2_from_e2m1x4 (codes 0, 1 and 2, 3 of b · 0x101); halves that disagree give 0xDEADBEEF, which no pair
+/// decodes to (e2m1 values have two significant bits).
 __global__ void decode_pairs_kernel(DType fmt, uint16_t const* pairs, uint8_t const* scales, uint32_t* out, int64_t n) {
   int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -176,10 +177,9 @@ __global__ void decode_pairs_kernel(DType fmt, uint16_t const* pairs, uint8_t co
   if (fmt == DType::kF8E4m3) {
     out[i] = scaled_e4m3x2(pairs[i], float_from_e8m0(sb));
   } else {
-    uint8_t const b = static_cast<uint8_t>(pairs[i]);
-    uint32_t const entry = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
-                           (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
-    out[i] = scaled_e2m1x2(entry, e8m0_bf16x2(sb));
+    uint32_t p01 = 0, p23 = 0;
+    bf16x2_from_e2m1x4((pairs[i] & 0xFFu) * 0x101u, p01, p23);
+    out[i] = p01 == p23 ? scaled_e2m1x2(p01, e8m0_bf16x2(sb)) : 0xDEADBEEFu;
   }
 }
 

@@ -7,8 +7,9 @@
 /// Exactness: the decoded value is ops::scaled_weight = →bf16(code · 2^(s−127)). e4m3: two codes at a time by the
 /// hardware conversion cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is an fp16 normal), widened to fp32, multiplied
 /// by the power of two in fp32 (__fmul_rn, exact unless the product leaves fp32's range) and rounded once to bf16
-/// (cvt.rn.bf16x2.f32 = RNE); e4m3 NaN codes are not weights (the NaN payload may differ). e2m1: a 256-entry table
-/// of byte → its two codes' bf16 values in shared memory, times the scale as bf16 in one bf16x2 multiply
+/// (cvt.rn.bf16x2.f32 = RNE); e4m3 NaN codes are not weights (the NaN payload may differ). e2m1: four codes' bf16
+/// values at a time in registers (bf16x2_from_e2m1x4: byte tables in prmt immediates; a shared table read by random
+/// lanes costs ~3.5 bank wavefronts a read), times the scale as bf16 in one bf16x2 multiply
 /// (scaled_e2m1x2: the product of a two-significant-bit value and a power of two is a bf16 value or overflows, so
 /// it is the fp32 path's result). The mma then
 /// sees exactly the bf16 operands a kBf16 weight holding those values would give it, in the same block order
@@ -28,6 +29,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/linear/linear_tc.cuh"
+#include "tessera/core/packed_codes.hpp"
 
 namespace tessera::kernels::tc_linear {
 
@@ -47,12 +49,12 @@ inline constexpr int kScaleRows = kFmt == DType::kF4E2m1x2 ? kSkinnyCols : 1;
 /// Scale columns held per row: ⌈k/256⌉·8, so a 256-wide part past K reads defined (1.0) scales.
 inline constexpr int64_t quant_scale_cols(int64_t k) { return (k + 255) / 256 * 8; }
 
-/// Shared memory of skinny_warp_tile_q: the ring (codes + x rows), the bf16 buffer, the FP4 table, the scales.
+/// Shared memory of skinny_warp_tile_q: the ring (codes + x rows), the bf16 buffer, the scales.
 template <DType kFmt>
 inline constexpr size_t skinny_q_smem_bytes(int mats, int stages, int64_t xr, int bk, int64_t k) {
   size_t const stage = size_t(mats) * kSkinnyCols * size_t(bk / kCodesPerByte<kFmt>) + size_t(xr) * size_t(bk + 8) * 2;
   size_t const scales = size_t(mats) * kScaleRows<kFmt> * size_t(quant_scale_cols(k));
-  return size_t(stages) * stage + size_t(mats) * kSkinnyCols * kSkinnyLds * 2 + 1024 + (scales + 15) / 16 * 16;
+  return size_t(stages) * stage + size_t(mats) * kSkinnyCols * kSkinnyLds * 2 + (scales + 15) / 16 * 16;
 }
 
 /// Two codes' values (k, k + 1 in the low, high half) times sc, as bf16x2 bits.
@@ -66,13 +68,21 @@ __device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t s) {
   uint32_t const h = s == 0 ? 0x0040u : s == 0xFFu ? 0x7FC0u : s << 7;
   return h | (h << 16);
 }
-/// Two e2m1 values (their byte's table entry: bf16 bits, k in the low half) times the scale (e8m0_bf16x2), as
+/// Two e2m1 values (bf16 bits, k in the low half) times the scale (e8m0_bf16x2), as
 /// bf16x2 bits, in one bf16x2 multiply. The same bits as scaled_bf16x2's fp32 product and rounding: an e2m1 value
 /// has at most two significant bits, so v·2^(s−127) is itself a bf16 value (≥ 2^-128 in magnitude, within bf16's
 /// subnormals) or beyond bf16's range, which both round to ±inf.
 __device__ __forceinline__ uint32_t scaled_e2m1x2(uint32_t pair, uint32_t sc2) {
   __nv_bfloat162 const r = __hmul2(*reinterpret_cast<__nv_bfloat162 const*>(&pair), *reinterpret_cast<__nv_bfloat162 const*>(&sc2));
   return *reinterpret_cast<uint32_t const*>(&r);
+}
+/// The eight e2m1 codes of `word` (k ascending from the low nibble) times the scale (e8m0_bf16x2), as four bf16x2
+/// words, o[j] = codes 2j, 2j + 1: decoded in registers (bf16x2_from_e2m1x4), then scaled_e2m1x2.
+__device__ __forceinline__ void scaled_e2m1x8(uint32_t word, uint32_t sc2, uint32_t (&o)[4]) {
+  bf16x2_from_e2m1x4(word, o[0], o[1]);
+  bf16x2_from_e2m1x4(word >> 16, o[2], o[3]);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o[j] = scaled_e2m1x2(o[j], sc2);
 }
 /// The e4m3 codes in the low (k) and high (k + 1) byte of `pair` times sc, as bf16x2 bits: one cvt.rn.f16x2.e4m3x2
 /// (exact) and two exact widenings instead of two table reads.
@@ -82,12 +92,11 @@ __device__ __forceinline__ uint32_t scaled_e4m3x2(uint32_t pair, float sc) {
   return scaled_bf16x2(f.x, f.y, sc);
 }
 /// Both skinny block-scaled paths: the scales of the warp's rows for the whole K walk into `scales`
-/// (quant_scale_cols(k) per row; rows ≥ n and columns past K read code 127 = 1.0) and, FP4 only, the code table
-/// into `lut`: a byte's two codes (low nibble → low half) as bf16 bits of their values (exact: e2m1 values are bf16
-/// values). Threads t of nt (a warp: lane of 32) share the work.
+/// (quant_scale_cols(k) per row; rows ≥ n and columns past K read code 127 = 1.0). Threads t of nt (a warp: lane of
+/// 32) share the work.
 template <DType kFmt, int kMats>
-__device__ __forceinline__ void stage_quant_scales_and_table(unsigned char* scales, uint32_t* lut, QuantW const (&w)[kMats],
-                                                             int64_t n0, int64_t n, int64_t k, int lane, int nt = 32) {
+__device__ __forceinline__ void stage_quant_scales(unsigned char* scales, QuantW const (&w)[kMats], int64_t n0, int64_t n,
+                                                   int64_t k, int lane, int nt = 32) {
   int64_t const scols = quant_scale_cols(k);
   for (int i = 0; i < kMats; ++i)
     for (int j = 0; j < kScaleRows<kFmt>; ++j) {
@@ -96,10 +105,6 @@ __device__ __forceinline__ void stage_quant_scales_and_table(unsigned char* scal
       unsigned char* dst = scales + (i * kScaleRows<kFmt> + j) * scols;
       for (int64_t c = lane; c < scols; c += nt) dst[c] = row_ok && c < k / 32 ? __ldg(w[i].s + row * w[i].lds + c) : 127;
     }
-  if constexpr (kFmt == DType::kF4E2m1x2)  // e4m3 decodes by cvt.rn.f16x2.e4m3x2 (scaled_e4m3x2): no table
-    for (int b = lane; b < 256; b += nt)
-      lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
-               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
 }
 
 /// kSkinnyCols × 16 accumulator tile of kMats block-scaled matrices against 1 ≤ xr ≤ 16 x rows: the contract of
@@ -119,8 +124,7 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
   auto raw = [&](int s) { return smem + s * stage_bytes; };
   auto slab_x = [&](int s) { return reinterpret_cast<uint16_t*>(smem + s * stage_bytes + kMats * kSkinnyCols * kRowBytes); };
   uint16_t* const wbuf = reinterpret_cast<uint16_t*>(smem + kStages * stage_bytes);
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(wbuf + kMats * kSkinnyCols * kSkinnyLds);
-  unsigned char* const scales = reinterpret_cast<unsigned char*>(lut + 256);
+  unsigned char* const scales = reinterpret_cast<unsigned char*>(wbuf + kMats * kSkinnyCols * kSkinnyLds);
   int64_t const scols = quant_scale_cols(k);
 
   auto stage = [&](int64_t ks, int s) {
@@ -143,7 +147,7 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
     if (s < slabs) stage(s, s);
     cp_async_commit();
   }
-  stage_quant_scales_and_table<kFmt, kMats>(scales, lut, w, n0, n, k, lane);  // while the first slabs are in flight
+  stage_quant_scales<kFmt, kMats>(scales, w, n0, n, k, lane);  // while the first slabs are in flight
 #pragma unroll
   for (int i = 0; i < kMats; ++i)
 #pragma unroll
@@ -178,18 +182,17 @@ __device__ __forceinline__ void skinny_warp_tile_q(unsigned char* smem, QuantW c
         dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
         dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
       } else {
-        uint32_t o[16];
 #pragma unroll
-        for (int q = 0; q < 16; ++q) {
-          o[q] = scaled_e2m1x2(lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu], sc2);
+        for (int q = 0; q < 4; ++q) {
+          uint32_t o[4];
+          scaled_e2m1x8(words[q], sc2, o);
+          dst[q] = make_uint4(o[0], o[1], o[2], o[3]);
         }
-#pragma unroll
-        for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
       }
     }
   };
 
-  __syncwarp();  // scales and table written
+  __syncwarp();  // scales written
   for (int64_t ks = 0; ks < slabs; ++ks) {
     cp_async_wait<kStages - 2>();
     __syncwarp();

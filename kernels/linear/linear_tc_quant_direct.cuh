@@ -13,10 +13,11 @@
 /// (tc::block_step: one multi-term addition, exact integer sum of aligned terms), so this order of K inside the
 /// block changes nothing; the block order is unchanged.
 ///
-/// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 from a 256-entry
-/// table), widened, times 2^(s−127) in fp32, →bf16 (RNE). The scales are converted once at staging (FP4: bf16 bits
-/// per W row, FP8: fp32 per warp block), so a block pair reads its scale with one shared load. W rows past n read
-/// row n − 1 and A rows past xr repeat row xr − 1; neither is stored.
+/// Decode per code as the ring path: the code's value (e4m3 by the hardware conversion, e2m1 in registers by
+/// bf16x2_from_e2m1x4: byte tables in prmt immediates, no shared-memory table), widened, times 2^(s−127) in fp32,
+/// →bf16 (RNE). The scales are converted once at staging (FP4: bf16 bits per W row, FP8: fp32 per warp block), so a
+/// block pair reads its scale with one shared load. W rows past n read row n − 1 and A rows past xr repeat row
+/// xr − 1; neither is stored.
 ///
 /// Two ways to feed the chain (kRing, chosen per call by direct_ring_codes):
 ///   ring: per stage of 64 code bytes per W row (FP8: 4 blocks, FP4: 8), each lane cp.async's 16 bytes of its row
@@ -32,6 +33,7 @@
 #include <type_traits>
 
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "tessera/core/packed_codes.hpp"
 
 namespace tessera::kernels::tc_linear {
 
@@ -67,19 +69,19 @@ inline constexpr size_t direct_scale_bytes(int64_t k) {
 /// the 8-byte A loads of up to four rows hit distinct banks (k % 32 == 0 keeps every row 16-byte aligned).
 inline constexpr int64_t direct_x_pitch(int64_t k) { return k + 16; }
 
-/// Shared memory per warp: the code ring with the x slices (ring) or the whole x rows (registers), the FP4 table
-/// (1 KiB), the scales of each matrix.
+/// Shared memory per warp: the code ring with the x slices (ring) or the whole x rows (registers), then the scales
+/// of each matrix.
 template <DType kFmt>
 inline constexpr size_t skinny_qd_smem_bytes(int mats, int64_t xr, int64_t k, bool ring) {
   size_t const x = ring ? direct_ring_bytes<kFmt>(mats, xr) : (size_t(xr) * size_t(direct_x_pitch(k)) * 2 + 15) / 16 * 16;
-  return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(k) + 15) / 16 * 16);
+  return x + size_t(mats) * ((direct_scale_bytes<kFmt>(k) + 15) / 16 * 16);
 }
 /// The most any direct call takes (tc_quant_direct_fits: x rows within kTcDirectMaxXBytes, k ≤ kTcQuantMaxK).
 template <DType kFmt>
 inline constexpr size_t skinny_qd_max_smem_bytes(int mats) {
   size_t const x = direct_ring_bytes<kFmt>(mats, ops::kTcDirectMaxRows) > size_t(ops::kTcDirectMaxXBytes)
                        ? direct_ring_bytes<kFmt>(mats, ops::kTcDirectMaxRows) : size_t(ops::kTcDirectMaxXBytes);
-  return x + 1024 + size_t(mats) * ((direct_scale_bytes<kFmt>(ops::kTcQuantMaxK) + 15) / 16 * 16);
+  return x + size_t(mats) * ((direct_scale_bytes<kFmt>(ops::kTcQuantMaxK) + 15) / 16 * 16);
 }
 
 /// Whether a direct call over k streams its codes through the ring: from kDirectRingMinK on, unless
@@ -103,8 +105,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   int const nblocks = static_cast<int>(k / 16);
   int const scols = static_cast<int>(k / 32);
   size_t const x_bytes = kRing ? direct_ring_bytes<kFmt>(kMats, xr) : (size_t(xr) * size_t(direct_x_pitch(k)) * 2 + 15) / 16 * 16;
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(smem + x_bytes);
-  unsigned char* const scales = reinterpret_cast<unsigned char*>(lut + 256);
+  unsigned char* const scales = smem + x_bytes;
   size_t const mat_scale_bytes = (direct_scale_bytes<kFmt>(k) + 15) / 16 * 16;
   int64_t const crow = n0 + g < n ? n0 + g : n - 1;  // this lane's W row (and, in the ring, its copy row)
 
@@ -198,9 +199,9 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
     if (grp < nfull) load_group(grp, buf, std::false_type{});
     else load_group(grp, buf, std::true_type{});
   };
-  if constexpr (!kRing) load(0, buf_a);  // in flight while the table and the scales are staged
+  if constexpr (!kRing) load(0, buf_a);  // in flight while the scales are staged
 
-  // Scales, converted once (rows past n: row n − 1's, never stored); FP4: the code table.
+  // Scales, converted once (rows past n: row n − 1's, never stored).
 #pragma unroll
   for (int i = 0; i < kMats; ++i) {
     unsigned char* const dst = scales + i * mat_scale_bytes;
@@ -217,10 +218,6 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
         reinterpret_cast<float*>(dst)[col] = float_from_e8m0(__ldg(w[i].s + (n0 / 32) * w[i].lds + col));
     }
   }
-  if constexpr (kFp4)
-    for (int b = lane; b < 256; b += 32)
-      lut[b] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b & 15)))) |
-               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(b >> 4)))) << 16);
   if constexpr (!kRing) cp_async_wait<0>();  // the x rows
   __syncwarp();
 
@@ -262,8 +259,9 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
         uint32_t const wd = word(i, j);
         uint32_t f0, f1;
         if constexpr (kFp4) {
-          f0 = scaled_e2m1x2(lut[wd & 0xFFu], sc2[i]);
-          f1 = scaled_e2m1x2(lut[(wd >> 8) & 0xFFu], sc2[i]);
+          bf16x2_from_e2m1x4(wd, f0, f1);
+          f0 = scaled_e2m1x2(f0, sc2[i]);
+          f1 = scaled_e2m1x2(f1, sc2[i]);
         } else {
           f0 = scaled_e4m3x2(wd, sc[i]);
           f1 = scaled_e4m3x2(wd >> 16, sc[i]);

@@ -11,7 +11,7 @@
 ///              (FP8: row tid / 2, half tid % 2; FP4: threads < 128, row tid) into a kGemmStages ring; rows ≥ n
 ///              zero-filled;
 ///   decode     once slab kt has landed, thread tid turns the 16 codes of row tid / 2, K half tid % 2 into bf16
-///              (scaled_e4m3x2 / the e2m1 table and scaled_e2m1x2, under the slab's scale read from global
+///              (scaled_e4m3x2 / scaled_e2m1x8, under the slab's scale read from global
 ///              memory; rows ≥ n under code 127 = 1.0, so +0) and stores them into the one bf16 W slab at the bf16
 ///              tile's pitch (kGemmLds);
 ///   multiply   after a barrier, gemm_slab_mma over the x slab and the bf16 W slab.
@@ -29,11 +29,10 @@ namespace tessera::kernels::tc_linear {
 template <DType kFmt>
 inline constexpr int kGemmQRowBytes = kGemmBK / kCodesPerByte<kFmt>;
 
-/// x ring + the bf16 W slab + the FP4 table + the code ring.
+/// x ring + the bf16 W slab + the code ring.
 template <DType kFmt>
 inline constexpr size_t gemm_q_smem_bytes() {
-  return size_t(kGemmStages + 1) * kGemmTileHalves * sizeof(uint16_t) + 256 * sizeof(uint32_t) +
-         size_t(kGemmStages) * kGemmBN * kGemmQRowBytes<kFmt>;
+  return size_t(kGemmStages + 1) * kGemmTileHalves * sizeof(uint16_t) + size_t(kGemmStages) * kGemmBN * kGemmQRowBytes<kFmt>;
 }
 static_assert(gemm_q_smem_bytes<DType::kF8E4m3>() <= kGemmSmemBytes && gemm_q_smem_bytes<DType::kF4E2m1x2>() <= kGemmSmemBytes);
 static_assert(kGemmWarps * 32 == 2 * kGemmBN, "one thread per (W row, K half) of a slab");
@@ -48,14 +47,9 @@ __device__ __forceinline__ void gemm_block_tile_q(unsigned char* smem, uint16_t 
   int const tid = static_cast<int>(threadIdx.x);
   uint16_t* const xring = reinterpret_cast<uint16_t*>(smem);
   uint16_t* const wbuf = xring + kGemmStages * kGemmTileHalves;
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(wbuf + kGemmTileHalves);
-  unsigned char* const raw = reinterpret_cast<unsigned char*>(lut + 256);
+  unsigned char* const raw = reinterpret_cast<unsigned char*>(wbuf + kGemmTileHalves);
   auto slab_x = [&](int s) { return xring + s * kGemmTileHalves; };
   auto slab_raw = [&](int s) { return raw + s * (kGemmBN * kRowBytes); };
-
-  if constexpr (kFmt == DType::kF4E2m1x2)  // a byte's two codes (low nibble → low half) as bf16 bits; read after
-    lut[tid] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(tid & 15)))) |
-               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(tid >> 4)))) << 16);
 
   auto stage = [&](int64_t kt, int s) {
     int64_t const k0 = kt * kGemmBK;
@@ -91,9 +85,12 @@ __device__ __forceinline__ void gemm_block_tile_q(unsigned char* smem, uint16_t 
       uint32_t const sc2 = e8m0_bf16x2(sb);
       uint32_t const words[2] = {q.x, q.y};  // byte 4j + b: k 16h + 2(4j + b), + 1
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        uint32_t o[4];
+        scaled_e2m1x8(words[j], sc2, o);
 #pragma unroll
-        for (int b = 0; b < 4; ++b) v[4 * j + b] = scaled_e2m1x2(lut[(words[j] >> (8 * b)) & 0xFFu], sc2);
+        for (int b = 0; b < 4; ++b) v[4 * j + b] = o[b];
+      }
     }
     uint4* const dst = reinterpret_cast<uint4*>(wbuf + r * kGemmLds + 16 * h);
     dst[0] = make_uint4(v[0], v[1], v[2], v[3]);

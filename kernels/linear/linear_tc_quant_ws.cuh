@@ -40,7 +40,7 @@ inline constexpr size_t skinny_ws_smem_bytes(int mats, int raw_stages, int64_t x
   size_t const bf16_stage = size_t(mats * kSkinnyCols + xr) * kSkinnyLds * 2;
   size_t const raw_stage = size_t(mats) * kSkinnyCols * kWsRowBytes<kFmt> + size_t(xr) * kWsPart * 2;
   size_t const scales = size_t(mats) * kScaleRows<kFmt> * size_t(quant_scale_cols(k));
-  return kWsStages * bf16_stage + size_t(raw_stages) * raw_stage + 1024 + (scales + 15) / 16 * 16;
+  return kWsStages * bf16_stage + size_t(raw_stages) * raw_stage + (scales + 15) / 16 * 16;
 }
 
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
 
 /// One 16-byte unit of codes (16 FP8 or 32 FP4 codes of one row, one scale code sb) → bf16 at dst (32 or 64 bytes).
 template <DType kFmt>
-__device__ __forceinline__ void ws_decode_unit(uint4 const r, uint8_t const sb, uint32_t const* lut, uint4* dst) {
+__device__ __forceinline__ void ws_decode_unit(uint4 const r, uint8_t const sb, uint4* dst) {
   float const sc = float_from_e8m0(sb);
   uint32_t const sc2 = e8m0_bf16x2(sb);
   uint32_t const words[4] = {r.x, r.y, r.z, r.w};
@@ -65,13 +65,12 @@ __device__ __forceinline__ void ws_decode_unit(uint4 const r, uint8_t const sb, 
     dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   } else {
-    uint32_t o[16];
 #pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      o[q] = scaled_e2m1x2(lut[(words[q / 4] >> (8 * (q % 4))) & 0xFFu], sc2);
+    for (int q = 0; q < 4; ++q) {
+      uint32_t o[4];
+      scaled_e2m1x8(words[q], sc2, o);
+      dst[q] = make_uint4(o[0], o[1], o[2], o[3]);
     }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
   }
 }
 
@@ -93,8 +92,7 @@ __device__ __forceinline__ void skinny_block_tile_ws(unsigned char* smem, QuantW
   size_t const raw_stage = size_t(kCodeUnits) * 16 + size_t(xr) * kWsPart * 2;
   auto bring = [&](int s) { return reinterpret_cast<uint16_t*>(smem + s * bf16_stage); };
   auto raw = [&](int s) { return smem + kWsStages * bf16_stage + s * raw_stage; };
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(smem + kWsStages * bf16_stage + kRaw * raw_stage);
-  unsigned char* const scales = reinterpret_cast<unsigned char*>(lut + 256);
+  unsigned char* const scales = smem + kWsStages * bf16_stage + kRaw * raw_stage;
 
   if (tid < 32) {  // ---- consumer: the mma chain ----
     int const lane = tid;
@@ -186,7 +184,7 @@ __device__ __forceinline__ void skinny_block_tile_ws(unsigned char* smem, QuantW
     for (int v = 0; v < kUnitIters; ++v) {
       int const t = pt + v * kWsProducers;
       if (kCodeUnits % kWsProducers != 0 && t >= kCodeUnits) break;
-      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), scales[usc[v] + u * (kWsPart / 32)], lut,
+      ws_decode_unit<kFmt>(*reinterpret_cast<uint4 const*>(r + t * 16), scales[usc[v] + u * (kWsPart / 32)],
                            reinterpret_cast<uint4*>(wb + ubf[v]));
     }
     uint16_t const* const xr_raw = reinterpret_cast<uint16_t const*>(r + kCodeUnits * 16);
@@ -203,7 +201,7 @@ __device__ __forceinline__ void skinny_block_tile_ws(unsigned char* smem, QuantW
     if (q < nparts) issue(q, q);
     cp_async_commit();  // one group per part, empty past the end: wait_group counts stay uniform
   }
-  stage_quant_scales_and_table<kFmt, kMats>(scales, lut, w, n0, n, k, pt, kWsProducers);  // first parts in flight
+  stage_quant_scales<kFmt, kMats>(scales, w, n0, n, k, pt, kWsProducers);  // first parts in flight
   named_bar_sync(kWsProdBar, kWsProducers);
   for (int u = 0; u < nparts; ++u) {
     int const q = u + kRaw - 1;

@@ -22,7 +22,7 @@
 ///   bf16 W:   4 stages × (x slab 16 KiB + W slab 32 KiB) = 192 KiB, filled by cp.async from all threads.
 ///   quant W:  4 stages of x slabs (64 KiB) + 4 stages of raw code rows (FP8 64 B, FP4 32 B per row, each row
 ///             padded by 16 B so the decode's row-per-thread reads are conflict-free) + 2 decoded bf16 W slabs
-///             (64 KiB) + the FP4 byte table (1 KiB).
+///             (64 KiB).
 /// Pipeline (slab kt): wait until slab kt's cp.async group landed, fence.proxy.async (the generic-proxy writes —
 /// cp.async, st.shared — become visible to wgmma's async proxy), barrier; stage slab kt + 2 into stage (kt + 2) mod 4
 /// (quant: decode slab kt's codes into bf16 slab kt mod 2, fence, barrier); issue the slab's k16 steps as one wgmma
@@ -57,8 +57,8 @@ inline constexpr size_t wgmma_smem_bytes() {
   if constexpr (kFmt == DType::kBf16)
     return size_t(kWgStages) * (kWgXSlabBytes + kWgWSlabBytes) + 1024;
   else
-    return size_t(kWgStages) * kWgXSlabBytes + 2 * size_t(kWgWSlabBytes) + 256 * sizeof(uint32_t) +
-           size_t(kWgStages) * kWgBN * kWgCodePitch<kFmt> + 1024;
+    return size_t(kWgStages) * kWgXSlabBytes + 2 * size_t(kWgWSlabBytes) + size_t(kWgStages) * kWgBN * kWgCodePitch<kFmt> +
+           1024;
 }
 static_assert(wgmma_smem_bytes<DType::kBf16>() <= 227 * 1024 && wgmma_smem_bytes<DType::kF8E4m3>() <= 227 * 1024 &&
               wgmma_smem_bytes<DType::kF4E2m1x2>() <= 227 * 1024);
@@ -174,7 +174,7 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
   // 1024-aligned tile base in the shared window.
   uint32_t const base_addr = (smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* const base = smem_raw + (base_addr - smem_addr(smem_raw));
-  // bf16 W: stage s = [x slab | W slab]; quant: x ring, then the two bf16 W slabs, the FP4 table, the code ring.
+  // bf16 W: stage s = [x slab | W slab]; quant: x ring, then the two bf16 W slabs, the code ring.
   auto x_off = [&](int s) -> uint32_t {
     return kQuant ? static_cast<uint32_t>(s * kWgXSlabBytes) : static_cast<uint32_t>(s * (kWgXSlabBytes + kWgWSlabBytes));
   };
@@ -182,13 +182,7 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
     return kQuant ? static_cast<uint32_t>(kWgStages * kWgXSlabBytes + s * kWgWSlabBytes)
                   : static_cast<uint32_t>(s * (kWgXSlabBytes + kWgWSlabBytes) + kWgXSlabBytes);
   };
-  constexpr uint32_t kLutOff = kWgStages * kWgXSlabBytes + 2 * kWgWSlabBytes;
-  uint32_t* const lut = reinterpret_cast<uint32_t*>(base + kLutOff);
-  unsigned char* const raw = base + kLutOff + 256 * sizeof(uint32_t);
-
-  if constexpr (kFmt == DType::kF4E2m1x2)  // a byte's two codes (low nibble → low half) as bf16 bits
-    lut[tid] = static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(tid & 15)))) |
-               (static_cast<uint32_t>(bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(tid >> 4)))) << 16);
+  unsigned char* const raw = base + kWgStages * kWgXSlabBytes + 2 * kWgWSlabBytes;
 
   auto stage = [&](int64_t kt, int s) {
     int64_t const k0 = kt * kWgBK + schunk * 8;
@@ -260,8 +254,7 @@ __device__ __forceinline__ void wgmma_block_tile(unsigned char* smem_raw, uint16
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             uint32_t o[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) o[b] = scaled_e2m1x2(lut[(words[j] >> (8 * b)) & 0xFFu], sc2[c2]);
+            scaled_e2m1x8(words[j], sc2[c2], o);
             *reinterpret_cast<uint4*>(dst + swizzle128(r, 4 * c2 + j)) = make_uint4(o[0], o[1], o[2], o[3]);
           }
         }

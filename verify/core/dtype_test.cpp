@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/core/dtype.hpp"
+#include "tessera/core/packed_codes.hpp"
 
 using namespace tessera;
 
@@ -175,6 +176,29 @@ BOOST_AUTO_TEST_CASE(e8m0_codes_and_ceil_rule) {
     BOOST_REQUIRE_EQUAL(pow2_ceil_bits(p * 1.5f), std::ldexp(1.f, e + 1));
   }
   BOOST_TEST(pow2_ceil_bits(1e-4f / 448.f) == std::ldexp(1.f, -22));  // amax floor of Appendix B.1
+}
+
+// The kernels' register decode of four e2m1 codes: every 16-bit word, with junk above bit 15, against the
+// value conversion; and byte_perm against the bytes it names.
+BOOST_AUTO_TEST_CASE(bf16x2_from_e2m1x4_every_word) {
+  static_assert(byte_perm(0x03020100u, 0x07060504u, 0x7531u) == 0x07050301u);
+  static_assert([] {
+    uint32_t a = 0, b = 0;
+    bf16x2_from_e2m1x4(0xF8A1u, a, b);  // codes 1, 10, 8, 15: .5, −1, −0, −6
+    return a == 0xBF803F00u && b == 0xC0C08000u;
+  }());
+  for (uint32_t s = 0; s < 0x10000u; s += 0x111u)
+    for (uint32_t i = 0; i < 4; ++i) {
+      uint32_t const sel = (s & 0x7777u) >> (4 * i) & 7u;
+      BOOST_REQUIRE_EQUAL(byte_perm(0x03020100u, 0x07060504u, s & 0x7777u) >> (8 * i) & 0xFFu, sel);
+    }
+  auto bf = [](uint32_t code) { return uint32_t{bf16_bits_from_float(float_from_fp4_e2m1(static_cast<uint8_t>(code)))}; };
+  for (uint32_t w = 0; w < 0x10000u; ++w) {
+    uint32_t p01 = 0, p23 = 0;
+    bf16x2_from_e2m1x4(w | (w * 0x9E370000u), p01, p23);
+    BOOST_REQUIRE_EQUAL(p01, bf(w & 15u) | bf(w >> 4 & 15u) << 16);
+    BOOST_REQUIRE_EQUAL(p23, bf(w >> 8 & 15u) | bf(w >> 12 & 15u) << 16);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(fp4_e2m1_every_code_and_tie) {
