@@ -94,6 +94,70 @@ inline constexpr size_t skinny_qd_max_smem_bytes(int mats) {
 inline constexpr int64_t kDirectRingMinK = 2048;
 bool direct_ring_codes(int64_t k);
 
+/// The direct tile's scales of kMats matrices into `scales` (matrix i at i · mat_bytes), converted once: FP4 the bf16
+/// bits of 2^(s−127) per W row (lane (g, c) stages its row crow's), FP8 fp32 2^(s−127) of the warp's 32-row block.
+/// Scale rows of whole aligned words (k % 128 == 0, 4-byte rows and base) load 4 scales a lane at a time, every load
+/// of a round issued before the first is converted: a round trip per kDirectScaleWords words of a row, not one per
+/// iteration of a dependent loop (k 5120, FP4: 40 serial loads a lane and matrix before).
+inline constexpr int kDirectScaleWords = 12;  // words a lane loads per matrix and round (FP4: 48 of a row, k ≤ 6144)
+template <DType kFmt, int kMats>
+__device__ __forceinline__ void stage_direct_scales(unsigned char* scales, size_t mat_bytes, QuantW const (&w)[kMats],
+                                                    int64_t n0, int64_t crow, int64_t k, int lane) {
+  constexpr bool kFp4 = kFmt == DType::kF4E2m1x2;
+  int const g = lane >> 2, c = lane & 3;
+  int const scols = static_cast<int>(k / 32);
+  bool vec = scols % 4 == 0;
+  uint8_t const* src[kMats];
+#pragma unroll
+  for (int i = 0; i < kMats; ++i) {
+    src[i] = w[i].s + (kFp4 ? crow : n0 / 32) * w[i].lds;
+    vec = vec && w[i].lds % 4 == 0 && (reinterpret_cast<uintptr_t>(w[i].s) & 3u) == 0;
+  }
+  auto h16 = [](uint32_t b) { return e8m0_bf16x2(b) & 0xFFFFu; };
+  if (vec) {
+    int const nw = scols / 4;
+    int const first = kFp4 ? c : lane, step = kFp4 ? 4 : 32;  // FP4: the row's 4 lanes; FP8: the warp on one row
+    for (int t0 = first; t0 < nw; t0 += step * kDirectScaleWords) {
+      uint32_t v[kMats][kDirectScaleWords];
+#pragma unroll
+      for (int i = 0; i < kMats; ++i)
+#pragma unroll
+        for (int j = 0; j < kDirectScaleWords; ++j) {
+          int const t = t0 + step * j;
+          v[i][j] = t < nw ? __ldg(reinterpret_cast<uint32_t const*>(src[i]) + t) : 0u;
+        }
+#pragma unroll
+      for (int i = 0; i < kMats; ++i)
+#pragma unroll
+        for (int j = 0; j < kDirectScaleWords; ++j) {
+          int const t = t0 + step * j;
+          if (t >= nw) break;
+          uint32_t const b = v[i][j];
+          if constexpr (kFp4) {
+            uint32_t* const dst = reinterpret_cast<uint32_t*>(scales + i * mat_bytes) + (g * direct_scale_stride(k) + 4 * t) / 2;
+            dst[0] = h16(b & 0xFFu) | h16(b >> 8 & 0xFFu) << 16;
+            dst[1] = h16(b >> 16 & 0xFFu) | h16(b >> 24) << 16;
+          } else {
+            reinterpret_cast<float4*>(scales + i * mat_bytes)[t] =
+                make_float4(float_from_e8m0(static_cast<uint8_t>(b)), float_from_e8m0(static_cast<uint8_t>(b >> 8)),
+                            float_from_e8m0(static_cast<uint8_t>(b >> 16)), float_from_e8m0(static_cast<uint8_t>(b >> 24)));
+          }
+        }
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kMats; ++i) {
+    unsigned char* const dst = scales + i * mat_bytes;
+    if constexpr (kFp4) {
+      for (int col = c; col < scols; col += 4)
+        reinterpret_cast<uint16_t*>(dst)[g * direct_scale_stride(k) + col] = static_cast<uint16_t>(h16(__ldg(src[i] + col)));
+    } else {
+      for (int col = lane; col < scols; col += 32) reinterpret_cast<float*>(dst)[col] = float_from_e8m0(__ldg(src[i] + col));
+    }
+  }
+}
+
 template <DType kFmt, int kMats, bool kRing, class XRow>
 __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW const (&w)[kMats], int64_t n0, int64_t n,
                                                     int64_t k, int xr, XRow const& xrow, float (&acc)[kMats][4]) {
@@ -103,7 +167,6 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   int const g = lane >> 2, c = lane & 3;
   int const arow = g < xr ? g : xr - 1;
   int const nblocks = static_cast<int>(k / 16);
-  int const scols = static_cast<int>(k / 32);
   size_t const x_bytes = kRing ? direct_ring_bytes<kFmt>(kMats, xr) : (size_t(xr) * size_t(direct_x_pitch(k)) * 2 + 15) / 16 * 16;
   unsigned char* const scales = smem + x_bytes;
   size_t const mat_scale_bytes = (direct_scale_bytes<kFmt>(k) + 15) / 16 * 16;
@@ -201,23 +264,7 @@ __device__ __forceinline__ void skinny_warp_tile_qd(unsigned char* smem, QuantW 
   };
   if constexpr (!kRing) load(0, buf_a);  // in flight while the scales are staged
 
-  // Scales, converted once (rows past n: row n − 1's, never stored).
-#pragma unroll
-  for (int i = 0; i < kMats; ++i) {
-    unsigned char* const dst = scales + i * mat_scale_bytes;
-    if constexpr (kFp4) {
-      int const su = static_cast<int>(direct_scale_stride(k));
-      for (int e = lane; e < kSkinnyCols * scols; e += 32) {
-        int const r = e / scols, col = e % scols;
-        int64_t const row = n0 + r < n ? n0 + r : n - 1;
-        reinterpret_cast<uint16_t*>(dst)[r * su + col] =
-            static_cast<uint16_t>(e8m0_bf16x2(__ldg(w[i].s + row * w[i].lds + col)) & 0xFFFFu);
-      }
-    } else {
-      for (int col = lane; col < scols; col += 32)
-        reinterpret_cast<float*>(dst)[col] = float_from_e8m0(__ldg(w[i].s + (n0 / 32) * w[i].lds + col));
-    }
-  }
+  stage_direct_scales<kFmt, kMats>(scales, mat_scale_bytes, w, n0, crow, k, lane);
   if constexpr (!kRing) cp_async_wait<0>();  // the x rows
   __syncwarp();
 
