@@ -27,7 +27,7 @@ TESSERA_HOST_DEVICE constexpr uint32_t byte_perm(uint32_t lo, uint32_t hi, uint3
 /// bf16_bits_from_float(float_from_fp4_e2m1(code)) for every code (−0 for code 8). The magnitude m = code & 7
 /// indexes two 8-byte tables held as immediates, bf16(m) = 0000 3F00 3F80 3FC0 4000 4040 4080 40C0 split into low
 /// bytes (00 00 80 C0 00 40 80 C0) and high bytes (00 3F 3F 3F 40 40 40 40); the sign selects 0x80 or 0x00 into
-/// bit 15. Nine integer instructions on the device (LOP3, SHF, PRMT), no memory: a shared 256-entry table read by
+/// bit 15. Five byte selects (prmt) and four logic or shift operations, no memory: a shared 256-entry table read by
 /// 32 random lanes costs ~3.5 bank wavefronts a read.
 TESSERA_HOST_DEVICE constexpr void bf16x2_from_e2m1x4(uint32_t w, uint32_t& p01, uint32_t& p23) {
   uint32_t const mag = w & 0x7777u;
