@@ -99,7 +99,10 @@ bool direct_ring_codes(int64_t k);
 /// Scale rows of whole aligned words (k % 128 == 0, 4-byte rows and base) load 4 scales a lane at a time, every load
 /// of a round issued before the first is converted: a round trip per kDirectScaleWords words of a row, not one per
 /// iteration of a dependent loop (k 5120, FP4: 40 serial loads a lane and matrix before).
-inline constexpr int kDirectScaleWords = 12;  // words a lane loads per matrix and round (FP4: 48 of a row, k ≤ 6144)
+/// Words a lane loads per matrix and round (FP4: 16 of a row; k = 5120 takes 3 rounds). 12 staged k ≤ 6144 in one round
+/// but held 24 words and their addresses live: ptxas gave the joined routed FP4 + shared FP8 act kernel 168
+/// registers (12 one-warp blocks an SM) against 64 before and 69 at 4.
+inline constexpr int kDirectScaleWords = 4;
 template <DType kFmt, int kMats>
 __device__ __forceinline__ void stage_direct_scales(unsigned char* scales, size_t mat_bytes, QuantW const (&w)[kMats],
                                                     int64_t n0, int64_t crow, int64_t k, int lane) {
