@@ -59,6 +59,7 @@ struct AttentionParams {
 __device__ __forceinline__ float round_md(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams const p) {
+  device::pdl_enter();
   extern __shared__ float q_s[];           // [hd]
   __shared__ float l_s[kTile];             // logits, then exps, then probabilities of the current tile
   __shared__ int32_t id_s[kTile];          // key ids of the current tile (−1 = out of range)
@@ -397,12 +398,13 @@ Status run_attention_tc(AttentionDesc const& d, AttentionArgs const& a, ExecCont
     auto* kb = static_cast<uint16_t*>(scratch.ptr);
     if (n > 0) {
       int64_t const grid = std::min<int64_t>((n + 255) / 256, int64_t{4096});
-      k::keys_to_bf16_kernel<<<static_cast<unsigned>(grid), 256, 0, ctx.stream>>>(a.keys.data, n, kb);
+      device::launch_pdl(k::keys_to_bf16_kernel, static_cast<unsigned>(grid), 256, 0, ctx.stream, a.keys.data, n, kb);
       TESSERA_TRY(device::launch_status("attention (CUDA) bf16 keys"));
     }
     p.keys_bf16 = kb;
   }
-  k::attention_tc_kernel<HD, MT, kBf16Keys, CS><<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  device::launch_pdl(k::attention_tc_kernel<HD, MT, kBf16Keys, CS>, static_cast<unsigned>(blocks), k::kThreads, smem,
+                     ctx.stream, p);
   return device::launch_status("attention (CUDA) tensor-core kernel");
 }
 
@@ -470,7 +472,7 @@ Status Attention<Backend::kCuda>::run(AttentionDesc const& d, AttentionArgs cons
   TESSERA_TRY(device::allow_dynamic_smem(k::attention_kernel, smem, ctx, "attention (CUDA)"));
   int64_t const blocks = d.rows * d.heads;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "attention (CUDA): rows·heads exceeds the grid");
-  k::attention_kernel<<<static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream>>>(p);
+  device::launch_pdl(k::attention_kernel, static_cast<unsigned>(blocks), k::kThreads, smem, ctx.stream, p);
   return device::launch_status("attention (CUDA) kernel");
 }
 

@@ -52,6 +52,7 @@ __device__ int64_t topk_count(KeyListParams const& p, int64_t r) {
 }
 
 __global__ void __launch_bounds__(kCountThreads) key_count_kernel(KeyListParams const p) {
+  device::pdl_enter();
   __shared__ int64_t scan_s[kCountThreads];
   int const tid = threadIdx.x;
   int64_t const chunk = (p.rows + kCountThreads - 1) / kCountThreads;
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kCountThreads) key_count_kernel(KeyListParams 
 }
 
 __global__ void __launch_bounds__(kFillThreads) key_fill_kernel(KeyListParams const p) {
+  device::pdl_enter();
   extern __shared__ int32_t sel_s[];   // [sort_len]
   __shared__ int64_t n_window_s;
   int const tid = threadIdx.x;
@@ -160,11 +162,11 @@ Status AttentionKeyList<Backend::kCuda>::run(AttentionKeyListDesc const& d, Atte
   int32_t len = 1;
   while (len < d.top_k) len <<= 1;
   p.sort_len = len;
-  k::key_count_kernel<<<1, k::kCountThreads, 0, ctx.stream>>>(p);
+  device::launch_pdl(k::key_count_kernel, 1, k::kCountThreads, 0, ctx.stream, p);
   TESSERA_TRY(device::launch_status("attention_key_list (CUDA) count kernel"));
   if (d.rows == 0) return {};
   size_t const smem = p.selected ? static_cast<size_t>(len) * sizeof(int32_t) : 0;
-  k::key_fill_kernel<<<static_cast<unsigned>(d.rows), k::kFillThreads, smem, ctx.stream>>>(p);
+  device::launch_pdl(k::key_fill_kernel, static_cast<unsigned>(d.rows), k::kFillThreads, smem, ctx.stream, p);
   return device::launch_status("attention_key_list (CUDA) fill kernel");
 }
 

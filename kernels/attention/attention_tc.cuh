@@ -35,6 +35,7 @@
 
 #include "kernels/linear/linear_tc.cuh"
 #include "tessera/core/dtype.hpp"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::attention_tc {
 
@@ -87,6 +88,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 /// keys_bf16[i] = →bf16(keys[i]) (RNE bits, as pack_bf16x2) for the n values of a contiguous key pool.
 __global__ void keys_to_bf16_kernel(float const* keys, int64_t n, uint16_t* out) {
+  device::pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = bf16_bits_from_float(keys[i]);
@@ -94,6 +96,7 @@ __global__ void keys_to_bf16_kernel(float const* keys, int64_t n, uint16_t* out)
 
 template <int HD, int MT, bool kBf16Keys, int CS = 1>
 __global__ void __launch_bounds__(kThreads) attention_tc_kernel(Params const p) {
+  device::pdl_enter();
   static_assert(HD % (64 * CS) == 0 && HD <= 512, "HD / CS: whole n8 tiles per warp in P·V, 8 accumulators at most");
   static_assert(MT >= 1 && MT <= kMaxMTiles && (CS == 1 || MT == 1));
   constexpr int kBlockHeads = MT * kHeadTile;

@@ -13,6 +13,7 @@
 #include "tessera/core/context.hpp"
 #include "tessera/core/status.hpp"
 #include "tessera/device/arith.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels {
 

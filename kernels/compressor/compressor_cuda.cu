@@ -35,6 +35,7 @@ struct PoolParams {
 
 /// grid: groups · col_blocks blocks of kThreads; block b pools channels [cb·kThreads, …) of group b / col_blocks.
 __global__ void __launch_bounds__(kThreads) compress_pool_kernel(PoolParams const p) {
+  device::pdl_enter();
   int64_t const g = blockIdx.x / p.col_blocks;
   int64_t const c = (blockIdx.x % p.col_blocks) * kThreads + threadIdx.x;
   if (c >= p.dim) return;
@@ -86,7 +87,7 @@ Status CompressPool<Backend::kCuda>::run(CompressPoolDesc const& d, CompressPool
   p.bf16 = d.md == DType::kBf16;
   int64_t const blocks = d.groups * p.col_blocks;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "compress_pool (CUDA): groups·dim exceeds the grid");
-  k::compress_pool_kernel<<<static_cast<unsigned>(blocks), k::kThreads, 0, ctx.stream>>>(p);
+  device::launch_pdl(k::compress_pool_kernel, static_cast<unsigned>(blocks), k::kThreads, 0, ctx.stream, p);
   return device::launch_status("compress_pool (CUDA) kernel");
 }
 

@@ -18,12 +18,14 @@
 
 #include "models/deepseek_v41/gpu_internal.hpp"
 #include "tessera/device/arith.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::model::dsv41::gpu {
 
 namespace {
 
 __global__ void to_f16_kernel(float const* x, int64_t stride, int64_t cols, uint16_t* out) {
+  device::pdl_enter();
   int64_t const r = blockIdx.y;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -31,6 +33,7 @@ __global__ void to_f16_kernel(float const* x, int64_t stride, int64_t cols, uint
 }
 
 __global__ void store_md_kernel(float const* src, int64_t src_stride, int64_t cols, float* dst, int64_t stride, bool bf16) {
+  device::pdl_enter();
   int64_t const r = blockIdx.y;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -43,6 +46,7 @@ __global__ void store_md_kernel(float const* src, int64_t src_stride, int64_t co
 template <class Out>
 __global__ void moe_act_kernel(float const* g, float const* u, float const* w, int32_t const* row_count, int64_t rows,
                                int64_t inter, float limit, bool bf16, Out* out) {
+  device::pdl_enter();
   int64_t const used = row_count ? min(rows, static_cast<int64_t>(*row_count)) : rows;
   for (int64_t a = blockIdx.y; a < used; a += gridDim.y) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < inter;
@@ -62,6 +66,7 @@ __global__ void moe_act_kernel(float const* g, float const* u, float const* w, i
 
 __global__ void moe_combine_kernel(float const* y, int64_t const* off, int32_t const* list, float const* ysh, int64_t D,
                                    bool bf16, float* out) {
+  device::pdl_enter();
   int64_t const t = blockIdx.y;
   for (int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < D;
        o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -109,6 +114,7 @@ __device__ int32_t block_inclusive_sum(int32_t v, int32_t* warp_sums, int32_t* t
 ///   3. Tiles of kGroupThreads tokens: combine_offsets by a block scan of the kept slots per token; thread r
 ///      places token r's assignments at their rank in (expert id, a) order.
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams const p) {
+  device::pdl_enter();
   __shared__ int32_t warp_base[kGroupWarps][kMoeGroupMaxExperts];  // a tile's matches per warp, then their bases
   __shared__ int32_t kept[kMoeGroupMaxExperts + 1];                // kept slots per expert, then offsets
   __shared__ int32_t warp_sums[kGroupWarps];
@@ -205,7 +211,7 @@ dim3 grid_of_strided(int64_t rows, int64_t cols) { return grid_of(rows < 65535 ?
 Status launch_to_f16(CUstream_st* stream, float const* x, int64_t stride, int64_t rows, int64_t cols, uint16_t* out) {
   if (rows == 0 || cols == 0) return {};
   if (rows > 65535) return invalid_argument("to_f16: more than 65535 rows");
-  to_f16_kernel<<<grid_of(rows, cols), 256, 0, stream>>>(x, stride, cols, out);
+  device::launch_pdl(to_f16_kernel, grid_of(rows, cols), 256, 0, stream, x, stride, cols, out);
   return status_of(cudaGetLastError(), "to_f16");
 }
 
@@ -213,21 +219,23 @@ Status launch_store_md(CUstream_st* stream, float const* src, int64_t src_stride
                        int64_t stride, bool bf16) {
   if (rows == 0 || cols == 0) return {};
   if (rows > 65535) return invalid_argument("store_md: more than 65535 rows");
-  store_md_kernel<<<grid_of(rows, cols), 256, 0, stream>>>(src, src_stride, cols, dst, stride, bf16);
+  device::launch_pdl(store_md_kernel, grid_of(rows, cols), 256, 0, stream, src, src_stride, cols, dst, stride, bf16);
   return status_of(cudaGetLastError(), "store_md");
 }
 
 Status launch_exl3_moe_act(CUstream_st* stream, float const* g, float const* u, float const* w, int64_t rows,
                            int32_t const* row_count, int64_t inter, float limit, bool bf16, uint16_t* out) {
   if (rows == 0 || inter == 0) return {};
-  moe_act_kernel<<<grid_of_strided(rows, inter), 256, 0, stream>>>(g, u, w, row_count, rows, inter, limit, bf16, out);
+  device::launch_pdl(moe_act_kernel<uint16_t>, grid_of_strided(rows, inter), 256, 0, stream, g, u, w, row_count, rows,
+                     inter, limit, bf16, out);
   return status_of(cudaGetLastError(), "exl3_moe_act");
 }
 
 Status launch_moe_act(CUstream_st* stream, float const* g, float const* u, int64_t rows, int64_t inter, float limit,
                       bool bf16, float* out) {
   if (rows == 0 || inter == 0) return {};
-  moe_act_kernel<<<grid_of_strided(rows, inter), 256, 0, stream>>>(g, u, nullptr, nullptr, rows, inter, limit, bf16, out);
+  device::launch_pdl(moe_act_kernel<float>, grid_of_strided(rows, inter), 256, 0, stream, g, u, nullptr, nullptr, rows,
+                     inter, limit, bf16, out);
   return status_of(cudaGetLastError(), "moe_act");
 }
 
@@ -235,13 +243,13 @@ Status launch_moe_combine(CUstream_st* stream, float const* y, int64_t const* of
                           float const* ysh, int64_t tokens, int64_t D, bool bf16, float* out) {
   if (tokens == 0) return {};
   if (tokens > 65535) return invalid_argument("moe_combine: more than 65535 tokens");
-  moe_combine_kernel<<<grid_of(tokens, D), 256, 0, stream>>>(y, off, list, ysh, D, bf16, out);
+  device::launch_pdl(moe_combine_kernel, grid_of(tokens, D), 256, 0, stream, y, off, list, ysh, D, bf16, out);
   return status_of(cudaGetLastError(), "moe_combine");
 }
 
 Status launch_moe_group(CUstream_st* stream, MoeGroupParams const& p) {
   TESSERA_TRY(check_moe_group(p));
-  moe_group_kernel<<<1, kGroupThreads, 0, stream>>>(p);
+  device::launch_pdl(moe_group_kernel, 1, kGroupThreads, 0, stream, p);
   return status_of(cudaGetLastError(), "moe_group");
 }
 

@@ -19,12 +19,14 @@
 #include <cstdint>
 
 #include "models/deepseek_v41/gpu_internal.hpp"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::model::dsv41::gpu {
 
 namespace {
 
 __global__ void embed_streams_kernel(float const* emb, int32_t const* tok, int64_t n, int64_t D, float* X, float* pre) {
+  device::pdl_enter();
   int64_t const r = blockIdx.x;
   float const* e = emb + static_cast<int64_t>(tok[r]) * D;
   float* x = X + r * n * D;
@@ -36,6 +38,7 @@ __global__ void embed_streams_kernel(float const* emb, int32_t const* tok, int64
 }
 
 __global__ void scale_kernel(float* x, int64_t count, float s) {
+  device::pdl_enter();
   int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) x[i] = __fmul_rn(x[i], s);
 }
@@ -49,6 +52,7 @@ __device__ int64_t count_selected(int32_t const* sel, int64_t K, int64_t T) {
 
 /// One warp per row: counts[r] = the length of row r's key list (window + chunk rows + valid selections).
 __global__ void key_counts_kernel(KeyListParams p, int64_t* counts) {
+  device::pdl_enter();
   int64_t const r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   int const lane = static_cast<int>(threadIdx.x % 32);
   if (r >= p.rows) return;
@@ -68,6 +72,7 @@ __global__ void key_counts_kernel(KeyListParams p, int64_t* counts) {
 /// One block: offsets[0] = 0, offsets[r+1] = offsets[r] + counts[r], a block-wide scan over chunks of
 /// blockDim.x rows (integer sums: exact in any order).
 __global__ void __launch_bounds__(1024) key_offsets_kernel(KeyListParams p, int64_t const* counts) {
+  device::pdl_enter();
   __shared__ int64_t part[1024];
   __shared__ int64_t carry;
   int const t = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
@@ -97,6 +102,7 @@ __global__ void __launch_bounds__(1024) key_offsets_kernel(KeyListParams p, int6
 
 /// One block per row: window and chunk ids, then the selected entries placed by rank (ascending ids).
 __global__ void key_fill_kernel(KeyListParams p) {
+  device::pdl_enter();
   int64_t const r = blockIdx.x;
   int64_t i0, j0;
   key_list_ranges(p, r, i0, j0);
@@ -124,6 +130,7 @@ __global__ void key_fill_kernel(KeyListParams p) {
 
 /// bf16: the column of every listed key of row r (after key_fill_kernel) and the row's sink column.
 __global__ void key_cols_kernel(KeyListParams p) {
+  device::pdl_enter();
   int64_t const r = blockIdx.x;
   int64_t const k0 = p.offsets[r], k1 = p.offsets[r + 1];
   for (int64_t i = k0 + threadIdx.x; i < k1; i += blockDim.x) p.key_cols[i] = key_column(p, r, p.key_ids[i] - p.id_base);
@@ -141,6 +148,7 @@ struct KeyListBatch {
 static_assert(sizeof(KeyListBatch) <= 4000, "kernel parameters stay under 4 KiB");
 
 __global__ void __launch_bounds__(128) key_lists_batched_kernel(KeyListBatch const b) {
+  device::pdl_enter();
   __shared__ int64_t warp_count[4];
   int i = 0;
   while (i + 1 < b.n && static_cast<int64_t>(blockIdx.x) >= b.first[i + 1]) ++i;  // block-uniform
@@ -202,6 +210,7 @@ __global__ void __launch_bounds__(128) key_lists_batched_kernel(KeyListBatch con
 }
 
 __global__ void copy_rows_kernel(RowCopy const* table, int64_t cols) {
+  device::pdl_enter();
   RowCopy const c = table[blockIdx.x];
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) c.dst[i] = c.src[i];
 }
@@ -216,6 +225,7 @@ static_assert(sizeof(WindowGatherBatch) <= 4000, "kernel parameters stay under 4
 
 /// Block b: pool row b of the batch (sequence i, row j): a ring row or a chunk row, copied as is.
 __global__ void __launch_bounds__(128) window_gather_kernel(WindowGatherBatch const b) {
+  device::pdl_enter();
   int i = 0;
   while (i + 1 < b.n && static_cast<int64_t>(blockIdx.x) >= b.first[i + 1]) ++i;  // block-uniform
   WindowGather const& g = b.seq[i];
@@ -240,27 +250,27 @@ Status status_of(cudaError_t e, char const* what) {
 Status launch_embed_streams(CUstream_st* stream, float const* emb, int32_t const* tokens, int64_t rows, int64_t n,
                             int64_t D, float* X, float* pre) {
   if (rows == 0) return {};
-  embed_streams_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(emb, tokens, n, D, X, pre);
+  device::launch_pdl(embed_streams_kernel, static_cast<unsigned>(rows), 256, 0, stream, emb, tokens, n, D, X, pre);
   return status_of(cudaGetLastError(), "embed_streams");
 }
 
 Status launch_scale_inplace(CUstream_st* stream, float* x, int64_t count, float s) {
   if (count == 0) return {};
-  scale_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(x, count, s);
+  device::launch_pdl(scale_kernel, static_cast<unsigned>((count + 255) / 256), 256, 0, stream, x, count, s);
   return status_of(cudaGetLastError(), "scale_inplace");
 }
 
 Status launch_build_key_lists(CUstream_st* stream, KeyListParams const& p) {
   if (p.rows == 0) return {};
   if (!p.counts) return Status(StatusCode::kInternal, "build_key_lists: no counts scratch");
-  key_counts_kernel<<<static_cast<unsigned>((p.rows + 7) / 8), 256, 0, stream>>>(p, p.counts);
+  device::launch_pdl(key_counts_kernel, static_cast<unsigned>((p.rows + 7) / 8), 256, 0, stream, p, p.counts);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_counts"));
-  key_offsets_kernel<<<1, 1024, 0, stream>>>(p, p.counts);
+  device::launch_pdl(key_offsets_kernel, 1, 1024, 0, stream, p, p.counts);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_offsets"));
-  key_fill_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  device::launch_pdl(key_fill_kernel, static_cast<unsigned>(p.rows), 128, 0, stream, p);
   TESSERA_TRY(status_of(cudaGetLastError(), "key_fill"));
   if (!p.key_cols) return {};
-  key_cols_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  device::launch_pdl(key_cols_kernel, static_cast<unsigned>(p.rows), 128, 0, stream, p);
   return status_of(cudaGetLastError(), "key_cols");
 }
 
@@ -275,7 +285,7 @@ Status launch_build_key_lists_batched(CUstream_st* stream, KeyListParams const* 
   }
   if (b.first[n] == 0) return {};
   if (b.first[n] > 0x7FFFFFFF) return invalid_argument("build_key_lists_batched: more than 2^31 − 1 rows");
-  key_lists_batched_kernel<<<static_cast<unsigned>(b.first[n]), 128, 0, stream>>>(b);
+  device::launch_pdl(key_lists_batched_kernel, static_cast<unsigned>(b.first[n]), 128, 0, stream, b);
   return status_of(cudaGetLastError(), "key_lists_batched");
 }
 
@@ -291,14 +301,14 @@ Status launch_window_gather(CUstream_st* stream, WindowGather const* seqs, int n
   }
   if (b.first[n] == 0) return {};
   if (b.first[n] > 0x7FFFFFFF) return invalid_argument("window_gather: more than 2^31 − 1 rows");
-  window_gather_kernel<<<static_cast<unsigned>(b.first[n]), 128, 0, stream>>>(b);
+  device::launch_pdl(window_gather_kernel, static_cast<unsigned>(b.first[n]), 128, 0, stream, b);
   return status_of(cudaGetLastError(), "window_gather");
 }
 
 Status launch_copy_rows(CUstream_st* stream, RowCopy const* table, int64_t count, int64_t cols) {
   if (count == 0) return {};
   if (count > 0x7FFFFFFF) return invalid_argument("copy_rows: more than 2^31 − 1 rows");
-  copy_rows_kernel<<<static_cast<unsigned>(count), 128, 0, stream>>>(table, cols);
+  device::launch_pdl(copy_rows_kernel, static_cast<unsigned>(count), 128, 0, stream, table, cols);
   return status_of(cudaGetLastError(), "copy_rows");
 }
 

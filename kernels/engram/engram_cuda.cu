@@ -26,6 +26,7 @@ struct HashParams {
 };
 
 __global__ void engram_hash_kernel(HashParams const p) {
+  device::pdl_enter();
   int64_t const row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= p.rows) return;
   int64_t const* tok = p.lookback + row * p.n;
@@ -48,6 +49,7 @@ struct GatherParams {
 };
 
 __global__ void __launch_bounds__(128) engram_gather_kernel(GatherParams const p) {
+  device::pdl_enter();
   int64_t const rc = blockIdx.x;  // row·columns + column
   int64_t const id = p.ids[rc];
   float* dst = p.out + rc * p.head_dim;
@@ -67,6 +69,7 @@ struct GateParams {
 };
 
 __global__ void __launch_bounds__(256) engram_gate_kernel(GateParams const p) {
+  device::pdl_enter();
   __shared__ float stat[3];
   __shared__ float s_g;
   int64_t const k = blockIdx.x, row = blockIdx.y;
@@ -123,7 +126,7 @@ Status EngramHash<Backend::kCuda>::run(EngramHashDesc const& d, EngramHashArgs c
   if (d.rows == 0) return {};
   HashParams p{a.lookback.data, a.multipliers.data, a.primes.data, a.offsets.data, a.ids.data, d.rows, d.max_ngram,
                d.heads};
-  engram_hash_kernel<<<static_cast<unsigned>(ceil_div(d.rows, 128)), 128, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(engram_hash_kernel, static_cast<unsigned>(ceil_div(d.rows, 128)), 128, 0, stream_of(ctx), p);
   return launch_status("engram_hash_kernel");
 }
 
@@ -137,7 +140,7 @@ Status EngramGather<Backend::kCuda>::run(EngramGatherDesc const& d, EngramGather
   using namespace kernels;
   if (d.rows == 0 || d.columns == 0 || d.head_dim == 0) return {};
   GatherParams p{a.ids.data, a.table.data, a.out.data, d.rows, d.columns, d.table_rows, d.head_dim};
-  engram_gather_kernel<<<static_cast<unsigned>(d.rows * d.columns), 128, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(engram_gather_kernel, static_cast<unsigned>(d.rows * d.columns), 128, 0, stream_of(ctx), p);
   return launch_status("engram_gather_kernel");
 }
 
@@ -159,7 +162,7 @@ Status EngramGate<Backend::kCuda>::run(EngramGateDesc const& d, EngramGateArgs c
   p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.eps = d.eps; p.bf16 = d.md == DType::kBf16;
   p.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.dim)));  // as ref::engram_gate_row
   dim3 grid(static_cast<unsigned>(d.streams), static_cast<unsigned>(d.rows));
-  engram_gate_kernel<<<grid, 256, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(engram_gate_kernel, grid, 256, 0, stream_of(ctx), p);
   return launch_status("engram_gate_kernel");
 }
 

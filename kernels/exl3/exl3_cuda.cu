@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(128) exl3_epilogue_acc_kernel(EpilogueParams c
 /// primitives, fp32 FMA chain over k in index order. Writes acc [rows][n]. grid (ceil(n/128), rows).
 __global__ void exl3_naive_acc_kernel(__half const* xh, int16_t const* trellis, float* acc, int64_t rows, int64_t k,
                                       int64_t n, int k2, int cb) {
+  device::pdl_enter();
   int64_t const col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t const row = blockIdx.y;
   if (col >= n || row >= rows) return;

@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "tessera/device/exl3/decode.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::exl3 {
 
@@ -89,37 +90,12 @@ inline constexpr int kGemvMaxChunkTiles = 64;
 template <int kBits>
 inline constexpr int kGemvMinBlocks = kBits >= 5 ? 6 : 8;
 
-/// Programmatic dependent launch (sm_90): every kernel of an op is launched with the PDL attribute, may
-/// start while its predecessor drains, and must execute `pdl_wait` before reading anything a predecessor
-/// in the stream writes (x, xh, partials) or writing anything it reads; weights may be read before it.
-/// `pdl_wait` returns once the predecessor grid has completed and its memory is visible.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-/// Launches `kernel` on `stream` with the programmatic-stream-serialization attribute.
-template <class... KArgs, class... Args>
-cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
+/// Programmatic dependent launch (tessera/device/pdl.cuh): every kernel of an op is launched with launch_pdl and
+/// executes pdl_wait before reading anything a predecessor in the stream writes (x, xh, partials) or writing
+/// anything it reads; weights may be read before it.
+using device::launch_pdl;
+using device::pdl_launch_dependents;
+using device::pdl_wait;
 
 /// Butterflies over a warp's 128 values (v[t] = element 4·lane + t), stages b = 0..6 in order.
 __device__ __forceinline__ void fwht128_warp(float (&v)[4], int lane) {
@@ -635,6 +611,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) exl3_gemm_kernel(Exl3MmaPa
 template <int kBits, Codebook kCb>
 __global__ void __launch_bounds__(128) exl3_reconstruct_kernel(int16_t const* __restrict__ trellis, __half* w,
                                                                int tiles_k, int tiles_n, int64_t n) {
+  device::pdl_enter();
   int64_t const t = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
   if (t >= static_cast<int64_t>(tiles_k) * tiles_n) return;
   int const lane = threadIdx.x & 31;
@@ -662,6 +639,7 @@ inline constexpr int kTTiles = 4;
 template <int kBits, Codebook kCb>
 __global__ void __launch_bounds__(128) exl3_reconstruct_t_kernel(int16_t const* __restrict__ trellis, __half* wt,
                                                                  int tiles_k, int tiles_n, int64_t k) {
+  device::pdl_enter();
   __shared__ __align__(16) uint16_t st[4][16][24];   // [warp][col][row], rows padded to 48 B
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const t = (static_cast<int64_t>(blockIdx.x) * 4 + warp) * kTTiles;

@@ -45,6 +45,7 @@ struct ScoreParams {
 
 /// grid rows · tiles, block kScoreThreads; dynamic smem (heads·di + heads) floats.
 __global__ void __launch_bounds__(kScoreThreads, 1) index_score_kernel(ScoreParams const p) {
+  device::pdl_enter();
   extern __shared__ float sm[];
   int64_t const row = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles;
   int64_t const j0 = tile * kScoreThreads, j = j0 + threadIdx.x;
@@ -89,6 +90,7 @@ inline size_t score_tile_smem_bytes(int64_t heads, int64_t di) {
 
 /// grid (⌈entries/64⌉, ⌈rows/32⌉), block kTileThreads, dynamic smem score_tile_smem_bytes.
 __global__ void __launch_bounds__(kTileThreads) index_score_tile_kernel(ScoreParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) float tile_sm[];
   int64_t const ld = p.di + 4;
   float* const ks = tile_sm;                       // [64][ld]
@@ -196,6 +198,7 @@ struct CandParams {
 
 /// grid rows, block kTopkThreads.
 __global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(CandParams const p) {
+  device::pdl_enter();
   __shared__ TopkShared sh;
   int64_t const row = blockIdx.x;
   float const* s = p.scores + row * p.entries;
@@ -231,6 +234,7 @@ struct TopkParams {
 
 /// grid rows, block kTopkThreads; dynamic smem sort_len · (uint32 key + int32 index).
 __global__ void __launch_bounds__(kTopkThreads) index_topk_kernel(TopkParams const p) {
+  device::pdl_enter();
   __shared__ TopkShared sh;
   extern __shared__ uint32_t sort_s[];
   uint32_t* skey = sort_s;
@@ -332,15 +336,15 @@ Status IndexScore<Backend::kCuda>::run(IndexScoreDesc const& d, IndexScoreArgs c
     TESSERA_TRY(device::allow_dynamic_smem(k::index_score_tile_kernel, tile_smem, ctx, "index_score tile (CUDA)"));
     int64_t const gx = (d.entries + k::kTileEntries - 1) / k::kTileEntries, gy = (d.rows + k::kTileRows - 1) / k::kTileRows;
     TESSERA_CHECK(gx < (int64_t{1} << 31) && gy <= 65535, "index_score (CUDA): rows·entries exceeds the grid");
-    k::index_score_tile_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), k::kTileThreads, tile_smem,
-                                 ctx.stream>>>(p);
+    device::launch_pdl(k::index_score_tile_kernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                       k::kTileThreads, tile_smem, ctx.stream, p);
     return device::launch_status("index_score tile (CUDA) kernel");
   }
   size_t const smem = static_cast<size_t>(d.heads * d.head_dim + d.heads) * sizeof(float);
   TESSERA_TRY(device::allow_dynamic_smem(k::index_score_kernel, smem, ctx, "index_score (CUDA)"));
   int64_t const blocks = d.rows * p.tiles;
   TESSERA_CHECK(blocks < (int64_t{1} << 31), "index_score (CUDA): rows·entries exceeds the grid");
-  k::index_score_kernel<<<static_cast<unsigned>(blocks), k::kScoreThreads, smem, ctx.stream>>>(p);
+  device::launch_pdl(k::index_score_kernel, static_cast<unsigned>(blocks), k::kScoreThreads, smem, ctx.stream, p);
   return device::launch_status("index_score (CUDA) kernel");
 }
 
@@ -371,7 +375,7 @@ Status CandidateBlocks<Backend::kCuda>::run(CandidateBlocksDesc const& d, Candid
   p.ratio = d.ratio;
   p.block = d.block_size;
   p.topk_blocks = d.topk_blocks;
-  k::candidate_blocks_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, 0, ctx.stream>>>(p);
+  device::launch_pdl(k::candidate_blocks_kernel, static_cast<unsigned>(d.rows), k::kTopkThreads, 0, ctx.stream, p);
   return device::launch_status("candidate_blocks (CUDA) kernel");
 }
 
@@ -406,7 +410,7 @@ Status IndexTopK<Backend::kCuda>::run(IndexTopKDesc const& d, IndexTopKArgs cons
   p.sort_len = len;
   size_t const smem = static_cast<size_t>(len) * (sizeof(uint32_t) + sizeof(int32_t));
   TESSERA_TRY(device::allow_dynamic_smem(k::index_topk_kernel, smem, ctx, "index_topk (CUDA)"));
-  k::index_topk_kernel<<<static_cast<unsigned>(d.rows), k::kTopkThreads, smem, ctx.stream>>>(p);
+  device::launch_pdl(k::index_topk_kernel, static_cast<unsigned>(d.rows), k::kTopkThreads, smem, ctx.stream, p);
   return device::launch_status("index_topk (CUDA) kernel");
 }
 

@@ -43,6 +43,7 @@ struct LinearParams {
 
 template <class W, class Acc>
 __global__ void __launch_bounds__(kWarps * 32) linear_rows_kernel(LinearParams const p) {
+  device::pdl_enter();
   __shared__ float tiles[kWarps][32 * 33];
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 32;
@@ -68,6 +69,7 @@ constexpr int kChunksPerLane = 8;  // in ≤ 8192
 
 template <class W, int R, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) linear_chunks_kernel(LinearParams const p) {
+  device::pdl_enter();
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const o = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   int64_t const r0 = static_cast<int64_t>(blockIdx.y) * R;
@@ -91,9 +93,9 @@ template <class W, bool kTc>
 Status launch_linear_chunks(LinearParams const& p, cudaStream_t st) {
   dim3 const grid(static_cast<unsigned>(ceil_div(p.out, kWarps)), static_cast<unsigned>(ceil_div(p.rows, kChunkRows)));
   if (p.rows == 1)
-    linear_chunks_kernel<W, 1, kTc><<<dim3(grid.x, 1), kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(linear_chunks_kernel<W, 1, kTc>, dim3(grid.x, 1), kWarps * 32, 0, st, p);
   else
-    linear_chunks_kernel<W, kChunkRows, kTc><<<grid, kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(linear_chunks_kernel<W, kChunkRows, kTc>, grid, kWarps * 32, 0, st, p);
   return launch_status("linear_chunks_kernel");
 }
 
@@ -115,6 +117,7 @@ constexpr int64_t kGemmMinRows = 32;  // below: linear_rows_kernel (8-row tiles)
 
 template <class W, bool kTc>
 __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams const p) {
+  device::pdl_enter();
   static_assert(device::kDotChunk == kGemmK && device::kDotFma && !device::kDotCarry, "one K step = one chunk");
   static_assert(kGemmK % tc::kBlock == 0, "one K step = whole tensor-core blocks");
   __shared__ __align__(16) float xs[kGemmK][kGemmM + 4];
@@ -227,6 +230,7 @@ __global__ void __launch_bounds__(kGemmThreads) linear_gemm_kernel(LinearParams 
 /// four vectors) run as tc::block_step (sequential across blocks by definition of the order).
 template <class W>
 __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams const p) {
+  device::pdl_enter();
   extern __shared__ float xs[];
   int64_t const o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, r = blockIdx.y;
   float const* x = p.x + r * p.x_stride;
@@ -275,6 +279,7 @@ __global__ void __launch_bounds__(128) linear_fma_chain_kernel(LinearParams cons
 /// per thread step, coalesced along i.
 __global__ void __launch_bounds__(256) linear_x_bf16_kernel(float const* x, int64_t x_stride, int64_t rows, int64_t in,
                                                             uint16_t* xb, int64_t ldxb) {
+  device::pdl_enter();
   int64_t const total = rows * in;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -296,7 +301,8 @@ Status run_linear_tc_shared_x(std::span<ops::LinearDesc const> d, std::span<ops:
   auto* xb = static_cast<uint16_t*>(ws.ptr);
   int64_t const total = d0.rows * cols;
   unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 8192));
-  linear_x_bf16_kernel<<<blocks, 256, 0, stream_of(ctx)>>>(a[0].x.data, a[0].x.stride[0], d0.rows, cols, xb, ldxb);
+  device::launch_pdl(linear_x_bf16_kernel, blocks, 256, 0, stream_of(ctx), a[0].x.data, a[0].x.stride[0], d0.rows, cols,
+                     xb, ldxb);
   TESSERA_TRY(launch_status("linear_x_bf16_kernel"));
   bool const scaled = ops::is_block_scaled(d0.weight_dtype);
   std::vector<ops::LinearTcDesc> td;
@@ -330,6 +336,7 @@ Status run_linear_tc(ops::LinearDesc const& d, ops::LinearArgs const& a, ExecCon
 /// W[o, i] = ops::scaled_weight(...) as bf16 bits, [rows, cols] contiguous.
 __global__ void __launch_bounds__(256) linear_dequant_kernel(DType fmt, uint8_t const* q, int64_t ldq, uint8_t const* s,
                                                              int64_t lds, int64_t rows, int64_t cols, uint16_t* out) {
+  device::pdl_enter();
   int64_t const total = rows * cols;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -355,7 +362,7 @@ Status run_linear_scaled(ops::LinearDesc const& d, ops::LinearArgs const& a, Exe
   void* wb = nullptr;  // own memory: the bf16 call below takes ctx.workspace for its x copy
   TESSERA_TRY(cuda_status(cudaMallocAsync(&wb, static_cast<size_t>(wrows * d.in) * sizeof(uint16_t), st), "linear: weight decode buffer"));
   unsigned const blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(wrows * d.in, 256), 65535));
-  linear_dequant_kernel<<<blocks, 256, 0, st>>>(d.weight_dtype, a.w_q.data, a.w_q.stride[0], a.w_scale.data,
+  device::launch_pdl(linear_dequant_kernel, blocks, 256, 0, st, d.weight_dtype, a.w_q.data, a.w_q.stride[0], a.w_scale.data,
                                                 a.w_scale.stride[0], wrows, d.in, static_cast<uint16_t*>(wb));
   auto bf16_call = [&]() -> Status {
     TESSERA_TRY(launch_status("linear_dequant_kernel"));
@@ -431,10 +438,10 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
     size_t const smem = static_cast<size_t>(d.in) * sizeof(float);
     if (d.weight_dtype == DType::kBf16) {
       p.w = a.w_bf16.data;
-      linear_fma_chain_kernel<Bf16><<<g, 128, smem, stream_of(ctx)>>>(p);
+      device::launch_pdl(linear_fma_chain_kernel<Bf16>, g, 128, smem, stream_of(ctx), p);
     } else {
       p.w = a.w.data;
-      linear_fma_chain_kernel<float><<<g, 128, smem, stream_of(ctx)>>>(p);
+      device::launch_pdl(linear_fma_chain_kernel<float>, g, 128, smem, stream_of(ctx), p);
     }
     return launch_status("linear_fma_chain_kernel");
   }
@@ -449,18 +456,21 @@ Status Linear<Backend::kCuda>::run(LinearDesc const& d, LinearArgs const& a, Exe
     dim3 const g(static_cast<unsigned>(ceil_div(d.out, kGemmN)), static_cast<unsigned>(ceil_div(d.rows, kGemmM)));
     if (g.y > 65535) return invalid_argument("linear: rows > 4194240 per launch");
     cudaStream_t const st = stream_of(ctx);
-    if (bf16_w && p.bf16_out) linear_gemm_kernel<Bf16, true><<<g, kGemmThreads, 0, st>>>(p);
-    else if (bf16_w) linear_gemm_kernel<Bf16, false><<<g, kGemmThreads, 0, st>>>(p);
-    else if (p.bf16_out) linear_gemm_kernel<float, true><<<g, kGemmThreads, 0, st>>>(p);
-    else linear_gemm_kernel<float, false><<<g, kGemmThreads, 0, st>>>(p);
+    if (bf16_w && p.bf16_out) device::launch_pdl(linear_gemm_kernel<Bf16, true>, g, kGemmThreads, 0, st, p);
+    else if (bf16_w) device::launch_pdl(linear_gemm_kernel<Bf16, false>, g, kGemmThreads, 0, st, p);
+    else if (p.bf16_out) device::launch_pdl(linear_gemm_kernel<float, true>, g, kGemmThreads, 0, st, p);
+    else device::launch_pdl(linear_gemm_kernel<float, false>, g, kGemmThreads, 0, st, p);
     return launch_status("linear_gemm_kernel");
   }
   dim3 grid(static_cast<unsigned>(ceil_div(d.out, kWarps * 32)), static_cast<unsigned>(ceil_div(d.rows, kRows)));
   if (grid.y > 65535) return invalid_argument("linear: rows > 524280 per launch");
-  if (bf16_w && p.bf16_out) linear_rows_kernel<Bf16, device::TcDotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
-  else if (bf16_w) linear_rows_kernel<Bf16, device::DotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
-  else if (p.bf16_out) linear_rows_kernel<float, device::TcDotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
-  else linear_rows_kernel<float, device::DotAcc><<<grid, kWarps * 32, 0, stream_of(ctx)>>>(p);
+  if (bf16_w && p.bf16_out) device::launch_pdl(linear_rows_kernel<Bf16, device::TcDotAcc>, grid, kWarps * 32, 0,
+                                               stream_of(ctx), p);
+  else if (bf16_w) device::launch_pdl(linear_rows_kernel<Bf16, device::DotAcc>, grid, kWarps * 32, 0, stream_of(ctx),
+                                      p);
+  else if (p.bf16_out) device::launch_pdl(linear_rows_kernel<float, device::TcDotAcc>, grid, kWarps * 32, 0,
+                                          stream_of(ctx), p);
+  else device::launch_pdl(linear_rows_kernel<float, device::DotAcc>, grid, kWarps * 32, 0, stream_of(ctx), p);
   return launch_status("linear_rows_kernel");
 }
 

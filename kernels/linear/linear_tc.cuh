@@ -329,6 +329,7 @@ __device__ __forceinline__ void gemm_store(TcLinearParams const& p, int64_t m0, 
 /// 64 fp32 registers per thread.
 template <TcMma kMma, bool kVec16>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) uint16_t gemm_smem[];
   int64_t m0, n0;
   gemm_tile_origin(p, m0, n0);
@@ -444,6 +445,7 @@ __device__ __forceinline__ void skinny_tile(TcLinearParams const& p) {
 
 template <TcMma kMma, bool kVec16, int kBK = kSkinnyBK, int kStages = kSkinnyStages>
 __global__ void __launch_bounds__(32) linear_tc_skinny_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   skinny_tile<kMma, kVec16, kBK, kStages>(p);
 }
 
@@ -457,6 +459,7 @@ struct TcLinearBatch {
 
 template <TcMma kMma, bool kVec16>
 __global__ void __launch_bounds__(32) linear_tc_skinny_batch_kernel(TcLinearBatch const b) {
+  device::pdl_enter();
   skinny_tile<kMma, kVec16>(b.p[blockIdx.z]);
 }
 

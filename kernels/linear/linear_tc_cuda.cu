@@ -37,7 +37,7 @@ Status launch_gemm(TcLinearParams const& p, cudaStream_t stream) {
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(kGemmSmemBytes), "linear_tc gemm: shared memory attribute"));
   int64_t const blocks = ceil_div(p.m, kGemmBM) * ceil_div(p.n, kGemmBN);
   if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc gemm: more than 2^31 − 1 tiles");
-  kKernel<<<static_cast<unsigned>(blocks), kGemmWarps * 32, kGemmSmemBytes, stream>>>(p);
+  device::launch_pdl(kKernel, static_cast<unsigned>(blocks), kGemmWarps * 32, kGemmSmemBytes, stream, p);
   return launch_status("linear_tc_gemm_kernel");
 }
 
@@ -48,7 +48,7 @@ Status launch_gemm_q(TcLinearParams const& p, cudaStream_t stream) {
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(gemm_q_smem_bytes<kFmt>()), "linear_tc gemm (block-scaled): shared memory attribute"));
   int64_t const blocks = ceil_div(p.m, kGemmBM) * ceil_div(p.n, kGemmBN);
   if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc gemm: more than 2^31 − 1 tiles");
-  kKernel<<<static_cast<unsigned>(blocks), kGemmWarps * 32, gemm_q_smem_bytes<kFmt>(), stream>>>(p);
+  device::launch_pdl(kKernel, static_cast<unsigned>(blocks), kGemmWarps * 32, gemm_q_smem_bytes<kFmt>(), stream, p);
   return launch_status("linear_tc_gemm_q_kernel");
 }
 
@@ -58,7 +58,8 @@ Status launch_skinny(TcLinearParams const& p, cudaStream_t stream) {
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(skinny_smem_bytes(kSkinnyRows)), "linear_tc skinny: shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_smem_bytes(p.m), stream>>>(p);
+  device::launch_pdl(kKernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_smem_bytes(p.m),
+                     stream, p);
   return launch_status("linear_tc_skinny_kernel");
 }
 
@@ -72,7 +73,7 @@ Status launch_wgmma(TcLinearParams const& p, cudaStream_t stream) {
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(kSmem), "linear_tc wgmma: shared memory attribute"));
   int64_t const blocks = ceil_div(p.m, kWgBM) * ceil_div(p.n, kWgBN);
   if (blocks > 0x7FFFFFFF) return invalid_argument("linear_tc wgmma: more than 2^31 − 1 tiles");
-  kKernel<<<static_cast<unsigned>(blocks), kWgThreads, kSmem, stream>>>(p);
+  device::launch_pdl(kKernel, static_cast<unsigned>(blocks), kWgThreads, kSmem, stream, p);
   return launch_status("linear_tc_wgmma_kernel");
 }
 
@@ -84,7 +85,8 @@ Status launch_skinny_q(TcLinearParams const& p, cudaStream_t stream) {
                           "linear_tc skinny (block-scaled): shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, skinny_q_launch_smem<kFmt>(p.m, p.k), stream>>>(p);
+  device::launch_pdl(kKernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32,
+                     skinny_q_launch_smem<kFmt>(p.m, p.k), stream, p);
   return launch_status("linear_tc_skinny_q_kernel");
 }
 
@@ -97,7 +99,7 @@ Status launch_skinny_qd_with(TcLinearParams const& p, cudaStream_t stream) {
                           "linear_tc skinny (block-scaled, direct): shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols);
   if (gx > 0x7FFFFFFF) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k, kRing), stream>>>(p);
+  device::launch_pdl(kKernel, static_cast<unsigned>(gx), 32, skinny_qd_smem_bytes<kFmt>(1, p.m, p.k, kRing), stream, p);
   return launch_status("linear_tc_skinny_qd_kernel");
 }
 template <DType kFmt>
@@ -113,7 +115,8 @@ Status launch_skinny_ws_raw(TcLinearParams const& p, cudaStream_t stream) {
                           "linear_tc skinny (block-scaled, warp-specialised): shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWsThreads, skinny_ws_launch_smem<kFmt>(p.m, p.k), stream>>>(p);
+  device::launch_pdl(kKernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWsThreads,
+                     skinny_ws_launch_smem<kFmt>(p.m, p.k), stream, p);
   return launch_status("linear_tc_skinny_ws_kernel");
 }
 template <DType kFmt>
@@ -147,7 +150,7 @@ Status launch_skinny_slab(TcLinearParams const& p, cudaStream_t stream) {
   TESSERA_TRY(cuda_status(allow_smem<kKernel>(bytes(kSkinnyRows)), "linear_tc skinny: shared memory attribute"));
   int64_t const gx = ceil_div(p.n, kSkinnyCols), gy = ceil_div(p.m, kSkinnyRows);
   if (gx > 0x7FFFFFFF || gy > 65535) return invalid_argument("linear_tc skinny: grid too large");
-  kKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, bytes(p.m), stream>>>(p);
+  device::launch_pdl(kKernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 32, bytes(p.m), stream, p);
   return launch_status("linear_tc_skinny_kernel");
 }
 
@@ -171,6 +174,7 @@ constexpr Launch kLaunch[2][2][2] = {
 /// bf16x2_from_e2m1x4 (codes 0, 1 and 2, 3 of b · 0x101); halves that disagree give 0xDEADBEEF, which no pair
 /// decodes to (e2m1 values have two significant bits).
 __global__ void decode_pairs_kernel(DType fmt, uint16_t const* pairs, uint8_t const* scales, uint32_t* out, int64_t n) {
+  device::pdl_enter();
   int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   uint8_t const sb = scales[i];
@@ -417,7 +421,8 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
       if (!kw) return kw.status();
       size_t const smem = fp4 ? skinny_ws_smem_bytes<DType::kF4E2m1x2>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax)
                               : skinny_ws_smem_bytes<DType::kF8E4m3>(1, deep ? kWsRawDeep : kWsRawShallow, xr, kmax);
-      (*kw)<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), kWsThreads, smem, kernels::stream_of(ctx)>>>(b);
+      device::launch_pdl(*kw, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), kWsThreads, smem,
+                         kernels::stream_of(ctx), b);
       return launch_status("linear_tc_skinny_ws_batch_kernel");
     }
     if (direct) {  // every problem takes the direct path: one launch of it (its smem sized for the widest)
@@ -441,7 +446,7 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
       for (size_t i = 0; i < d.size(); ++i)
         smem = std::max(smem, fp4 ? skinny_qd_smem_bytes<DType::kF4E2m1x2>(1, d[i].m, d[i].k, ring)
                                   : skinny_qd_smem_bytes<DType::kF8E4m3>(1, d[i].m, d[i].k, ring));
-      kd<<<dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx)>>>(b);
+      device::launch_pdl(kd, dim3(static_cast<unsigned>(gx), 1, count), 32, smem, kernels::stream_of(ctx), b);
       return launch_status("linear_tc_skinny_qd_batch_kernel");
     }
     constexpr BatchKernel kq4 = linear_tc_skinny_q_batch_kernel<DType::kF4E2m1x2>;
@@ -451,7 +456,8 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
     cudaError_t const e = fp4 ? allow_smem<kq4>(skinny_q_launch_smem<DType::kF4E2m1x2>(kSkinnyRows, ops::kTcQuantMaxK))
                               : allow_smem<kq8>(skinny_q_launch_smem<DType::kF8E4m3>(kSkinnyRows, ops::kTcQuantMaxK));
     TESSERA_TRY(cuda_status(e, "linear_tc skinny batch (block-scaled): shared memory attribute"));
-    kq<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, smem, kernels::stream_of(ctx)>>>(b);
+    device::launch_pdl(kq, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, smem,
+                       kernels::stream_of(ctx), b);
     return launch_status("linear_tc_skinny_q_batch_kernel");
   }
   bool const vec16 = tc_vec16(d[0], a[0]);
@@ -466,8 +472,8 @@ Status linear_tc_cuda_batch(std::span<LinearTcDesc const> d, std::span<LinearTcA
                                                    : bf16_kernel.template operator()<TcMma::kK8x2, false>());
   if (!kb) return kb.status();
   BatchKernel const k = *kb;
-  k<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, skinny_smem_bytes(mmax),
-      kernels::stream_of(ctx)>>>(b);
+  device::launch_pdl(k, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), count), 32, skinny_smem_bytes(mmax),
+                     kernels::stream_of(ctx), b);
   return launch_status("linear_tc_skinny_batch_kernel");
 }
 

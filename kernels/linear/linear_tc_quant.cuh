@@ -30,6 +30,7 @@
 
 #include "kernels/linear/linear_tc.cuh"
 #include "tessera/core/packed_codes.hpp"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::tc_linear {
 
@@ -255,10 +256,12 @@ __device__ __forceinline__ void skinny_q_tile(TcLinearParams const& p) {
 
 template <DType kFmt>
 __global__ void __launch_bounds__(32) linear_tc_skinny_q_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   skinny_q_tile<kFmt>(p);
 }
 template <DType kFmt>
 __global__ void __launch_bounds__(32) linear_tc_skinny_q_batch_kernel(TcLinearBatch const b) {
+  device::pdl_enter();
   skinny_q_tile<kFmt>(b.p[blockIdx.z]);
 }
 

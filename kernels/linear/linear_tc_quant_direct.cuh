@@ -34,6 +34,7 @@
 
 #include "kernels/linear/linear_tc_quant.cuh"
 #include "tessera/core/packed_codes.hpp"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::tc_linear {
 
@@ -377,10 +378,12 @@ __device__ __forceinline__ void skinny_qd_tile(TcLinearParams const& p) {
 
 template <DType kFmt, bool kRing>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   skinny_qd_tile<kFmt, kRing>(p);
 }
 template <DType kFmt, bool kRing>
 __global__ void __launch_bounds__(32) linear_tc_skinny_qd_batch_kernel(TcLinearBatch const b) {
+  device::pdl_enter();
   skinny_qd_tile<kFmt, kRing>(b.p[blockIdx.z]);
 }
 

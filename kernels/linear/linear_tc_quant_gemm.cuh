@@ -22,6 +22,7 @@
 #pragma once
 
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::tc_linear {
 
@@ -128,6 +129,7 @@ __device__ __forceinline__ void gemm_block_tile_q(unsigned char* smem, uint16_t 
 /// memory gemm_q_smem_bytes<kFmt>().
 template <DType kFmt>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) linear_tc_gemm_q_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char gemm_q_smem[];
   int64_t m0, n0;
   gemm_tile_origin(p, m0, n0);

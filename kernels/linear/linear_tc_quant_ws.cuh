@@ -19,6 +19,7 @@
 #pragma once
 
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::tc_linear {
 
@@ -239,10 +240,12 @@ __device__ __forceinline__ void skinny_ws_tile(TcLinearParams const& p) {
 
 template <DType kFmt, int kRaw>
 __global__ void __launch_bounds__(kWsThreads) linear_tc_skinny_ws_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   skinny_ws_tile<kFmt, kRaw>(p);
 }
 template <DType kFmt, int kRaw>
 __global__ void __launch_bounds__(kWsThreads) linear_tc_skinny_ws_batch_kernel(TcLinearBatch const b) {
+  device::pdl_enter();
   skinny_ws_tile<kFmt, kRaw>(b.p[blockIdx.z]);
 }
 

@@ -33,6 +33,7 @@
 
 #include "kernels/linear/linear_tc.cuh"
 #include "kernels/linear/linear_tc_quant.cuh"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::kernels::tc_linear {
 
@@ -331,6 +332,7 @@ __device__ __forceinline__ void wgmma_store(TcLinearParams const& p, int64_t m0,
 /// wgmma_smem_bytes<kFmt>(). kFmt kBf16: W in p.w; kF8E4m3 / kF4E2m1x2: codes p.wq and scales p.wscale.
 template <DType kFmt, bool kVec16>
 __global__ void __launch_bounds__(kWgThreads, 1) linear_tc_wgmma_kernel(TcLinearParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char wgmma_smem[];
   int64_t m0, n0;
   wgmma_tile_origin(p, m0, n0);

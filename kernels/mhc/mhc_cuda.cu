@@ -91,6 +91,7 @@ constexpr int kRmsRowTile = 24576;   // floats of the whole-row form (96 KB); a 
 /// 128, so k mod 32·vec = (offset in tile) mod 32·vec; warp 0 then combines the chains in lane_sum's order.
 template <int kTile>
 __global__ void __launch_bounds__(kRmsThreads) mhc_rms_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   static_assert(kTile % 128 == 0 && kTile % kRmsThreads == 0);
   extern __shared__ __align__(16) float xs[];  // kTile floats
   __shared__ float chain[128];
@@ -150,6 +151,7 @@ constexpr int kFixedSpan = 160;  // G = 5 chunks (nm = 24, n = 4)
 
 template <int RT, int kSpan>
 __global__ void __launch_bounds__(kPartPairs) mhc_mix_partial_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   static_assert(RT >= 1 && RT <= kMaxRowTile && kSpan % 32 == 0 && kSpan <= 32 * kMaxGroupChunks);
   __shared__ float w_s[kPartPairs * 33];
   __shared__ float f_s[kMaxRowTile * kMaxGroupChunks * 33];
@@ -214,6 +216,7 @@ constexpr int kRowsTileRows = 64, kRowsTileChunks = 4, kRowsTileNm = 24, kRowsTi
 constexpr int64_t kRowsTileMinRows = 32;
 
 __global__ void __launch_bounds__(128) mhc_mix_partial_rows_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   __shared__ __align__(16) float f_s[kRowsTileRows * kRowsTileLd];
   __shared__ __align__(16) float w_s[kRowsTileNm * kRowsTileLd];
   int64_t const nd = p.n * p.d, groups = p.chunks / kRowsTileChunks;
@@ -285,6 +288,7 @@ __global__ void __launch_bounds__(128) mhc_mix_partial_rows_kernel(MhcMixParams 
 constexpr int kTotalsMinRows = 4096;
 
 __global__ void __launch_bounds__(128) mhc_mix_totals_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) float tot_smem[];
   float* const x_s = tot_smem;                                          // [2][64][kRowsTileLd] raw x
   float* const w_s = x_s + 2 * kRowsTileRows * kRowsTileLd;             // [2][24][kRowsTileLd]
@@ -520,6 +524,7 @@ constexpr int kFinRows = 8;
 constexpr int kFinAhead = 16;
 
 __global__ void __launch_bounds__(kFinRows * 32) mhc_mix_finish_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   __shared__ float m_rows[kFinRows][(2 + kMaxStreams) * kMaxStreams];
   int const warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   int64_t const row = static_cast<int64_t>(blockIdx.x) * kFinRows + warp, chunks = p.chunks;
@@ -555,6 +560,7 @@ constexpr int kStagedLoads = 16;  // 16-byte loads in flight per thread: 64 KB p
 constexpr size_t kStagedMaxBytes = size_t{96} << 10;
 
 __global__ void __launch_bounds__(kStagedThreads) mhc_mix_finish_staged_kernel(MhcMixParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) float s_part[];
   __shared__ float m[(2 + kMaxStreams) * kMaxStreams];
   int64_t const row = blockIdx.x, chunks = p.chunks;
@@ -603,6 +609,7 @@ struct MhcCollapseParams {
 };
 
 __global__ void __launch_bounds__(256) mhc_collapse_kernel(MhcCollapseParams const p) {
+  device::pdl_enter();
   int64_t const row = blockIdx.y;
   int64_t const i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.d) return;
@@ -624,6 +631,7 @@ struct MhcExpandParams {
 };
 
 __global__ void __launch_bounds__(256) mhc_expand_kernel(MhcExpandParams const p) {
+  device::pdl_enter();
   int64_t const row = blockIdx.y;
   int64_t const t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= p.n * p.d) return;
@@ -640,10 +648,10 @@ __global__ void __launch_bounds__(256) mhc_expand_kernel(MhcExpandParams const p
 template <int kSpan>
 void launch_partial(int rt, unsigned grid, unsigned threads, cudaStream_t stream, MhcMixParams const& q) {
   switch (rt) {
-    case 1: mhc_mix_partial_kernel<1, kSpan><<<grid, threads, 0, stream>>>(q); break;
-    case 2: mhc_mix_partial_kernel<2, kSpan><<<grid, threads, 0, stream>>>(q); break;
-    case 4: mhc_mix_partial_kernel<4, kSpan><<<grid, threads, 0, stream>>>(q); break;
-    default: mhc_mix_partial_kernel<kMaxRowTile, kSpan><<<grid, threads, 0, stream>>>(q); break;
+    case 1: device::launch_pdl(mhc_mix_partial_kernel<1, kSpan>, grid, threads, 0, stream, q); break;
+    case 2: device::launch_pdl(mhc_mix_partial_kernel<2, kSpan>, grid, threads, 0, stream, q); break;
+    case 4: device::launch_pdl(mhc_mix_partial_kernel<4, kSpan>, grid, threads, 0, stream, q); break;
+    default: device::launch_pdl(mhc_mix_partial_kernel<kMaxRowTile, kSpan>, grid, threads, 0, stream, q); break;
   }
 }
 
@@ -703,12 +711,15 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
     q.part = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + rinv_all);
     TESSERA_TRY(cuda_status(allow_smem<mhc_rms_kernel<kRmsRowTile>>(kRmsRowTile * 4), "mhc_mix: shared memory attribute"));
     TESSERA_TRY(cuda_status(allow_smem<mhc_mix_totals_kernel>(kTotalsSmemBytes), "mhc_mix: shared memory attribute"));
-    mhc_rms_kernel<kRmsRowTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsRowTile * 4, ws.stream>>>(q);
+    device::launch_pdl(mhc_rms_kernel<kRmsRowTile>, static_cast<unsigned>(q.rows), kRmsThreads, kRmsRowTile * 4,
+                       ws.stream, q);
     TESSERA_TRY(launch_status("mhc_rms_kernel"));
-    mhc_mix_totals_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kRowsTileRows)), 128, kTotalsSmemBytes, ws.stream>>>(q);
+    device::launch_pdl(mhc_mix_totals_kernel, static_cast<unsigned>(ceil_div(q.rows, kRowsTileRows)), 128,
+                       kTotalsSmemBytes, ws.stream, q);
     TESSERA_TRY(launch_status("mhc_mix_totals_kernel"));
     q.chunks = 1;
-    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+    device::launch_pdl(mhc_mix_finish_kernel, static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0,
+                       ws.stream, q);
     return launch_status("mhc_mix_finish_kernel");
   }
   // Scratch per row: r and the chunk sums, 4 + 640 × 24 × 4 B ≈ 61 KB at n·D = 20480. Rows run in slabs
@@ -736,22 +747,26 @@ Status MhcMix<Backend::kCuda>::run(MhcMixDesc const& d, MhcMixArgs const& a, Exe
     TESSERA_TRY(cuda_status(allow_smem<mhc_mix_finish_staged_kernel>(kStagedMaxBytes), "mhc_mix: shared memory attribute"));
   auto finish = [&](MhcMixParams const& q) -> Status {
     if (staged) {
-      mhc_mix_finish_staged_kernel<<<static_cast<unsigned>(q.rows), kStagedThreads, part_row, ws.stream>>>(q);
+      device::launch_pdl(mhc_mix_finish_staged_kernel, static_cast<unsigned>(q.rows), kStagedThreads, part_row,
+                         ws.stream, q);
       return launch_status("mhc_mix_finish_staged_kernel");
     }
-    mhc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0, ws.stream>>>(q);
+    device::launch_pdl(mhc_mix_finish_kernel, static_cast<unsigned>(ceil_div(q.rows, kFinRows)), kFinRows * 32, 0,
+                       ws.stream, q);
     return launch_status("mhc_mix_finish_kernel");
   };
   for (int64_t r0 = 0; r0 < d.rows; r0 += slab) {
     MhcMixParams q = p;
     q.rows = std::min(slab, d.rows - r0);
     q.x += r0 * nd; q.pre += r0 * n; q.post += r0 * n; q.comb += r0 * n * n;
-    if (row_rms) mhc_rms_kernel<kRmsRowTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsRowTile * 4, ws.stream>>>(q);
-    else mhc_rms_kernel<kRmsTile><<<static_cast<unsigned>(q.rows), kRmsThreads, kRmsTile * 4, ws.stream>>>(q);
+    if (row_rms) device::launch_pdl(mhc_rms_kernel<kRmsRowTile>, static_cast<unsigned>(q.rows), kRmsThreads,
+                                    kRmsRowTile * 4, ws.stream, q);
+    else device::launch_pdl(mhc_rms_kernel<kRmsTile>, static_cast<unsigned>(q.rows), kRmsThreads, kRmsTile * 4,
+                            ws.stream, q);
     TESSERA_TRY(launch_status("mhc_rms_kernel"));
     if (rows_tile) {
       unsigned const gr = static_cast<unsigned>(p.chunks / kRowsTileChunks * ceil_div(q.rows, kRowsTileRows));
-      mhc_mix_partial_rows_kernel<<<gr, 128, 0, ws.stream>>>(q);
+      device::launch_pdl(mhc_mix_partial_rows_kernel, gr, 128, 0, ws.stream, q);
       TESSERA_TRY(launch_status("mhc_mix_partial_rows_kernel"));
       TESSERA_TRY(finish(q));
       continue;
@@ -780,7 +795,7 @@ Status MhcCollapse<Backend::kCuda>::run(MhcCollapseDesc const& d, MhcCollapseArg
   p.x = a.x.data; p.pre = a.pre.data; p.out = a.out.data;
   p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.bf16 = d.md == DType::kBf16;
   dim3 grid(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
-  mhc_collapse_kernel<<<grid, 256, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(mhc_collapse_kernel, grid, 256, 0, stream_of(ctx), p);
   return launch_status("mhc_collapse_kernel");
 }
 
@@ -804,7 +819,7 @@ Status MhcExpand<Backend::kCuda>::run(MhcExpandDesc const& d, MhcExpandArgs cons
   p.y = a.y.data; p.x = a.x.data; p.post = a.post.data; p.comb = a.comb.data; p.out = a.out.data;
   p.rows = d.rows; p.n = d.streams; p.d = d.dim; p.bf16 = d.md == DType::kBf16;
   dim3 grid(static_cast<unsigned>(ceil_div(d.streams * d.dim, 256)), static_cast<unsigned>(d.rows));
-  mhc_expand_kernel<<<grid, 256, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(mhc_expand_kernel, grid, 256, 0, stream_of(ctx), p);
   return launch_status("mhc_expand_kernel");
 }
 

@@ -60,6 +60,7 @@ struct ExpertsParams {
 };
 
 __global__ void moe_keys_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   int64_t const a = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (a >= p.rows * p.top_k) return;
   int32_t const id = p.ids[a];
@@ -72,6 +73,7 @@ __global__ void moe_keys_kernel(ExpertsParams const p) {
 /// of those counts and writes them. The same table as a walk over the experts by one thread (the table is a pure
 /// function of the routing); the walk cost ~15 µs a call at 384 experts on the H100.
 __global__ void __launch_bounds__(256) moe_tiles_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   extern __shared__ int32_t off[];  // [experts + 1]
   __shared__ int32_t warp_total[8];
   int64_t const A = p.rows * p.top_k;
@@ -134,6 +136,7 @@ __device__ bool tile_rows(ExpertsParams const& p, int64_t t, int32_t (&slot)[kTi
 /// act[slot] = →md(w·(silu(min(g, L))·clamp(u, ±L))), g/u = →md(W1/W3·x); grid (inter/128, tiles).
 template <class W>
 __global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   __shared__ float tiles[kWarps][32 * 33];
   __shared__ int32_t slot[kTile];
   __shared__ float const* xr[kTile];
@@ -185,6 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_kernel(ExpertsParams cons
 /// ybuf[slot] = →md(W2·act[slot]); grid (dim/128, tiles).
 template <class W>
 __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   __shared__ float tiles[kWarps][32 * 33];
   __shared__ int32_t slot[kTile];
   __shared__ float const* ar[kTile];
@@ -253,6 +257,7 @@ __device__ void load_tile(ExpertsParams const& p, float const* rows_base, int64_
 
 template <class W, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   __shared__ TileShared t;
   load_tile(p, p.x, p.dim, true, t);
   if (!t.ok) return;
@@ -285,6 +290,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_act_chunks_kernel(ExpertsPara
 
 template <class W, bool kTc>
 __global__ void __launch_bounds__(kWarps * 32) moe_down_chunks_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   __shared__ TileShared t;
   load_tile(p, p.act, p.inter, false, t);
   if (!t.ok) return;
@@ -307,14 +313,15 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_chunks_kernel(ExpertsPar
 /// neither order's registers weigh on the other.
 template <class W, bool kTc>
 Status launch_moe_chunks(ExpertsParams const& p, dim3 ca, dim3 cd, cudaStream_t st) {
-  moe_act_chunks_kernel<W, kTc><<<ca, kWarps * 32, 0, st>>>(p);
+  device::launch_pdl(moe_act_chunks_kernel<W, kTc>, ca, kWarps * 32, 0, st, p);
   TESSERA_TRY(launch_status("moe_act_chunks_kernel"));
-  moe_down_chunks_kernel<W, kTc><<<cd, kWarps * 32, 0, st>>>(p);
+  device::launch_pdl(moe_down_chunks_kernel<W, kTc>, cd, kWarps * 32, 0, st, p);
   return launch_status("moe_down_chunks_kernel");
 }
 
 /// out = →md(Σ_{slots by ascending expert id} ybuf + ybuf[shared]) from +0; grid (dim/256, rows).
 __global__ void __launch_bounds__(256) moe_combine_kernel(ExpertsParams const p) {
+  device::pdl_enter();
   __shared__ int order[kMaxTopK];
   int64_t const row = blockIdx.y, k = p.top_k;
   if (threadIdx.x == 0)
@@ -539,7 +546,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
   p.limit = d.swiglu_limit; p.shared = d.shared_expert; p.bf16 = d.md == DType::kBf16;
   cudaStream_t const st = stream_of(ctx);
   int64_t const A = d.rows * d.top_k;
-  moe_keys_kernel<<<static_cast<unsigned>(ceil_div(A, 256)), 256, 0, st>>>(p);
+  device::launch_pdl(moe_keys_kernel, static_cast<unsigned>(ceil_div(A, 256)), 256, 0, st, p);
   TESSERA_TRY(launch_status("moe_keys_kernel"));
   int end_bit = 1;
   while ((int64_t{1} << end_bit) <= d.experts) ++end_bit;  // keys are 0..experts
@@ -549,7 +556,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
                                                           static_cast<uint32_t const*>(p.vals), p.vals_sorted, A, 0,
                                                           end_bit, st),
                           "moe_experts expert sort"));
-  moe_tiles_kernel<<<1, 256, static_cast<size_t>(d.experts + 1) * sizeof(int32_t), st>>>(p);
+  device::launch_pdl(moe_tiles_kernel, 1, 256, static_cast<size_t>(d.experts + 1) * sizeof(int32_t), st, p);
   TESSERA_TRY(launch_status("moe_tiles_kernel"));
   dim3 gc(static_cast<unsigned>(ceil_div(d.dim, 256)), static_cast<unsigned>(d.rows));
   if (L.path != MoeTcPath::kEmulated) {
@@ -586,7 +593,7 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     } else {
       TESSERA_TRY(moe_tc::launch_skinny(q, st));
     }
-    moe_combine_kernel<<<gc, 256, 0, st>>>(p);
+    device::launch_pdl(moe_combine_kernel, gc, 256, 0, st, p);
     return launch_status("moe_combine_kernel");
   }
   unsigned const ny = static_cast<unsigned>(L.max_routed_tiles + ceil_div(d.rows, kTile));
@@ -601,16 +608,16 @@ Status MoeExperts<Backend::kCuda>::run(MoeExpertsDesc const& d, MoeExpertsArgs c
     else if (p.bf16) TESSERA_TRY((launch_moe_chunks<float, true>(p, ca, cd, st)));
     else TESSERA_TRY((launch_moe_chunks<float, false>(p, ca, cd, st)));
   } else if (d.weight_dtype == DType::kBf16) {
-    moe_act_kernel<Bf16><<<ga, kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(moe_act_kernel<Bf16>, ga, kWarps * 32, 0, st, p);
     TESSERA_TRY(launch_status("moe_act_kernel"));
-    moe_down_kernel<Bf16><<<gd, kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(moe_down_kernel<Bf16>, gd, kWarps * 32, 0, st, p);
   } else {
-    moe_act_kernel<float><<<ga, kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(moe_act_kernel<float>, ga, kWarps * 32, 0, st, p);
     TESSERA_TRY(launch_status("moe_act_kernel"));
-    moe_down_kernel<float><<<gd, kWarps * 32, 0, st>>>(p);
+    device::launch_pdl(moe_down_kernel<float>, gd, kWarps * 32, 0, st, p);
   }
   TESSERA_TRY(launch_status("moe_down_kernel"));
-  moe_combine_kernel<<<gc, 256, 0, st>>>(p);
+  device::launch_pdl(moe_combine_kernel, gc, 256, 0, st, p);
   return launch_status("moe_combine_kernel");
 }
 

@@ -55,6 +55,7 @@ __device__ __forceinline__ void store_score(RouteParams const& p, float* scores,
 /// kScoreRows rows per block, each (row, expert) dot a chain of warp_dot_row (ref::dot's order) or, past
 /// 32·32·kRouteChunksPerLane, device::dot_seq.
 __global__ void __launch_bounds__(kScoreWarps * 32) moe_score_kernel(RouteParams const p, float* scores) {
+  device::pdl_enter();
   int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t const row0 = static_cast<int64_t>(blockIdx.y) * kScoreRows,
                 e = static_cast<int64_t>(blockIdx.x) * kScoreWarps + warp;
@@ -85,6 +86,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) moe_score_kernel(RouteParams
 constexpr int kChunkScoreThreads = 256;
 constexpr int64_t kChunkScoreMaxDim = 8192;
 __global__ void __launch_bounds__(kChunkScoreThreads) moe_score_chunks_kernel(RouteParams const p, int rb, int eb, float* scores) {
+  device::pdl_enter();
   extern __shared__ __align__(16) float sm[];
   int64_t const dim = p.dim, chunks = (dim + 31) / 32, pitch = chunks + 1, xpitch = chunks * 33;
   int64_t const row0 = static_cast<int64_t>(blockIdx.y) * rb, e0 = static_cast<int64_t>(blockIdx.x) * eb;
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(kChunkScoreThreads) moe_score_chunks_kernel(Ro
 /// experts drop out of a copy of the biased scores (−∞), so a pass reads each score once; the weights stay in
 /// thread 0's registers until they are stored (a round trip through global memory per access cost ~20 µs a call).
 __global__ void __launch_bounds__(256) moe_route_kernel(RouteParams const p, float const* scores) {
+  device::pdl_enter();
   extern __shared__ float smem[];
   float* s = smem;                        // [experts] unbiased scores; then [experts] the biased ones as read
   float* cand = smem + 2 * p.experts;     // [experts] biased, −∞ once selected
@@ -262,14 +265,14 @@ Status MoeRoute<Backend::kCuda>::run(MoeRouteDesc const& d, MoeRouteArgs const& 
                                               kScoreRows * 8 * (kChunkScoreMaxDim / 32 + 1)) * sizeof(float);
     TESSERA_TRY(cuda_status(tc_linear::allow_smem<moe_score_chunks_kernel>(sm_max), "moe_score_chunks_kernel smem attribute"));
     dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, int64_t{eb})), static_cast<unsigned>(ceil_div(d.rows, int64_t{rb})));
-    moe_score_chunks_kernel<<<gs, kChunkScoreThreads, sm, stream_of(ctx)>>>(p, rb, eb, scores);
+    device::launch_pdl(moe_score_chunks_kernel, gs, kChunkScoreThreads, sm, stream_of(ctx), p, rb, eb, scores);
     TESSERA_TRY(launch_status("moe_score_chunks_kernel"));
   } else {
     dim3 const gs(static_cast<unsigned>(ceil_div(d.experts, kScoreWarps)), static_cast<unsigned>(ceil_div(d.rows, kScoreRows)));
-    moe_score_kernel<<<gs, kScoreWarps * 32, 0, stream_of(ctx)>>>(p, scores);
+    device::launch_pdl(moe_score_kernel, gs, kScoreWarps * 32, 0, stream_of(ctx), p, scores);
     TESSERA_TRY(launch_status("moe_score_kernel"));
   }
-  moe_route_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p, scores);
+  device::launch_pdl(moe_route_kernel, static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx), p, scores);
   return launch_status("moe_route_kernel");
 }
 

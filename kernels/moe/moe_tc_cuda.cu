@@ -100,6 +100,7 @@ __device__ __forceinline__ uint16_t act_bits(float g, float u, float limit, bool
 }
 
 __global__ void __launch_bounds__(256) moe_tc_convert_x_kernel(float const* x, uint16_t* xb, int64_t n) {
+  device::pdl_enter();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     xb[i] = bf16_bits_from_float(x[i]);
@@ -150,6 +151,7 @@ __device__ __forceinline__ void act_skinny(MoeTcParams const& p, Tile const& t, 
 
 template <int kStages>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) uint16_t act_skinny_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
@@ -175,6 +177,7 @@ __device__ __forceinline__ void down_skinny(MoeTcParams const& p, Tile const& t,
 
 template <int kStages>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) uint16_t down_skinny_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
@@ -226,6 +229,7 @@ __device__ __forceinline__ int64_t launch_tile(MoeTcParams const& p) {
 /// shared expert's together (launch_skinny_q; direct tiles only); the default, kFmt, for a launch of one format.
 template <DType kFmt, bool kDirect, bool kRing = true, DType kFmtShared = kFmt>
 __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
@@ -251,6 +255,7 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams con
 
 template <DType kFmt, bool kDirect, bool kRing = true, DType kFmtShared = kFmt>
 __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
@@ -278,6 +283,7 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
 /// warps decode the codes into a bf16 ring, warp 0 runs the mma chain and the epilogue. Same values.
 template <DType kFmt, int kRaw>
 __global__ void __launch_bounds__(kWsThreads) moe_tc_act_ws_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char act_ws_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
@@ -295,6 +301,7 @@ __global__ void __launch_bounds__(kWsThreads) moe_tc_act_ws_kernel(MoeTcParams c
 
 template <DType kFmt, int kRaw>
 __global__ void __launch_bounds__(kWsThreads) moe_tc_down_ws_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char down_ws_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
@@ -412,6 +419,7 @@ __device__ __forceinline__ void act_gemm(MoeTcParams const& p, Tile const& t, Ro
 
 template <bool kUp>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) uint16_t act_gemm_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -435,6 +443,7 @@ __device__ __forceinline__ void down_gemm(MoeTcParams const& p, Tile const& t, R
 }
 
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_down_gemm_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) uint16_t down_gemm_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -467,6 +476,7 @@ __device__ __forceinline__ void gemm_pass_q(Tile const& t, RowInfo const* rows_s
 
 template <DType kFmt, bool kUp>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_q_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char act_gemm_q_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -482,6 +492,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_act_gemm_q_kernel(M
 
 template <DType kFmt>
 __global__ void __launch_bounds__(kGemmWarps * 32, 2) moe_tc_down_gemm_q_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char down_gemm_q_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -535,6 +546,7 @@ __device__ __forceinline__ void decode_matrix_bf16(DType fmt, uint8_t const* q, 
 __global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, void const* const* codes,
                                                                     void const* const* scales, int32_t e0, int64_t rows,
                                                                     int64_t cols, uint16_t* out, void const** table) {
+  device::pdl_enter();
   int32_t const e = e0 + static_cast<int32_t>(blockIdx.y);
   uint16_t* w = out + static_cast<int64_t>(blockIdx.y) * rows * cols;
   if (blockIdx.x == 0 && threadIdx.x == 0) table[e] = w;
@@ -543,6 +555,7 @@ __global__ void __launch_bounds__(256) moe_tc_decode_experts_kernel(DType fmt, v
 
 /// The shared expert's W1, W3 ([inter, dim]) and W2 ([dim, inter]) decoded to bf16 (grid y = 3: the matrix).
 __global__ void __launch_bounds__(256) moe_tc_decode_shared_kernel(MoeTcParams const p, uint16_t* out) {
+  device::pdl_enter();
   int const m = static_cast<int>(blockIdx.y);
   void const* const q = m == 0 ? p.w.shared_w1 : m == 1 ? p.w.shared_w3 : p.w.shared_w2;
   void const* const s = m == 0 ? p.w.shared_s1 : m == 1 ? p.w.shared_s3 : p.w.shared_s2;
@@ -554,14 +567,14 @@ Status launch_decode_shared(MoeTcParams const& p, uint16_t* out, cudaStream_t st
   if (!ops::is_block_scaled(p.shared_scaled)) return invalid_argument("moe_tc decode shared: shared expert not block-scaled");
   if (p.dim % 32 != 0 || p.inter % 32 != 0) return invalid_argument("moe_tc decode shared: dim and inter must be multiples of 32");
   unsigned const bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(p.inter * p.dim / 8, 256), 4096));
-  moe_tc_decode_shared_kernel<<<dim3(bx, 3), 256, 0, st>>>(p, out);
+  device::launch_pdl(moe_tc_decode_shared_kernel, dim3(bx, 3), 256, 0, st, p, out);
   return launch_status("moe_tc_decode_shared_kernel");
 }
 
 Status launch_convert_x(float const* x, uint16_t* xb, int64_t n, cudaStream_t st) {
   if (n <= 0) return {};
   int64_t const blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
-  moe_tc_convert_x_kernel<<<static_cast<unsigned>(blocks), 256, 0, st>>>(x, xb, n);
+  device::launch_pdl(moe_tc_convert_x_kernel, static_cast<unsigned>(blocks), 256, 0, st, x, xb, n);
   return launch_status("moe_tc_convert_x_kernel");
 }
 
@@ -576,11 +589,11 @@ Status launch_ws_part(MoeTcParams const& p, int64_t xr, int64_t ga, int64_t gd, 
                           "moe_tc act (block-scaled, warp-specialised): shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDownW>(skinny_ws_smem_bytes<kFmt>(1, kRaw, kSkinnyTileRows, ops::kTcQuantMaxK)),
                           "moe_tc down (block-scaled, warp-specialised): shared memory attribute"));
-  kActW<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), kWsThreads,
-          skinny_ws_smem_bytes<kFmt>(2, kRaw, xr, p.dim), st>>>(p);
+  device::launch_pdl(kActW, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), kWsThreads,
+                     skinny_ws_smem_bytes<kFmt>(2, kRaw, xr, p.dim), st, p);
   TESSERA_TRY(launch_status("moe_tc_act_ws_kernel"));
-  kDownW<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kWsThreads,
-           skinny_ws_smem_bytes<kFmt>(1, kRaw, xr, p.inter), st>>>(p);
+  device::launch_pdl(kDownW, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kWsThreads,
+                     skinny_ws_smem_bytes<kFmt>(1, kRaw, xr, p.inter), st, p);
   return launch_status("moe_tc_down_ws_kernel");
 }
 
@@ -596,9 +609,13 @@ Status launch_part_qd_with(MoeTcParams const& p, int64_t xr, dim3 grid_a, dim3 g
                           "moe_tc act skinny (block-scaled, direct): shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDownD>(most(skinny_qd_max_smem_bytes<kFmt>(1), skinny_qd_max_smem_bytes<kFmtShared>(1))),
                           "moe_tc down skinny (block-scaled, direct): shared memory attribute"));
-  kActD<<<grid_a, 32, most(skinny_qd_smem_bytes<kFmt>(2, xr, p.dim, kRing), skinny_qd_smem_bytes<kFmtShared>(2, xr, p.dim, kRing)), st>>>(p);
+  device::launch_pdl(kActD, grid_a, 32,
+                     most(skinny_qd_smem_bytes<kFmt>(2, xr, p.dim, kRing), skinny_qd_smem_bytes<kFmtShared>(2, xr, p.dim, kRing)),
+                     st, p);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel (direct)"));
-  kDownD<<<grid_d, 32, most(skinny_qd_smem_bytes<kFmt>(1, xr, p.inter, kRing), skinny_qd_smem_bytes<kFmtShared>(1, xr, p.inter, kRing)), st>>>(p);
+  device::launch_pdl(kDownD, grid_d, 32,
+                     most(skinny_qd_smem_bytes<kFmt>(1, xr, p.inter, kRing), skinny_qd_smem_bytes<kFmtShared>(1, xr, p.inter, kRing)),
+                     st, p);
   return launch_status("moe_tc_down_skinny_q_kernel (direct)");
 }
 template <DType kFmt, DType kFmtShared = kFmt>
@@ -655,9 +672,9 @@ Status launch_part_q(MoeTcParams const& p, int64_t xr, int64_t gy, cudaStream_t 
                           "moe_tc act skinny (block-scaled): shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDownQ>(skinny_q_smem_bytes<kFmt>(1, kDownQStages, kSkinnyTileRows, kQuantBKMoe, ops::kTcQuantMaxK)),
                           "moe_tc down skinny (block-scaled): shared memory attribute"));
-  kActQ<<<grid_a, 32, skinny_q_smem_bytes<kFmt>(2, kActQStages, xr, kQuantBKMoe, p.dim), st>>>(p);
+  device::launch_pdl(kActQ, grid_a, 32, skinny_q_smem_bytes<kFmt>(2, kActQStages, xr, kQuantBKMoe, p.dim), st, p);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_q_kernel"));
-  kDownQ<<<grid_d, 32, skinny_q_smem_bytes<kFmt>(1, kDownQStages, xr, kQuantBKMoe, p.inter), st>>>(p);
+  device::launch_pdl(kDownQ, grid_d, 32, skinny_q_smem_bytes<kFmt>(1, kDownQStages, xr, kQuantBKMoe, p.inter), st, p);
   return launch_status("moe_tc_down_skinny_q_kernel");
 }
 
@@ -699,9 +716,11 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
                           "moe_tc act skinny: shared memory attribute"));
   TESSERA_TRY(cuda_status(allow_smem<kDown>(skinny_tile_smem_bytes(1, kDownStages, kSkinnyTileRows)),
                           "moe_tc down skinny: shared memory attribute"));
-  kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(2, kActStages, xs), st>>>(ps);
+  device::launch_pdl(kAct, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), 32,
+                     skinny_tile_smem_bytes(2, kActStages, xs), st, ps);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
-  kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32, skinny_tile_smem_bytes(1, kDownStages, xs), st>>>(ps);
+  device::launch_pdl(kDown, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), 32,
+                     skinny_tile_smem_bytes(1, kDownStages, xs), st, ps);
   return launch_status("moe_tc_down_skinny_kernel");
 }
 }  // namespace
@@ -720,9 +739,11 @@ Status launch_skinny(MoeTcParams const& p, cudaStream_t st) {
   int64_t const gy = grid_tiles(p), ga = ceil_div(p.inter, kSkinnyCols), gd = ceil_div(p.dim, kSkinnyCols);
   TESSERA_TRY(check_grid(ga, gy, "moe_tc act skinny"));
   TESSERA_TRY(check_grid(gd, gy, "moe_tc down skinny"));
-  kAct<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), 32, skinny_tile_smem_bytes(2, kActStages, xr), st>>>(p);
+  device::launch_pdl(kAct, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gy)), 32,
+                     skinny_tile_smem_bytes(2, kActStages, xr), st, p);
   TESSERA_TRY(launch_status("moe_tc_act_skinny_kernel"));
-  kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), 32, skinny_tile_smem_bytes(1, kDownStages, xr), st>>>(p);
+  device::launch_pdl(kDown, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), 32,
+                     skinny_tile_smem_bytes(1, kDownStages, xr), st, p);
   return launch_status("moe_tc_down_skinny_kernel");
 }
 
@@ -736,11 +757,12 @@ Status launch_gemm(MoeTcParams const& p, cudaStream_t st) {
   TESSERA_TRY(check_grid(ga, gy, "moe_tc act gemm"));
   TESSERA_TRY(check_grid(gd, gy, "moe_tc down gemm"));
   dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gy));
-  moe_tc_act_gemm_kernel<false><<<grid_a, kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  device::launch_pdl(moe_tc_act_gemm_kernel<false>, grid_a, kGemmWarps * 32, kGemmSmemBytes, st, p);
   TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<gate>"));
-  moe_tc_act_gemm_kernel<true><<<grid_a, kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  device::launch_pdl(moe_tc_act_gemm_kernel<true>, grid_a, kGemmWarps * 32, kGemmSmemBytes, st, p);
   TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
-  moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)), kGemmWarps * 32, kGemmSmemBytes, st>>>(p);
+  device::launch_pdl(moe_tc_down_gemm_kernel, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gy)),
+                     kGemmWarps * 32, kGemmSmemBytes, st, p);
   return launch_status("moe_tc_down_gemm_kernel");
 }
 
@@ -766,27 +788,30 @@ Status launch_gemm_q(MoeTcParams const& p, cudaStream_t st) {
   unsigned const threads = kGemmWarps * 32;
   // Gate before up for every tile (up reads the g its tile's gate launch stored), then down.
   if (gr > 0) {
-    kGate<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    device::launch_pdl(kGate, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_act_gemm_q_kernel<gate>"));
   }
   if (gs > 0) {
-    moe_tc_act_gemm_kernel<false><<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    device::launch_pdl(moe_tc_act_gemm_kernel<false>, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)),
+                       threads, kGemmSmemBytes, st, ps);
     TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<gate>"));
   }
   if (gr > 0) {
-    kUp<<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    device::launch_pdl(kUp, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gr)), threads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_act_gemm_q_kernel<up>"));
   }
   if (gs > 0) {
-    moe_tc_act_gemm_kernel<true><<<dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    device::launch_pdl(moe_tc_act_gemm_kernel<true>, dim3(static_cast<unsigned>(ga), static_cast<unsigned>(gs)),
+                       threads, kGemmSmemBytes, st, ps);
     TESSERA_TRY(launch_status("moe_tc_act_gemm_kernel<up>"));
   }
   if (gr > 0) {
-    kDown<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), threads, kSmem, st>>>(p);
+    device::launch_pdl(kDown, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gr)), threads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_down_gemm_q_kernel"));
   }
   if (gs > 0) {
-    moe_tc_down_gemm_kernel<<<dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), threads, kGemmSmemBytes, st>>>(ps);
+    device::launch_pdl(moe_tc_down_gemm_kernel, dim3(static_cast<unsigned>(gd), static_cast<unsigned>(gs)), threads,
+                       kGemmSmemBytes, st, ps);
     TESSERA_TRY(launch_status("moe_tc_down_gemm_kernel"));
   }
   return {};
@@ -819,8 +844,7 @@ Status launch_gemm_decoded(MoeTcParams const& p, int64_t experts, int64_t group,
       void const* const* scales[3] = {p.w.s1, p.w.s3, p.w.s2};
       for (int j = 0; j < 3; ++j) {
         bool const down = j == 2;
-        moe_tc_decode_experts_kernel<<<dim3(bx, static_cast<unsigned>(n)), 256, 0, st>>>(
-            p.routed_scaled, codes[j], scales[j], static_cast<int32_t>(e0), down ? p.dim : p.inter,
+        device::launch_pdl(moe_tc_decode_experts_kernel, dim3(bx, static_cast<unsigned>(n)), 256, 0, st, p.routed_scaled, codes[j], scales[j], static_cast<int32_t>(e0), down ? p.dim : p.inter,
             down ? p.inter : p.dim, wbuf + j * group * mat, tables + j * experts);
         TESSERA_TRY(launch_status("moe_tc_decode_experts_kernel"));
       }

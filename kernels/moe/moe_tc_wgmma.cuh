@@ -82,6 +82,7 @@ __device__ __forceinline__ void wg_act_epilogue(MoeTcParams const& p, Tile const
 /// p.routed_scaled, one over the shared expert's tiles kFmt = p.shared_scaled).
 template <DType kFmt, bool kUp>
 __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_act_wgmma_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char act_wgmma_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -106,6 +107,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_act_wgmma_kernel(MoeTcPa
 /// down on the wgmma tile: ybuf[slot] ← →bf16(W2 · act[slot]) (W2 as the act kernel reads W1 / W3).
 template <DType kFmt>
 __global__ void __launch_bounds__(kWgThreads, 1) moe_tc_down_wgmma_kernel(MoeTcParams const p) {
+  device::pdl_enter();
   extern __shared__ __align__(16) unsigned char down_wgmma_smem[];
   __shared__ RowInfo rows_s[kGemmTileRows];
   Tile t;
@@ -137,16 +139,16 @@ Status launch_wgmma_shared(MoeTcParams const& ps, int64_t ga, int64_t gd, int64_
   dim3 const grid(static_cast<unsigned>(phase == 2 ? gd : ga), static_cast<unsigned>(gs));
   if (phase == 2) {
     TESSERA_TRY(cuda_status(allow_smem<moe_tc_down_wgmma_kernel<kShared>>(kSmem), "moe_tc down wgmma: shared memory attribute"));
-    moe_tc_down_wgmma_kernel<kShared><<<grid, kWgThreads, kSmem, st>>>(ps);
+    device::launch_pdl(moe_tc_down_wgmma_kernel<kShared>, grid, kWgThreads, kSmem, st, ps);
     return launch_status("moe_tc_down_wgmma_kernel<shared>");
   }
   if (phase == 0) {
     TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kShared, false>>(kSmem), "moe_tc gate wgmma: shared memory attribute"));
-    moe_tc_act_wgmma_kernel<kShared, false><<<grid, kWgThreads, kSmem, st>>>(ps);
+    device::launch_pdl(moe_tc_act_wgmma_kernel<kShared, false>, grid, kWgThreads, kSmem, st, ps);
     return launch_status("moe_tc_act_wgmma_kernel<gate, shared>");
   }
   TESSERA_TRY(cuda_status(allow_smem<moe_tc_act_wgmma_kernel<kShared, true>>(kSmem), "moe_tc act wgmma: shared memory attribute"));
-  moe_tc_act_wgmma_kernel<kShared, true><<<grid, kWgThreads, kSmem, st>>>(ps);
+  device::launch_pdl(moe_tc_act_wgmma_kernel<kShared, true>, grid, kWgThreads, kSmem, st, ps);
   return launch_status("moe_tc_act_wgmma_kernel<up, shared>");
 }
 
@@ -182,17 +184,17 @@ Status launch_wgmma(MoeTcParams const& p, cudaStream_t st) {
     return {};
   };
   if (gr > 0) {
-    moe_tc_act_wgmma_kernel<kFmt, false><<<grid(ga, gr), kWgThreads, kSmem, st>>>(p);
+    device::launch_pdl(moe_tc_act_wgmma_kernel<kFmt, false>, grid(ga, gr), kWgThreads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<gate>"));
   }
   TESSERA_TRY(shared_phase(0));
   if (gr > 0) {
-    moe_tc_act_wgmma_kernel<kFmt, true><<<grid(ga, gr), kWgThreads, kSmem, st>>>(p);
+    device::launch_pdl(moe_tc_act_wgmma_kernel<kFmt, true>, grid(ga, gr), kWgThreads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_act_wgmma_kernel<up>"));
   }
   TESSERA_TRY(shared_phase(1));
   if (gr > 0) {
-    moe_tc_down_wgmma_kernel<kFmt><<<grid(gd, gr), kWgThreads, kSmem, st>>>(p);
+    device::launch_pdl(moe_tc_down_wgmma_kernel<kFmt>, grid(gd, gr), kWgThreads, kSmem, st, p);
     TESSERA_TRY(launch_status("moe_tc_down_wgmma_kernel"));
   }
   return shared_phase(2);

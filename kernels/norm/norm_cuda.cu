@@ -33,6 +33,7 @@ constexpr int kNormPer = 8;  // accesses per thread issued together: one batch c
 /// rows and weight); kW = 1: scalar. Unstaged (dim > kStagedMaxDim): warp 0 reads the row from global memory.
 template <bool kStaged, int kW>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(RmsNormParams const p) {
+  device::pdl_enter();
   using V = std::conditional_t<kW == 4, float4, float>;
   extern __shared__ __align__(16) float row_s[];  // kStaged: [dim]
   __shared__ float s_r;
@@ -129,11 +130,11 @@ Status RmsNorm<Backend::kCuda>::run(RmsNormDesc const& d, RmsNormArgs const& a, 
   unsigned const grid = static_cast<unsigned>(d.rows);
   size_t const smem = static_cast<size_t>(d.dim) * 4;
   if (d.dim > kStagedMaxDim)
-    rms_norm_kernel<false, 1><<<grid, kNormThreads, 0, stream_of(ctx)>>>(p);
+    device::launch_pdl(rms_norm_kernel<false, 1>, grid, kNormThreads, 0, stream_of(ctx), p);
   else if (vec4)
-    rms_norm_kernel<true, 4><<<grid, kNormThreads, smem, stream_of(ctx)>>>(p);
+    device::launch_pdl(rms_norm_kernel<true, 4>, grid, kNormThreads, smem, stream_of(ctx), p);
   else
-    rms_norm_kernel<true, 1><<<grid, kNormThreads, smem, stream_of(ctx)>>>(p);
+    device::launch_pdl(rms_norm_kernel<true, 1>, grid, kNormThreads, smem, stream_of(ctx), p);
   return launch_status("rms_norm_kernel");
 }
 

@@ -101,6 +101,7 @@ struct QatParams {
 /// first, one thread per quantisation block, on the unquantised row.
 constexpr int kQatThreads = 256;
 __global__ void __launch_bounds__(kQatThreads) qat_kernel(QatParams const p) {
+  device::pdl_enter();
   int64_t const row = blockIdx.x;
   float* x = p.x + row * p.dim;
   bool const whole = p.dim % p.block == 0;
@@ -155,6 +156,7 @@ struct QatUnpackParams {
 
 /// One block per output row, one thread per element (strided).
 __global__ void __launch_bounds__(128) qat_unpack_kernel(QatUnpackParams const p) {
+  device::pdl_enter();
   int64_t const row = blockIdx.x;
   int64_t const src = p.row_ids ? p.row_ids[row] : row;
   int64_t const dst = p.out_rows ? p.out_rows[row] : row;
@@ -200,7 +202,7 @@ Status FakeQuant<Backend::kCuda>::run(FakeQuantDesc const& d, FakeQuantArgs cons
   p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;
   p.ulps = d.boundary_ulps; p.bf16 = d.md == DType::kBf16;
   p.packed = a.packed.data;
-  qat_kernel<<<static_cast<unsigned>(d.rows), kQatThreads, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(qat_kernel, static_cast<unsigned>(d.rows), kQatThreads, 0, stream_of(ctx), p);
   return launch_status("qat_kernel");
 }
 
@@ -222,7 +224,7 @@ Status QatUnpack<Backend::kCuda>::run(QatUnpackDesc const& d, QatUnpackArgs cons
   p.kind = d.kind;
   p.block = d.kind == QatKind::kFp4Block16E4m3 ? 16 : 32;
   p.bf16 = d.md == DType::kBf16;
-  qat_unpack_kernel<<<static_cast<unsigned>(d.rows), 128, 0, stream_of(ctx)>>>(p);
+  device::launch_pdl(qat_unpack_kernel, static_cast<unsigned>(d.rows), 128, 0, stream_of(ctx), p);
   return launch_status("qat_unpack_kernel");
 }
 

@@ -23,6 +23,7 @@ struct RopeParams {
 };
 
 __global__ void __launch_bounds__(256) rope_kernel(RopeParams const p) {
+  device::pdl_enter();
   extern __shared__ float cs[];  // [2·half]: cos then sin
   int64_t const row = blockIdx.x;
   float const fp = static_cast<float>(p.positions[row]);
@@ -77,7 +78,7 @@ Status Rope<Backend::kCuda>::run(RopeDesc const& d, RopeArgs const& a, ExecConte
   p.inverse = d.inverse; p.bf16 = d.md == DType::kBf16;
   size_t const smem = static_cast<size_t>(d.rope_dim) * sizeof(float);
   if (smem > 48 * 1024) return invalid_argument("rope: rope_dim > 12288 is not supported by the CUDA kernel");
-  rope_kernel<<<static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx)>>>(p);
+  device::launch_pdl(rope_kernel, static_cast<unsigned>(d.rows), 256, smem, stream_of(ctx), p);
   return launch_status("rope_kernel");
 }
 

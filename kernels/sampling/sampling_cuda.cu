@@ -156,6 +156,7 @@ __device__ bool params_valid(ops::SamplingRowParams const& p) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_prepare_kernel(SampleParams const sp) {
+  device::pdl_enter();
   __shared__ double shd[32];
   int64_t const row = blockIdx.x, V = sp.vocab;
   ops::SamplingRowParams const p = sp.params[row];
@@ -224,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) sample_prepare_kernel(SampleParams c
 }
 
 __global__ void __launch_bounds__(kThreads) sample_finish_kernel(SampleParams const sp) {
+  device::pdl_enter();
   __shared__ double shd[32];
   __shared__ int shi[32];
   __shared__ long long shl[32];
@@ -459,7 +461,7 @@ Status Sample<Backend::kCuda>::run(SampleDesc const& d, SampleArgs const& a, Exe
   sp.seg_end = reinterpret_cast<int64_t*>(base + L.seg_end);
   sp.state = reinterpret_cast<RowState*>(base + L.state);
   cudaStream_t const st = stream_of(ctx);
-  sample_prepare_kernel<<<static_cast<unsigned>(d.num_rows), kThreads, 0, st>>>(sp);
+  device::launch_pdl(sample_prepare_kernel, static_cast<unsigned>(d.num_rows), kThreads, 0, st, sp);
   TESSERA_TRY(launch_status("sample_prepare_kernel"));
   size_t cub_bytes = L.total - L.cub;
   TESSERA_TRY(cuda_status(cub::DeviceSegmentedSort::StableSortPairsDescending(
@@ -468,7 +470,7 @@ Status Sample<Backend::kCuda>::run(SampleDesc const& d, SampleArgs const& a, Exe
                               d.num_rows, static_cast<int64_t const*>(sp.seg_begin),
                               static_cast<int64_t const*>(sp.seg_end), st),
                           "sample segmented sort"));
-  sample_finish_kernel<<<static_cast<unsigned>(d.num_rows), kThreads, 0, st>>>(sp);
+  device::launch_pdl(sample_finish_kernel, static_cast<unsigned>(d.num_rows), kThreads, 0, st, sp);
   return launch_status("sample_finish_kernel");
 }
 

@@ -12,6 +12,7 @@
 #include "tessera/core/context.hpp"
 #include "tessera/core/status.hpp"
 #include "tessera/core/tensor.hpp"
+#include "tessera/device/pdl.cuh"
 
 namespace tessera::device {
 
