@@ -75,15 +75,21 @@ BOOST_AUTO_TEST_CASE(rms_norm_bitwise_and_row_invariant) {
 
 BOOST_AUTO_TEST_CASE(rope_main_and_yarn_forward_inverse) {
   uint64_t const seed = test_seed(512);
-  int64_t const rows = 13, heads = 3, hd = 96;
-  std::mt19937_64 g(seed);
-  std::vector<int64_t> pos(rows);
-  for (int64_t r = 0; r < rows; ++r) pos[r] = r < 4 ? r : static_cast<int64_t>(g() % 1000000);
   int64_t total = 0, exact = 0;
+  // (rows, heads, head_dim): 13 rows take head tiles (one tile of 3 heads; 64 heads of 512 in 8 or 11 tiles), 80
+  // rows a block per row; row 9 alone (tiled) must equal its row of the 80.
+  struct Shape {
+    int64_t rows, heads, hd;
+  };
+  for (Shape const sh : {Shape{13, 3, 96}, Shape{13, 64, 512}, Shape{80, 64, 512}})
   for (int64_t rd : {64, 96})
     for (bool yarn : {false, true})
       for (bool inverse : {false, true})
         for (DType md : {DType::kF32, DType::kBf16}) {
+          int64_t const rows = sh.rows, heads = sh.heads, hd = sh.hd;
+          std::mt19937_64 g(seed);
+          std::vector<int64_t> pos(rows);
+          for (int64_t r = 0; r < rows; ++r) pos[r] = r < 4 ? r : static_cast<int64_t>(g() % 1000000);
           auto inv = yarn ? ref::rope_inv_freq_yarn(160000.0, rd, 16.0, 32.0, 1.0, 65536.0)
                           : ref::rope_inv_freq_default(10000.0, rd);
           auto x = randn(static_cast<size_t>(rows * heads * hd), seed + rd + yarn, 2.f);
@@ -108,7 +114,7 @@ BOOST_AUTO_TEST_CASE(rope_main_and_yarn_forward_inverse) {
             exact += gpu[e] == cpu[e];
             bad += std::bit_cast<uint32_t>(gpu[e]) != std::bit_cast<uint32_t>(cpu[e]);
           }
-          BOOST_TEST_INFO("rope_dim=" << rd << " yarn=" << yarn << " inverse=" << inverse << " md=" << dtype_name(md));
+          BOOST_TEST_INFO("rows=" << rows << " heads=" << heads << " rope_dim=" << rd << " yarn=" << yarn << " inverse=" << inverse << " md=" << dtype_name(md));
           BOOST_TEST(bad == 0);
           // Row invariance: row 9 alone.
           DeviceBuffer<float> d1(row_slice(x, heads * hd, 9));
