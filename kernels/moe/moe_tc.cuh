@@ -65,10 +65,6 @@ struct MoeTcParams {
   /// launch_gemm_scaled on the mma.sync tiles take bf16 shared weights: the caller decodes them first.
   DType shared_scaled = DType::kBf16;
   int64_t tile0 = 0;  // the launch's first tile: blockIdx.y + tile0 is the tile index
-  /// The block-scaled skinny kernels take their tiles from the last: tile0 + gridDim.y − 1 − blockIdx.y. Blocks are
-  /// dispatched in blockIdx order, so the launch of routed and shared tiles (launch_skinny_q) starts the shared
-  /// expert's tiles — the longest chains, over every token — first instead of leaving them to a late partial wave.
-  bool tiles_reversed = false;
   int32_t expert_lo = 0, expert_hi = 0x7FFFFFFF;  // routed tiles of experts outside [lo, hi) are skipped
   bool direct_ok = true;  // block-scaled routed tiles may take the direct (one warp per 8 columns) kernels
   bool warp_spec = false;  // block-scaled routed tiles take the warp-specialised kernels (linear_tc_quant_ws.cuh)

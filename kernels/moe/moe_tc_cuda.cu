@@ -217,11 +217,6 @@ __device__ __forceinline__ QuantW tile_q(MoeTcParams const& p, Tile const& t, in
                   : routed_q<kFmt>(p.w.w2, p.w.s2, t.expert, k);
 }
 
-/// The tile of this block in a block-scaled skinny launch (MoeTcParams::tiles_reversed).
-__device__ __forceinline__ int64_t launch_tile(MoeTcParams const& p) {
-  return p.tile0 + (p.tiles_reversed ? static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) : static_cast<int64_t>(blockIdx.y));
-}
-
 /// kDirect: one warp per 8 columns, codes decoded in registers (linear_tc_quant_direct.cuh; kRing: the codes reach
 /// them through its ring). A tile holds distinct tokens, so its count is at most the call's rows, and the launch
 /// takes it when its x rows fit; else the shared-memory ring tile (linear_tc_quant.cuh). Same values.
@@ -233,7 +228,7 @@ __global__ void __launch_bounds__(32) moe_tc_act_skinny_q_kernel(MoeTcParams con
   extern __shared__ __align__(16) unsigned char act_q_smem[];
   __shared__ RowInfo rows_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, launch_tile(p), t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) rows_s[lane] = row_info(p, t, lane);
   __syncwarp();
@@ -259,7 +254,7 @@ __global__ void __launch_bounds__(32) moe_tc_down_skinny_q_kernel(MoeTcParams co
   extern __shared__ __align__(16) unsigned char down_q_smem[];
   __shared__ int32_t slot_s[kSkinnyTileRows];
   Tile t;
-  if (!tile_at(p, launch_tile(p), t)) return;
+  if (!tile_at(p, p.tile0 + blockIdx.y, t)) return;
   int const lane = static_cast<int>(threadIdx.x);
   if (lane < t.count) slot_s[lane] = row_info(p, t, lane).slot;
   __syncwarp();
@@ -635,16 +630,6 @@ bool moe_shared_join() {
   return on;
 }
 
-/// Whether the joined launch takes its tiles from the last, the shared expert's first (MoeTcParams::tiles_reversed;
-/// same values). TESSERA_MOE_SHARED_FIRST=0 keeps blockIdx order (read once; A/B runs).
-bool moe_shared_first() {
-  static bool const on = [] {
-    char const* e = std::getenv("TESSERA_MOE_SHARED_FIRST");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-
 /// Whether a part of tiles of xr rows runs on the direct tiles (not warp-specialised, direct allowed, x rows fit).
 bool direct_part(MoeTcParams const& p, int64_t xr) {
   int64_t const dr = std::min(xr, p.rows);
@@ -700,11 +685,9 @@ Status launch_skinny_q(MoeTcParams const& p, cudaStream_t st) {
     dim3 const grid_a(static_cast<unsigned>(ga), static_cast<unsigned>(gr + gs));
     dim3 const grid_d(static_cast<unsigned>(gd), static_cast<unsigned>(gr + gs));
     int64_t const dr = std::min(xr, p.rows);
-    MoeTcParams pj = p;
-    pj.tiles_reversed = moe_shared_first();
-    if (p.shared_scaled == kFmt) return launch_part_qd<kFmt>(pj, dr, grid_a, grid_d, st);
+    if (p.shared_scaled == kFmt) return launch_part_qd<kFmt>(p, dr, grid_a, grid_d, st);
     constexpr DType kOther = kFmt == DType::kF8E4m3 ? DType::kF4E2m1x2 : DType::kF8E4m3;
-    return launch_part_qd<kFmt, kOther>(pj, dr, grid_a, grid_d, st);
+    return launch_part_qd<kFmt, kOther>(p, dr, grid_a, grid_d, st);
   }
   TESSERA_TRY(launch_part_q<kFmt>(p, xr, gr, st));
   if (gs == 0) return {};
