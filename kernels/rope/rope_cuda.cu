@@ -10,8 +10,6 @@
 /// cos/sin as ref::rope_cos_sin: bf16 takes cuda_math::cosf/sinf (CUDA's own, replayed identically on the CPU);
 /// fp32 evaluates them in fp64 and rounds to fp32 (the CPU through glibc's fp64 cos/sin: equal except where
 /// the two fp64 results straddle an fp32 rounding boundary).
-#include <algorithm>
-
 #include "kernels/common/cuda_util.cuh"
 #include "tessera/core/concepts.hpp"
 #include "tessera/ops/rope.hpp"
@@ -95,7 +93,7 @@ Status Rope<Backend::kCuda>::check(RopeDesc const& d, RopeArgs const& a) {
 
 Status Rope<Backend::kCuda>::run(RopeDesc const& d, RopeArgs const& a, ExecContext& ctx) {
   using namespace kernels;
-  if (d.rows == 0 || d.rope_dim == 0) return {};
+  if (d.rows == 0 || d.heads == 0 || d.rope_dim == 0) return {};
   RopeParams p;
   p.x = a.x.data; p.positions = a.positions.data; p.inv_freq = a.inv_freq.data;
   p.rows = d.rows; p.heads = d.heads; p.head_dim = d.head_dim; p.half = d.rope_dim / 2;
@@ -103,7 +101,7 @@ Status Rope<Backend::kCuda>::run(RopeDesc const& d, RopeArgs const& a, ExecConte
   p.inverse = d.inverse; p.bf16 = d.md == DType::kBf16;
   size_t const smem = static_cast<size_t>(d.rope_dim) * sizeof(float);
   if (smem > 48 * 1024) return invalid_argument("rope: rope_dim > 12288 is not supported by the CUDA kernel");
-  p.heads_per_block = d.rows >= kRopeSplitMaxRows ? d.heads : std::max<int64_t>(1, (kRopeThreads + p.half - 1) / p.half);
+  p.heads_per_block = d.rows >= kRopeSplitMaxRows ? d.heads : (kRopeThreads + p.half - 1) / p.half;  // ≥ 1
   int64_t const tiles = ceil_div(d.heads, p.heads_per_block);
   if (d.rows > 0x7FFFFFFF || tiles > 65535) return invalid_argument("rope: grid too large");
   device::launch_pdl(rope_kernel, dim3(static_cast<unsigned>(d.rows), static_cast<unsigned>(tiles)), kRopeThreads, smem,
